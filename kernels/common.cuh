@@ -1,0 +1,41 @@
+// common.cuh: the few helpers every chapter shares.
+//
+// Every kernel computes C = alpha * A @ B + beta * C on row-major FP32 matrices,
+// A is M x K, B is K x N, C is M x N, with the same argument list:
+//   (int M, int N, int K, float alpha, const float* A, const float* B, float beta, float* C)
+// The runner (src/compile.py) pastes this header into each kernel's source before
+// handing it to NVRTC, so the compiled text (and CuPy's cache key) is self-contained.
+#pragma once
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// The epilogue, C = alpha * acc + beta * C. BLAS convention: when beta == 0, C is output-only
+// and is never read, so whatever it held before (uninitialised memory, NaN) cannot leak into the
+// result; 0 * NaN would be NaN. It also saves the read of C. The branch is uniform across the grid.
+__device__ __forceinline__ void store_axpby(float* c, float acc, float alpha, float beta) {
+  *c = (beta == 0.0f) ? alpha * acc : alpha * acc + beta * *c;
+}
+
+// 16-byte views of 4 consecutive floats. The address must be 16-byte aligned:
+// kernels that use them list `n % 4 == 0` / `k % 4 == 0` among their constraints.
+__device__ __forceinline__ float4 load_float4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ void store_float4(float* p, float4 v) {
+  *reinterpret_cast<float4*>(p) = v;
+}
+
+// store_axpby for 4 consecutive elements of C (16-byte aligned), acc[0..3] the accumulators.
+__device__ __forceinline__ void store_axpby4(float* c, const float* acc, float alpha, float beta) {
+  float4 v;
+  if (beta == 0.0f) {
+    v = make_float4(alpha * acc[0], alpha * acc[1], alpha * acc[2], alpha * acc[3]);
+  } else {
+    v = load_float4(c);
+    v.x = alpha * acc[0] + beta * v.x;
+    v.y = alpha * acc[1] + beta * v.y;
+    v.z = alpha * acc[2] + beta * v.z;
+    v.w = alpha * acc[3] + beta * v.w;
+  }
+  store_float4(c, v);
+}

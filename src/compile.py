@@ -1,0 +1,188 @@
+"""Compile step: a KernelSpec becomes something that can be launched, plus its resource report.
+
+Hand-written kernels are compiled by NVRTC through CuPy's RawModule, with the template
+instantiated through `name_expressions`. The source handed to NVRTC is the chapter with
+kernels/common.cuh pasted in (with #line directives, so compiler messages still point at the
+original file and line): the text is self-contained, which makes CuPy's kernel cache key (the
+source and options) change whenever the header does. Modules are kept per process, and CuPy's
+on-disk kernel cache (~/.cupy/kernel_cache, or CUPY_CACHE_DIR) reuses them across processes.
+
+`compile_offline` builds the same text with nvcc for a named architecture, with no GPU, and
+reads ptxas's resource report: the CPU tests use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CompileFailed, LaunchFailed
+from .spec import KERNELS_DIR, KernelSpec
+
+NVRTC_OPTIONS = ("-std=c++17",)     # CuPy adds -arch for the current device and -ftz=true
+STATIC_SMEM_LIMIT = 48 * 1024       # above this a kernel must opt in to dynamic shared memory
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(KERNELS_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def expand_source(path: Path, _seen: frozenset = frozenset()) -> str:
+    """The kernel source with its local "..." includes pasted in, once each, with #line marks."""
+    out = [f'#line 1 "{_rel(path)}"']
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        match = _INCLUDE.match(line)
+        if match:
+            header = (path.parent / match.group(1)).resolve()
+            if header not in _seen:
+                out.append(expand_source(header, _seen | {header, path.resolve()}))
+            out.append(f'#line {lineno + 1} "{_rel(path)}"')
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class ResourceReport:
+    registers: int
+    static_smem_bytes: int
+    dynamic_smem_bytes: int
+    local_bytes: int          # per-thread local memory: register spills and stack arrays
+    max_threads_per_block: int | None
+    compile_seconds: float
+    source_sha256: str
+
+
+class NvrtcKernel:
+    """A compiled chapter kernel: launch(a, b, c, alpha, beta) runs it once on the current stream."""
+
+    def __init__(self, spec: KernelSpec, function, report: ResourceReport, source_text: str):
+        self.spec = spec
+        self.function = function
+        self.report = report
+        self.source_text = source_text
+
+    def launch(self, a, b, c, alpha: float, beta: float) -> None:
+        import numpy as np
+
+        m, k = a.shape
+        n = b.shape[1]
+        try:
+            self.function(
+                self.spec.grid, self.spec.block,
+                (np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), a, b, np.float32(beta), c),
+                shared_mem=self.spec.dynamic_smem_bytes,
+            )
+        except Exception as exc:  # CUDADriverError: invalid configuration, out of resources, ...
+            raise LaunchFailed(
+                f"launch of kernel {self.spec.name} ({self.spec.entry}, grid={self.spec.grid}, "
+                f"block={self.spec.block}, dynamic smem={self.spec.dynamic_smem_bytes} B) failed: {exc}"
+            ) from exc
+
+
+# Compiled functions of this process, keyed by source text, entry and options. The launch
+# geometry is not part of the key: it belongs to the spec (it depends on the problem size).
+_compiled: dict[tuple, tuple] = {}
+
+
+def compile_kernel(spec: KernelSpec):
+    """NVRTC-compile a chapter kernel (cached per process), or build a cuBLAS baseline."""
+    if spec.backend == "cublas":
+        from .cublas import CublasGemm
+
+        return CublasGemm(spec)
+
+    source_text = expand_source(spec.source)
+    key = (hashlib.sha256(source_text.encode()).hexdigest(), spec.entry, NVRTC_OPTIONS,
+           spec.dynamic_smem_bytes)
+    if key not in _compiled:
+        _compiled[key] = _build(spec, source_text, key[0])
+    function, report = _compiled[key]
+    if spec.threads > report.max_threads_per_block:
+        raise LaunchFailed(
+            f"kernel {spec.name} ({spec.entry}) cannot launch {spec.threads} threads per block: "
+            f"at {report.registers} registers per thread the device allows at most "
+            f"{report.max_threads_per_block} (rule: threads * registers <= registers per block). "
+            f"Use smaller tiles or fewer threads."
+        )
+    return NvrtcKernel(spec, function, report, source_text)
+
+
+def _build(spec: KernelSpec, source_text: str, sha256: str):
+    import cupy as cp
+
+    start = time.perf_counter()
+    try:
+        module = cp.RawModule(code=source_text, options=NVRTC_OPTIONS, name_expressions=[spec.entry])
+        function = module.get_function(spec.entry)
+        function.attributes  # forces the load; resource errors surface here, not at launch
+    except cp.cuda.compiler.CompileException as exc:
+        raise CompileFailed(
+            f"kernel {spec.name} ({spec.entry}) failed to compile with NVRTC; its log:\n"
+            f"{exc.get_message() if hasattr(exc, 'get_message') else exc}"
+        ) from exc
+    if spec.dynamic_smem_bytes > STATIC_SMEM_LIMIT:
+        function.max_dynamic_shared_size_bytes = spec.dynamic_smem_bytes  # the opt-in
+    report = ResourceReport(
+        registers=int(function.num_regs),
+        static_smem_bytes=int(function.shared_size_bytes),
+        dynamic_smem_bytes=spec.dynamic_smem_bytes,
+        local_bytes=int(function.local_size_bytes),
+        max_threads_per_block=int(function.max_threads_per_block),
+        compile_seconds=time.perf_counter() - start,
+        source_sha256=sha256,
+    )
+    return function, report
+
+
+# --- offline (no GPU): nvcc + ptxas report --------------------------------------------------
+
+_PTXAS = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "static_smem_bytes": re.compile(r"(\d+) bytes smem"),
+    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
+    "spill_store_bytes": re.compile(r"(\d+) bytes spill stores"),
+    "spill_load_bytes": re.compile(r"(\d+) bytes spill loads"),
+}
+
+
+def nvcc_path() -> str | None:
+    return shutil.which("nvcc")
+
+
+def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = None) -> dict:
+    """Build the spec's exact source and instantiation with nvcc for `arch`; return ptxas's report.
+
+    The template is instantiated by taking the entry's address in host code, which makes the
+    device pass emit exactly the instantiation NVRTC would get from `name_expressions`.
+    `cubin`, if given, keeps the binary (for cuobjdump --dump-sass).
+    """
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CompileFailed("nvcc is not on PATH; offline compile checks need the CUDA toolkit.")
+    with tempfile.TemporaryDirectory() as tmp:
+        unit = Path(tmp) / "unit.cu"
+        unit.write_text(expand_source(spec.source)
+                        + f"\nstatic auto* const sgemm_lab_entry = &{spec.entry};\n")
+        out = cubin if cubin is not None else Path(tmp) / "unit.cubin"
+        cmd = [nvcc, *NVRTC_OPTIONS, "-ftz=true", "-cubin", f"-arch={arch}", "-Xptxas", "-v",
+               "-diag-suppress", "177", "-o", str(out), str(unit)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileFailed(f"kernel {spec.name} ({spec.entry}) failed to compile for {arch}:\n"
+                            f"{proc.stderr.strip()}")
+    report: dict = {"arch": arch, "log": proc.stderr}
+    for key, pattern in _PTXAS.items():
+        found = pattern.search(proc.stderr)
+        report[key] = int(found.group(1)) if found else 0
+    return report

@@ -1,0 +1,60 @@
+"""Expected failures. Each carries the `status` its job is recorded with and a one-paragraph
+message that names the rule that was broken; the runner prints the message, not a traceback."""
+
+
+class LabError(Exception):
+    status = "failed"
+
+
+class InvalidProblem(LabError):
+    """M, N, K, alpha or beta are not usable numbers."""
+
+    status = "invalid_problem"
+
+
+class InvalidParams(LabError):
+    """Tile parameters break one of the kernel's constraints (conf/kernel/*.yaml)."""
+
+    status = "invalid_params"
+
+
+class UnsupportedSize(LabError):
+    """The problem size breaks one of the kernel's size constraints."""
+
+    status = "unsupported_size"
+
+
+class ConfigError(LabError):
+    """A kernel or GPU config is malformed (a bug in conf/, not in the command line)."""
+
+    status = "invalid_config"
+
+
+class NoGPU(LabError):
+    status = "no_gpu"
+
+
+class OutOfMemory(LabError):
+    status = "out_of_memory"
+
+
+class CompileFailed(LabError):
+    status = "failed_compile"
+
+
+class LaunchFailed(LabError):
+    status = "failed_launch"
+
+
+class VerificationFailed(LabError):
+    status = "failed_verification"
+
+    def __init__(self, message: str, rel_err: float | None):
+        super().__init__(message)
+        self.rel_err = rel_err
+
+
+class InternalError(LabError):
+    """An unexpected exception: a bug in the lab itself, recorded so that a sweep goes on."""
+
+    status = "failed_internal"

@@ -1,0 +1,187 @@
+"""The GPU: which device this is, which spec (conf/gpu/*.yaml) describes it, its limits and clocks."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from .errors import ConfigError, NoGPU
+
+GPU_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "gpu"
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the driver says about the device in use (None fields: not known without a GPU)."""
+
+    name: str
+    compute_capability: str
+    sms: int
+    max_threads_per_block: int
+    max_smem_per_block: int          # bytes, with opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize)
+    l2_bytes: int
+    pci_bus_id: str | None = None
+    driver: str | None = None
+    cuda_runtime: str | None = None
+    nvrtc: str | None = None
+    cupy: str | None = None
+    max_sm_clock_mhz: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Datasheet figures for a named GPU, or `unknown` when the detected device has none."""
+
+    name: str
+    sms: int | None = None
+    fp32_tflops: float | None = None
+    tf32_tflops: float | None = None
+    mem_bandwidth_gbs: float | None = None
+    match: tuple[str, ...] = field(default_factory=tuple)
+
+    def peak_tflops(self, precision: str) -> float | None:
+        return {"fp32": self.fp32_tflops, "tf32": self.tf32_tflops}.get(precision)
+
+
+def _version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+@lru_cache(maxsize=None)
+def detect() -> Device:
+    """The current CUDA device. Raises NoGPU with a clear message when none is visible."""
+    try:
+        import cupy as cp
+
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # ImportError, CUDARuntimeError (no driver), ...
+        raise NoGPU(
+            f"no CUDA GPU is visible to this process ({type(exc).__name__}: {exc}). The runner "
+            f"compiles and times kernels on a GPU; check nvidia-smi, CUDA_VISIBLE_DEVICES and that "
+            f"the installed CuPy matches the driver (cupy-cuda13x for CUDA 13)."
+        ) from exc
+    if count == 0:
+        raise NoGPU("no CUDA GPU is visible to this process (cudaGetDeviceCount() == 0).")
+    dev = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    attrs = dev.attributes
+    return Device(
+        name=props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
+        compute_capability=f"{props['major']}.{props['minor']}",
+        sms=int(attrs["MultiProcessorCount"]),
+        max_threads_per_block=int(attrs["MaxThreadsPerBlock"]),
+        max_smem_per_block=int(attrs["MaxSharedMemoryPerBlockOptin"]),
+        l2_bytes=int(attrs["L2CacheSize"]),
+        pci_bus_id=dev.pci_bus_id,
+        driver=_version(cp.cuda.runtime.driverGetVersion()),
+        cuda_runtime=_version(cp.cuda.runtime.runtimeGetVersion()),
+        nvrtc="%d.%d" % cp.cuda.nvrtc.getVersion(),
+        cupy=cp.__version__,
+        max_sm_clock_mhz=_nvml_max_sm_clock(dev.pci_bus_id),
+    )
+
+
+def known_specs() -> dict[str, dict]:
+    """Every named spec in conf/gpu/ (auto excluded), as plain dicts."""
+    specs = {}
+    for path in sorted(GPU_CONF_DIR.glob("*.yaml")):
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        if data.get("name") != "auto":
+            specs[data["name"]] = data
+    return specs
+
+
+def _spec_from_dict(data: dict) -> GpuSpec:
+    return GpuSpec(
+        name=data["name"],
+        sms=data.get("sms"),
+        fp32_tflops=data.get("fp32_tflops"),
+        tf32_tflops=data.get("tf32_tflops"),
+        mem_bandwidth_gbs=data.get("mem_bandwidth_gbs"),
+        match=tuple(data.get("match", ())),
+    )
+
+
+def spec_for_device_name(device_name: str) -> GpuSpec | None:
+    for data in known_specs().values():
+        if any(re.search(pattern, device_name, re.IGNORECASE) for pattern in data.get("match", ())):
+            return _spec_from_dict(data)
+    return None
+
+
+def resolve_spec(gpu_cfg, device: Device | None) -> GpuSpec:
+    """`gpu=auto` picks the spec matching the detected device; a named spec is used as given."""
+    data = OmegaConf.to_container(gpu_cfg, resolve=True) if not isinstance(gpu_cfg, dict) else gpu_cfg
+    if data.get("name") != "auto":
+        if "fp32_tflops" not in data:
+            raise ConfigError(f"GPU spec {data.get('name')!r} has no fp32_tflops (conf/gpu/).")
+        return _spec_from_dict(data)
+    if device is None:
+        return GpuSpec(name="unknown")
+    found = spec_for_device_name(device.name)
+    return found if found is not None else GpuSpec(name="unknown", sms=device.sms)
+
+
+def device_limits(device: Device) -> dict[str, int]:
+    """Names the kernel constraints may use (conf/kernel/*.yaml)."""
+    return {
+        "max_threads_per_block": device.max_threads_per_block,
+        "max_smem_per_block": device.max_smem_per_block,
+        "sms": device.sms,
+    }
+
+
+def limits_from_spec(spec_name: str) -> dict[str, int]:
+    """The same limits for a named GPU, without a GPU (constraint checks on a CPU machine)."""
+    data = known_specs()[spec_name]
+    return {
+        "max_threads_per_block": 1024,
+        "max_smem_per_block": int(data["max_smem_per_block_kb"]) * 1024,
+        "sms": int(data["sms"]),
+    }
+
+
+# --- clocks (NVML) --------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _nvml_handle(pci_bus_id: str | None):
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id) if pci_bus_id else None
+    except Exception:
+        return None  # NVML absent or refused: clocks are recorded as unknown, not guessed
+
+
+def _nvml_max_sm_clock(pci_bus_id: str | None) -> int | None:
+    handle = _nvml_handle(pci_bus_id)
+    if handle is None:
+        return None
+    import pynvml
+
+    try:
+        return int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except pynvml.NVMLError:
+        return None
+
+
+def sm_clock_mhz(device: Device) -> int | None:
+    """The SM clock right now, in MHz (None when NVML cannot tell)."""
+    handle = _nvml_handle(device.pci_bus_id)
+    if handle is None:
+        return None
+    import pynvml
+
+    try:
+        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except pynvml.NVMLError:
+        return None
+
+
+def as_dict(device: Device) -> dict:
+    return asdict(device)

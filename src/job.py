@@ -1,0 +1,172 @@
+"""One Hydra job, step by step: config -> spec -> compile -> verify -> time -> record.
+
+Every expected failure (errors.LabError) ends the job with its status and message in the
+record; the caller decides what that means for the process (run.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from . import gpu as gpu_mod
+from .compile import compile_kernel
+from .errors import InternalError, LabError, LaunchFailed, NoGPU, VerificationFailed
+from .problem import Problem, make_inputs
+from .record import Record
+from .spec import KernelSpec, build_spec
+from .timing import L2Flush, measure
+from .verify import verify
+
+log = logging.getLogger(__name__)
+KERNEL_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "kernel"
+BASELINES = {"fp32": "cublas_fp32", "tf32": "cublas_tf32"}
+
+# Baseline GFLOP/s measured in this process, keyed by shape, scalars and protocol.
+_baseline_gflops: dict[tuple, float] = {}
+_flush: dict[int, L2Flush] = {}
+
+
+def _bench_key(bench: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in bench.items()))
+
+
+def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, record: Record):
+    """Compile, verify on fresh inputs, then time: fills `record`, returns GFLOP/s."""
+    import cupy as cp
+
+    kernel = compile_kernel(spec)
+    if kernel.report is not None:
+        for key, value in vars(kernel.report).items():
+            if hasattr(record, key):
+                setattr(record, key, value)
+
+    inputs = make_inputs(problem, bench.get("seed"))
+    record.seed = inputs.seed
+    tolerance = float(bench["tolerance"][spec.precision])
+    record.tolerance = tolerance
+    try:
+        checked = verify(kernel, problem, inputs, tolerance, spec.name)
+        record.rel_err = checked.rel_err
+
+        flush = None
+        if bench["flush_l2"]:
+            flush = _flush.setdefault(device.l2_bytes, L2Flush(device.l2_bytes))
+
+        def between():
+            if problem.beta != 0.0:
+                inputs.c[...] = inputs.c0  # time on the same realistic C every sample
+            if flush is not None:
+                flush()
+
+        timing = measure(
+            lambda: kernel.launch(inputs.a, inputs.b, inputs.c, problem.alpha, problem.beta),
+            warmup=int(bench["warmup"]), min_samples=int(bench["min_samples"]),
+            max_samples=int(bench["max_samples"]), target_rel_iqr=float(bench["target_rel_iqr"]),
+            max_seconds=float(bench["max_seconds"]),
+            between=between if (flush is not None or problem.beta != 0.0) else None,
+            read_clock=lambda: gpu_mod.sm_clock_mhz(device),
+        )
+    except cp.cuda.runtime.CUDARuntimeError as exc:
+        raise LaunchFailed(f"kernel {spec.name} faulted while being timed: {exc}") from exc
+    finally:
+        del inputs
+        cp.get_default_memory_pool().free_all_blocks()
+    record.time_ms_median = timing.median_ms
+    record.time_ms_min = timing.min_ms
+    record.time_ms_max = timing.max_ms
+    record.time_ms_iqr = timing.iqr_ms
+    record.samples = timing.samples
+    record.sm_clock_mhz_before = timing.sm_clock_mhz_before
+    record.sm_clock_mhz_after = timing.sm_clock_mhz_after
+    record.gflops = problem.flops / (timing.median_ms * 1e-3) / 1e9
+    return record.gflops
+
+
+def baseline_gflops(which: str, problem: Problem, bench: dict, device) -> float | None:
+    """cuBLAS FP32/TF32 GFLOP/s at this shape, measured once per process with the same protocol."""
+    key = (which, problem, _bench_key(bench))
+    if key not in _baseline_gflops:
+        spec = build_spec(OmegaConf.load(KERNEL_CONF_DIR / f"{which}.yaml"), problem, {})
+        scratch = _new_record(spec.name, spec.precision, spec.backend, problem)
+        try:
+            _baseline_gflops[key] = _verify_and_time(spec, problem, bench, device, scratch)
+        except LabError as exc:
+            log.warning("baseline %s at %s failed: %s", which, problem.label, exc)
+            return None
+    return _baseline_gflops[key]
+
+
+def _new_record(kernel: str, precision: str, backend: str, problem) -> Record:
+    return Record(kernel=kernel, precision=precision, backend=backend,
+                  m=problem.m, n=problem.n, k=problem.k, alpha=problem.alpha, beta=problem.beta,
+                  timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def run_job(cfg: DictConfig) -> Record:
+    kcfg = cfg.kernel
+    bench = OmegaConf.to_container(cfg.bench, resolve=True)
+    record = Record(kernel=str(kcfg.get("name")), precision=str(kcfg.get("precision")),
+                    backend=str(kcfg.get("backend")), m=cfg.get("m"), n=cfg.get("n"),
+                    k=cfg.get("k"), alpha=cfg.get("alpha"), beta=cfg.get("beta"),
+                    params=OmegaConf.to_container(kcfg.params, resolve=True) if "params" in kcfg else {},
+                    bench=bench,
+                    timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    try:
+        problem = Problem.from_cfg(cfg)
+        try:
+            device = gpu_mod.detect()
+            limits = gpu_mod.device_limits(device)
+        except NoGPU:
+            # Still check the parameters (against the named GPU's limits, or an H100's), so a
+            # configuration can be validated on a machine without a GPU; then report NoGPU.
+            device = None
+            named = cfg.gpu.name if cfg.gpu.name != "auto" else "h100_sxm"
+            limits = gpu_mod.limits_from_spec(named)
+        spec = build_spec(kcfg, problem, limits)
+        record.entry, record.grid, record.block = spec.entry, list(spec.grid), list(spec.block)
+        if device is None:
+            gpu_mod.detect()  # raises NoGPU with its message
+        gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device)
+        _warn_if_spec_mismatch(gpu_spec, device)
+        record.gpu, record.gpu_spec, record.device = device.name, gpu_spec.name, gpu_mod.as_dict(device)
+
+        gflops = _verify_and_time(spec, problem, bench, device, record)
+        if spec.backend == "cublas":
+            _baseline_gflops[(spec.name, problem, _bench_key(bench))] = gflops
+        fp32 = baseline_gflops("cublas_fp32", problem, bench, device)
+        tf32 = baseline_gflops("cublas_tf32", problem, bench, device)
+        record.cublas_fp32_gflops, record.cublas_tf32_gflops = fp32, tf32
+        record.pct_of_cublas_fp32 = 100.0 * gflops / fp32 if fp32 else None
+        record.pct_of_cublas_tf32 = 100.0 * gflops / tf32 if tf32 else None
+        peak = gpu_spec.peak_tflops(spec.precision)
+        record.pct_of_peak = 100.0 * gflops / (peak * 1e3) if peak else None
+    except LabError as exc:
+        _mark_failed(record, exc)
+    except Exception as exc:  # a bug, not bad input: record it so a sweep goes on
+        if cfg.get("debug"):
+            raise
+        _mark_failed(record, InternalError(
+            f"internal error while running {record.kernel} (a bug in sgemm-lab; rerun with "
+            f"debug=true for the traceback): {type(exc).__name__}: {exc}"))
+    return record
+
+
+def _mark_failed(record: Record, exc: LabError) -> None:
+    record.status = exc.status
+    record.error = str(exc)
+    if isinstance(exc, VerificationFailed):
+        record.rel_err = exc.rel_err
+    for name in ("gflops", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_iqr",
+                 "samples", "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak"):
+        setattr(record, name, None)
+
+
+def _warn_if_spec_mismatch(gpu_spec, device) -> None:
+    if gpu_spec.match and not any(re.search(p, device.name, re.IGNORECASE) for p in gpu_spec.match):
+        log.warning("gpu=%s was requested but the device is %r: pct_of_peak uses %s's datasheet.",
+                    gpu_spec.name, device.name, gpu_spec.name)

@@ -1,0 +1,114 @@
+"""Record step: everything one job produced, as one flat JSON-able object, and its console line.
+
+A record with a status other than "ok" never carries gflops or timing: a kernel that failed
+verification has no figure anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+RECORD_FILE = "record.json"
+STATUS_OK = "ok"
+
+
+@dataclass
+class Record:
+    kernel: str
+    precision: str
+    backend: str
+    m: int
+    n: int
+    k: int
+    alpha: float
+    beta: float
+    status: str = STATUS_OK
+    error: str | None = None
+    params: dict = field(default_factory=dict)
+    entry: str | None = None
+    grid: list | None = None
+    block: list | None = None
+    # verification
+    rel_err: float | None = None
+    tolerance: float | None = None
+    seed: int | None = None
+    # timing (ok records only)
+    gflops: float | None = None
+    time_ms_median: float | None = None
+    time_ms_min: float | None = None
+    time_ms_max: float | None = None
+    time_ms_iqr: float | None = None
+    samples: int | None = None
+    sm_clock_mhz_before: int | None = None
+    sm_clock_mhz_after: int | None = None
+    # against the baselines measured in the same process, same shape and protocol
+    cublas_fp32_gflops: float | None = None
+    cublas_tf32_gflops: float | None = None
+    pct_of_cublas_fp32: float | None = None
+    pct_of_cublas_tf32: float | None = None
+    pct_of_peak: float | None = None
+    # compile report
+    registers: int | None = None
+    static_smem_bytes: int | None = None
+    dynamic_smem_bytes: int | None = None
+    local_bytes: int | None = None
+    compile_seconds: float | None = None
+    source_sha256: str | None = None
+    # where it ran
+    gpu: str | None = None
+    gpu_spec: str | None = None
+    device: dict = field(default_factory=dict)
+    bench: dict = field(default_factory=dict)
+    timestamp: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+    @property
+    def size_label(self) -> str:
+        return str(self.m) if self.m == self.n == self.k else f"{self.m}x{self.n}x{self.k}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Record":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def write(self, directory: Path) -> Path:
+        """Write atomically: a reader sees the old file or the whole new one, never half."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / RECORD_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        tmp.replace(path)
+        return path
+
+    def console_line(self) -> str:
+        head = f"{self.kernel:<18} {self.size_label:>14}"
+        if not self.ok:
+            first = (self.error or "").splitlines()[0] if self.error else ""
+            return f"{head}  {self.status.upper():<20} {first}"
+        parts = [f"{self.gflops:>10,.1f} GFLOP/s", f"{self.time_ms_median:9.4f} ms"]
+        if self.pct_of_cublas_fp32 is not None:
+            parts.append(f"{self.pct_of_cublas_fp32:6.1f}% of cuBLAS FP32")
+        parts.append(f"rel_err {self.rel_err:.1e}")
+        if self.registers is not None:
+            parts.append(f"{self.registers} regs, {self.local_bytes} B local")
+        return head + "  " + "  ".join(parts)
+
+
+def load_records(root: Path) -> list[Record]:
+    """Every record.json under `root` (a sweep directory), in job order."""
+    paths = sorted(root.glob(f"*/{RECORD_FILE}"), key=lambda p: _job_num(p.parent.name))
+    return [Record.from_dict(json.loads(p.read_text())) for p in paths]
+
+
+def _job_num(name: str) -> float:
+    head = name.split("_", 1)[0]
+    return int(head) if head.isdigit() else math.inf

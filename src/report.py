@@ -1,0 +1,87 @@
+"""Report step: the kernel x size summary of a set of records, printed and written as CSV/Markdown.
+
+One row per kernel, one column group per size (GFLOP/s and % of cuBLAS FP32). A failed job
+shows its status in place of a figure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .record import Record
+
+BASELINES = ("cublas_fp32", "cublas_tf32")
+
+
+def _size_key(label: str):
+    dims = [int(x) for x in label.split("x")]
+    return (len(dims), dims)
+
+
+def summary_frame(records: list[Record]) -> pd.DataFrame:
+    """Long form: one row per job, the columns other tools read."""
+    rows = [{
+        "kernel": r.kernel, "precision": r.precision, "size": r.size_label,
+        "m": r.m, "n": r.n, "k": r.k, "status": r.status,
+        "gflops": r.gflops if r.ok else None,
+        "pct_of_cublas_fp32": r.pct_of_cublas_fp32 if r.ok else None,
+        "pct_of_cublas_tf32": r.pct_of_cublas_tf32 if r.ok else None,
+        "pct_of_peak": r.pct_of_peak if r.ok else None,
+        "rel_err": r.rel_err, "time_ms_median": r.time_ms_median if r.ok else None,
+        "registers": r.registers, "gpu": r.gpu,
+    } for r in records]
+    return pd.DataFrame(rows)
+
+
+def row_labels(records: list[Record]) -> list[str]:
+    """The kernel name, plus the tile parameters that vary between this kernel's jobs (so a tile
+    sweep shows one row per parameter set instead of collapsing them)."""
+    varying: dict[str, list[str]] = {}
+    for kernel in {r.kernel for r in records}:
+        mine = [r.params or {} for r in records if r.kernel == kernel]
+        keys = sorted({key for p in mine for key in p})
+        varying[kernel] = [key for key in keys if len({str(p.get(key)) for p in mine}) > 1]
+    return [r.kernel + "".join(f" {key}={(r.params or {}).get(key)}" for key in varying[r.kernel])
+            for r in records]
+
+
+def summary_table(records: list[Record]) -> pd.DataFrame:
+    """Wide form: kernel x size, cells 'GFLOP/s' and '% of cuBLAS FP32' (or the failure)."""
+    labels = row_labels(records)
+    kernel_of = dict(zip(labels, (r.kernel for r in records)))
+    kernels = sorted(kernel_of, key=lambda label: (kernel_of[label] in BASELINES, label))
+    sizes = sorted({r.size_label for r in records}, key=_size_key)
+    cell = {(label, r.size_label): r for label, r in zip(labels, records)}
+    table = pd.DataFrame(index=pd.Index(kernels, name="kernel"))
+    for size in sizes:
+        gf, pct = [], []
+        for kernel in kernels:
+            r = cell.get((kernel, size))
+            if r is None:
+                gf.append("")
+                pct.append("")
+            elif not r.ok:
+                gf.append(r.status)
+                pct.append("")
+            else:
+                gf.append(f"{r.gflops:,.1f}")
+                pct.append("" if r.pct_of_cublas_fp32 is None else f"{r.pct_of_cublas_fp32:.1f}%")
+        table[f"{size} GFLOP/s"] = gf
+        table[f"{size} % cuBLAS FP32"] = pct
+    return table
+
+
+def write_summary(records: list[Record], directory: Path) -> str:
+    """Write summary.csv (long form) and summary.md (the table); return the printable table."""
+    directory.mkdir(parents=True, exist_ok=True)
+    summary_frame(records).to_csv(directory / "summary.csv", index=False)
+    table = summary_table(records)
+    gpus = sorted({r.gpu for r in records if r.gpu})
+    failed = sum(not r.ok for r in records)
+    heading = (f"SGEMM on {', '.join(gpus) or 'unknown GPU'}: {len(records)} jobs, "
+               f"{len(records) - failed} ok, {failed} failed")
+    markdown = f"{heading}\n\n{table.to_markdown(disable_numparse=True)}\n"
+    (directory / "summary.md").write_text(markdown)
+    return markdown

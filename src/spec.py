@@ -1,0 +1,155 @@
+"""Kernel spec: a kernel config (conf/kernel/*.yaml) made concrete for one problem and GPU.
+
+The tunable parameters, the launch geometry and the constraints are data in the config, as in
+Kernel Tuner: expressions over the parameters, the derived values, the problem size (m, n, k)
+and the device limits. Every constraint is checked here, before anything is compiled, and a
+violation names the rule, the values it saw and why the rule exists.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from simpleeval import SimpleEval
+
+from .errors import ConfigError, InvalidParams, UnsupportedSize
+from .problem import Problem
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+BACKENDS = ("nvrtc", "cublas")
+PRECISIONS = ("fp32", "tf32")
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+FUNCTIONS = {"ceil_div": ceil_div, "min": min, "max": max}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    backend: str                      # "nvrtc" (a kernels/*.cu chapter) or "cublas" (a baseline)
+    precision: str                    # "fp32" or "tf32": picks the verification tolerance and peak
+    params: dict[str, int] = field(default_factory=dict)
+    derived: dict[str, int] = field(default_factory=dict)
+    source: Path | None = None        # kernels/NN_name.cu
+    entry: str | None = None          # C++ name expression, e.g. sgemm_vectorize<128, 128, 8, 8, 8>
+    grid: tuple[int, ...] = ()
+    block: tuple[int, ...] = ()
+    dynamic_smem_bytes: int = 0
+    compute_type: str | None = None   # cuBLAS baselines only
+
+    @property
+    def threads(self) -> int:
+        total = 1
+        for b in self.block:
+            total *= b
+        return total
+
+
+def _names_in(expr: str) -> list[str]:
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise ConfigError(f"malformed expression {expr!r} in a kernel config: {exc.msg}") from exc
+    seen: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in FUNCTIONS and node.id not in seen:
+            seen.append(node.id)
+    return seen
+
+
+def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
+    if isinstance(expr, (int, float, bool)):
+        return expr
+    missing = [n for n in _names_in(str(expr)) if n not in names]
+    if missing:
+        raise ConfigError(
+            f"kernel {kernel}: expression {expr!r} uses {', '.join(missing)}, which is neither a "
+            f"parameter, a derived value, m/n/k nor a device limit ({', '.join(sorted(names))})."
+        )
+    return SimpleEval(names=names, functions=FUNCTIONS).eval(str(expr))
+
+
+def _check(rules, names: dict[str, Any], kernel: str, error_cls, what: str, hint: str) -> None:
+    for item in rules or ():
+        rule, why = (item["rule"], item.get("why", "")) if isinstance(item, dict) else (item, "")
+        if not _evaluate(rule, names, kernel):
+            values = ", ".join(f"{n}={names[n]}" for n in _names_in(str(rule)))
+            raise error_cls(
+                f"{what} for kernel {kernel}: rule `{rule}` is false with {values}"
+                + (f" ({why})" if why else "")
+                + f". {hint}"
+            )
+
+
+def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str, int]) -> KernelSpec:
+    cfg = OmegaConf.to_container(kernel_cfg, resolve=True) if not isinstance(kernel_cfg, dict) else kernel_cfg
+    name = cfg.get("name", "?")
+    backend = cfg.get("backend")
+    precision = cfg.get("precision")
+    if backend not in BACKENDS:
+        raise ConfigError(f"kernel {name}: backend must be one of {BACKENDS}, got {backend!r}.")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"kernel {name}: precision must be one of {PRECISIONS}, got {precision!r}.")
+
+    if backend == "cublas":
+        return KernelSpec(name=name, backend=backend, precision=precision,
+                          compute_type=cfg["compute_type"])
+
+    params = dict(cfg.get("params") or {})
+    for key, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidParams(
+                f"invalid tile parameters for kernel {name}: {key}={value!r}, but every tile "
+                f"parameter must be a positive integer (rule: kernel.params.{key} > 0 and integer)."
+            )
+    names: dict[str, Any] = {**limits, "m": problem.m, "n": problem.n, "k": problem.k, **params}
+    derived: dict[str, int] = {}
+    for key, expr in (cfg.get("derived") or {}).items():
+        try:
+            value = _evaluate(expr, names, name)
+        except ZeroDivisionError:
+            raise InvalidParams(
+                f"invalid tile parameters for kernel {name}: derived value {key} = `{expr}` divides "
+                f"by zero with {', '.join(f'{n}={names[n]}' for n in _names_in(str(expr)))}."
+            ) from None
+        names[key] = derived[key] = value
+
+    _check(cfg.get("constraints"), names, name, InvalidParams, "invalid tile parameters",
+           "Choose other values for kernel.params.* (defaults are in conf/kernel/"
+           f"{name}.yaml).")
+    _check(cfg.get("size_constraints"), names, name, UnsupportedSize, "unsupported problem size",
+           f"Choose sizes the kernel supports or a kernel that handles any size (m={problem.m}, "
+           f"n={problem.n}, k={problem.k}).")
+
+    launch = cfg.get("launch") or {}
+    grid = tuple(int(_evaluate(e, names, name)) for e in launch.get("grid", ()))
+    block = tuple(int(_evaluate(e, names, name)) for e in launch.get("block", ()))
+    if not grid or not block:
+        raise ConfigError(f"kernel {name}: launch.grid and launch.block must be given.")
+    source = KERNELS_DIR / cfg["source"]
+    if not source.is_file():
+        raise ConfigError(f"kernel {name}: source {source} does not exist.")
+    try:
+        entry = cfg["entry"].format(**params)
+    except KeyError as exc:
+        raise ConfigError(f"kernel {name}: entry {cfg['entry']!r} names {exc}, not a parameter.") from None
+    return KernelSpec(
+        name=name,
+        backend=backend,
+        precision=precision,
+        params=params,
+        derived=derived,
+        source=source,
+        entry=entry,
+        grid=grid,
+        block=block,
+        dynamic_smem_bytes=int(_evaluate(launch.get("dynamic_smem_bytes", 0), names, name)),
+    )

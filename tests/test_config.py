@@ -1,0 +1,101 @@
+"""Config composition: every kernel and GPU composes, overrides reach the right keys, and
+`kernel=glob(*)` sweeps every kernel config, baselines included."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import CONF_DIR
+
+KERNEL_CONFIGS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
+GPU_CONFIGS = sorted(p.stem for p in (CONF_DIR / "gpu").glob("*.yaml"))
+
+
+def test_the_expected_kernels_exist():
+    assert KERNEL_CONFIGS == ["01_naive", "02_gmem_coalesce", "03_smem_blocking",
+                              "04_blocktile_1d", "05_blocktile_2d", "06_vectorize",
+                              "cublas_fp32", "cublas_tf32"]
+
+
+@pytest.mark.parametrize("kernel", KERNEL_CONFIGS)
+def test_kernel_config_composes(compose, kernel):
+    cfg = compose(f"kernel={kernel}")
+    assert cfg.kernel.name == kernel
+    assert cfg.kernel.backend in ("nvrtc", "cublas")
+    assert cfg.kernel.precision in ("fp32", "tf32")
+    if cfg.kernel.backend == "nvrtc":
+        assert (CONF_DIR.parent / "kernels" / cfg.kernel.source).is_file()
+        assert cfg.kernel.source.startswith(kernel[:2])  # chapter number = file number
+        OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+
+
+@pytest.mark.parametrize("gpu", GPU_CONFIGS)
+def test_gpu_config_composes(compose, gpu):
+    cfg = compose(f"gpu={gpu}")
+    assert cfg.gpu.name == gpu
+    if gpu != "auto":
+        for key in ("sms", "fp32_tflops", "tf32_tflops", "mem_bandwidth_gbs", "match"):
+            assert cfg.gpu[key], (gpu, key)
+        assert cfg.gpu.tf32_tflops > cfg.gpu.fp32_tflops or gpu == "rtx4090"
+
+
+def test_required_gpus_are_described():
+    assert {"h100_sxm", "h200", "gh200", "a100", "a6000", "rtx4090", "auto"} <= set(GPU_CONFIGS)
+
+
+def test_size_sets_m_n_k_and_rectangular_overrides(compose):
+    cfg = compose("size=1024")
+    assert (cfg.m, cfg.n, cfg.k) == (1024, 1024, 1024)
+    cfg = compose("size=1024", "m=256", "k=512")
+    assert (cfg.m, cfg.n, cfg.k) == (256, 1024, 512)
+    cfg = compose("alpha=0.5", "beta=3.0")
+    assert (cfg.alpha, cfg.beta) == (0.5, 3.0)
+
+
+def test_tile_parameters_and_protocol_override_from_command_line(compose):
+    cfg = compose("kernel=05_blocktile_2d", "kernel.params.bk=16", "bench.flush_l2=false",
+                  "bench.min_samples=50")
+    assert cfg.kernel.params.bk == 16
+    assert cfg.bench.flush_l2 is False and cfg.bench.min_samples == 50
+
+
+def test_unknown_parameter_is_refused(compose):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException):
+        compose("kernel=05_blocktile_2d", "kernel.params.not_a_param=3")
+
+
+def test_glob_sweeps_every_kernel_config():
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF_DIR)))
+    parser = OverridesParser.create(config_loader=loader)
+    (override,) = parser.parse_overrides(["kernel=glob(*)"])
+    assert sorted(override.sweep_string_iterator()) == KERNEL_CONFIGS
+
+
+def test_bench_protocol_defaults_are_sane(compose):
+    bench = compose().bench
+    assert bench.flush_l2 is True
+    assert 1 <= bench.min_samples <= bench.max_samples
+    assert bench.tolerance.fp32 < bench.tolerance.tf32 <= 1e-2
+
+
+@pytest.mark.parametrize("device_name,spec", [
+    ("NVIDIA H100 80GB HBM3", "h100_sxm"), ("NVIDIA H100 PCIe", "h100_pcie"),
+    ("NVIDIA H200", "h200"), ("NVIDIA GH200 480GB", "gh200"), ("NVIDIA A100-SXM4-80GB", "a100"),
+    ("NVIDIA RTX A6000", "a6000"), ("NVIDIA GeForce RTX 4090", "rtx4090"), ("Tesla T4", None),
+])
+def test_auto_picks_the_spec_of_the_detected_device(device_name, spec):
+    from src.gpu import Device, resolve_spec
+
+    device = Device(name=device_name, compute_capability="9.0", sms=99,
+                    max_threads_per_block=1024, max_smem_per_block=232448, l2_bytes=1 << 20)
+    found = resolve_spec({"name": "auto"}, device)
+    assert found.name == (spec or "unknown")
+    if spec is None:
+        assert found.peak_tflops("fp32") is None and found.sms == 99  # no invented peak

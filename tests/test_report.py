@@ -1,0 +1,122 @@
+"""Records and the sweep summary, on real records from an H100 run (tests/data/, written by
+benchmarks/progression.sh): the progression sweep and a sweep with failing jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from src.record import RECORD_FILE, Record, load_records
+from src.report import summary_frame, summary_table, write_summary
+from tests.conftest import DATA_DIR, ROOT
+
+
+def load(name: str) -> list[Record]:
+    lines = (DATA_DIR / name).read_text().splitlines()
+    return [Record.from_dict(json.loads(line)) for line in lines if line.strip()]
+
+
+@pytest.fixture
+def progression() -> list[Record]:
+    return load("records_h100_progression.jsonl")
+
+
+@pytest.fixture
+def mixed() -> list[Record]:
+    return load("records_h100_mixed.jsonl")
+
+
+def as_sweep(records: list[Record], root):
+    """Lay records out as Hydra does: one numbered job directory each."""
+    for num, record in enumerate(records):
+        record.write(root / f"{num}_{record.kernel}_{record.m}x{record.n}x{record.k}")
+    return root
+
+
+def test_recorded_data_is_real_and_complete(progression):
+    assert len(progression) == 16 and all(r.ok for r in progression)
+    assert {r.gpu for r in progression} == {"NVIDIA H100 80GB HBM3"}
+    for r in progression:
+        assert r.rel_err <= r.tolerance and r.samples >= 20
+        # gflops is 2MNK over the median time, and pct_of_cublas_fp32 the ratio to the baseline
+        assert r.gflops == pytest.approx(2 * r.m * r.n * r.k / (r.time_ms_median * 1e-3) / 1e9)
+        assert r.pct_of_cublas_fp32 == pytest.approx(100 * r.gflops / r.cublas_fp32_gflops)
+
+
+def test_record_round_trips_through_json(progression, tmp_path):
+    record = progression[0]
+    path = record.write(tmp_path)
+    assert path.name == RECORD_FILE and not list(tmp_path.glob("*.tmp"))
+    assert Record.from_dict(json.loads(path.read_text())) == record
+
+
+def test_load_records_orders_jobs_numerically(progression, tmp_path):
+    as_sweep(progression, tmp_path)
+    loaded = load_records(tmp_path)
+    assert [r.kernel for r in loaded] == [r.kernel for r in progression]  # 10_ after 9_
+
+
+def test_summary_table_is_kernel_by_size(progression):
+    table = summary_table(progression)
+    assert list(table.index) == ["01_naive", "02_gmem_coalesce", "03_smem_blocking",
+                                 "04_blocktile_1d", "05_blocktile_2d", "06_vectorize",
+                                 "cublas_fp32", "cublas_tf32"]
+    assert list(table.columns) == ["1024 GFLOP/s", "1024 % cuBLAS FP32",
+                                   "4096 GFLOP/s", "4096 % cuBLAS FP32"]
+    by_key = {(r.kernel, r.size_label): r for r in progression}
+    assert table.loc["06_vectorize", "4096 GFLOP/s"] == f"{by_key['06_vectorize', '4096'].gflops:,.1f}"
+    assert table.loc["cublas_fp32", "4096 % cuBLAS FP32"] == "100.0%"
+
+
+def test_failed_jobs_show_their_status_and_never_a_figure(mixed):
+    failed = [r for r in mixed if not r.ok]
+    assert {r.status for r in failed} == {"invalid_params", "unsupported_size"}
+    for r in failed:
+        assert r.gflops is None and r.pct_of_cublas_fp32 is None and r.error
+    table = summary_table(mixed)
+    # a tile sweep keeps one row per parameter set
+    assert "04_blocktile_1d bm=64" in table.index and "04_blocktile_1d bm=128" in table.index
+    assert table.loc["04_blocktile_1d bm=128", "1024 GFLOP/s"] == "invalid_params"
+    assert table.loc["04_blocktile_1d bm=128", "1024 % cuBLAS FP32"] == ""
+    frame = summary_frame(mixed)
+    assert frame.loc[frame.status != "ok", "gflops"].isna().all()
+
+
+def test_write_summary_writes_csv_and_markdown(progression, mixed, tmp_path):
+    text = write_summary(progression + mixed, tmp_path)
+    n = len(progression) + len(mixed)
+    failed = sum(not r.ok for r in mixed)
+    assert text.startswith(f"SGEMM on NVIDIA H100 80GB HBM3: {n} jobs, {n - failed} ok, {failed} failed")
+    assert (tmp_path / "summary.md").read_text() == text
+    frame = pd.read_csv(tmp_path / "summary.csv")
+    assert len(frame) == n
+    assert set(frame.columns) >= {"kernel", "precision", "m", "n", "k", "gflops",
+                                  "pct_of_cublas_fp32", "pct_of_cublas_tf32", "rel_err", "status", "gpu"}
+    assert frame.loc[frame.status != "ok", "gflops"].isna().all()
+
+
+def test_console_line(progression, mixed):
+    ok = next(r for r in progression if r.kernel == "06_vectorize" and r.m == 4096)
+    line = ok.console_line()
+    assert "06_vectorize" in line and "GFLOP/s" in line and "% of cuBLAS FP32" in line
+    bad = next(r for r in mixed if not r.ok)
+    assert bad.status.upper() in bad.console_line() and "GFLOP/s" not in bad.console_line()
+
+
+def test_progression_check_on_recorded_sweeps(progression, tmp_path):
+    """benchmarks/check_progression.py passes on the recorded run, and catches a regression."""
+    run1 = as_sweep(progression, tmp_path / "run1")
+    script = str(ROOT / "benchmarks" / "check_progression.py")
+    ok = subprocess.run([sys.executable, script, str(run1)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout
+    slower = [Record.from_dict(r.to_dict()) for r in progression]
+    for r in slower:
+        if r.kernel == "06_vectorize":
+            r.gflops *= 0.5
+    run2 = as_sweep(slower, tmp_path / "run2")
+    bad = subprocess.run([sys.executable, script, str(run1), str(run2)], capture_output=True, text=True)
+    assert bad.returncode == 1 and "06_vectorize@4096 moved -50.00%" in bad.stdout

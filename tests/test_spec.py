@@ -1,0 +1,139 @@
+"""Kernel specs: constraints are checked before compiling, and each violation names its rule.
+
+VIOLATIONS lists, for every constraint of every kernel config, parameters and a size that break
+that rule; `test_every_constraint_has_a_violation_case` fails when a new rule has no case here.
+"""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from src.errors import ConfigError, InvalidParams, InvalidProblem, UnsupportedSize
+from src.gpu import limits_from_spec
+from src.problem import Problem
+from src.spec import build_spec, ceil_div
+from tests.conftest import CONF_DIR
+
+H100 = limits_from_spec("h100_sxm")
+SQUARE = Problem(4096, 4096, 4096, 1.0, 0.0)
+
+
+def kernel_cfg(name: str, **params) -> dict:
+    cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml"))
+    cfg["params"].update(params)
+    return cfg
+
+
+# (kernel, params, problem, the rule that must be named)
+VIOLATIONS = [
+    ("01_naive", dict(block_x=64, block_y=32), SQUARE, "threads <= max_threads_per_block"),
+    ("01_naive", dict(block_x=5, block_y=5), SQUARE, "threads % 32 == 0"),
+    ("01_naive", dict(block_x=32, block_y=1), Problem(32, 70000, 32, 1, 0), "ceil_div(n, block_y) <= 65535"),
+    ("02_gmem_coalesce", dict(bs=64), SQUARE, "threads <= max_threads_per_block"),
+    ("02_gmem_coalesce", dict(bs=6), SQUARE, "threads % 32 == 0"),
+    ("02_gmem_coalesce", dict(bs=8), Problem(8, 600000, 8, 1, 0), "ceil_div(n, bs) <= 65535"),
+    ("03_smem_blocking", dict(bs=64), SQUARE, "threads <= max_threads_per_block"),
+    ("03_smem_blocking", dict(bs=6), SQUARE, "threads % 32 == 0"),
+    ("03_smem_blocking", dict(bs=32), Problem(1000, 1024, 1024, 1, 0), "m % bs == 0"),
+    ("04_blocktile_1d", dict(tm=3), SQUARE, "bm % tm == 0"),
+    ("04_blocktile_1d", dict(bm=128, bn=128, tm=8), SQUARE, "threads <= max_threads_per_block"),
+    ("04_blocktile_1d", dict(bm=8, bn=4, tm=2), SQUARE, "threads % 32 == 0"),
+    ("04_blocktile_1d", dict(bk=4), SQUARE, "(bm * bk) % threads == 0"),
+    ("04_blocktile_1d", dict(bk=256, bm=256, bn=32, tm=16), SQUARE, "smem_bytes <= 48 * 1024"),
+    ("04_blocktile_1d", dict(), Problem(4096, 4096, 4100, 1, 0), "m % bm == 0"),
+    ("05_blocktile_2d", dict(tm=3), SQUARE, "bm % tm == 0"),
+    ("05_blocktile_2d", dict(bm=256, bn=256, tm=4, tn=8), SQUARE, "threads <= max_threads_per_block"),
+    ("05_blocktile_2d", dict(bm=32, bn=32, tm=8, tn=8), SQUARE, "threads % 32 == 0"),
+    ("05_blocktile_2d", dict(bk=1), SQUARE, "(bm * bk) % threads == 0"),
+    ("05_blocktile_2d", dict(bk=64), SQUARE, "smem_bytes <= 48 * 1024"),
+    ("05_blocktile_2d", dict(tm=16, tn=16, bm=256, bn=256), SQUARE, "tm * tn <= 128"),
+    ("05_blocktile_2d", dict(), Problem(1000, 1000, 1000, 1, 0), "m % bm == 0"),
+    ("06_vectorize", dict(tm=12), SQUARE, "bm % tm == 0"),
+    ("06_vectorize", dict(tm=2, tn=2, bm=32, bn=64), SQUARE, "tm % 4 == 0"),
+    ("06_vectorize", dict(bm=256, bn=128, tm=4, tn=4), SQUARE, "threads <= max_threads_per_block"),
+    ("06_vectorize", dict(bm=16, bn=16, tm=4, tn=4), SQUARE, "threads % 32 == 0"),
+    ("06_vectorize", dict(bk=4), SQUARE, "(bm * bk) % (4 * threads) == 0"),
+    ("06_vectorize", dict(bk=64), SQUARE, "smem_bytes <= 48 * 1024"),
+    ("06_vectorize", dict(tm=16, tn=16, bm=256, bn=256, bk=16), SQUARE, "tm * tn <= 128"),
+    ("06_vectorize", dict(), Problem(4096, 4096, 4100, 1, 0), "m % bm == 0"),
+    ("06_vectorize", dict(bm=64, bn=64, bk=16, tm=4, tn=4), Problem(128, 130, 128, 1, 0), "m % bm == 0"),
+]
+# n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
+# the rule still guards rectangular sizes if the tile rules are ever relaxed.
+UNREACHABLE = {("06_vectorize", "n % 4 == 0 and k % 4 == 0")}
+
+
+@pytest.mark.parametrize("kernel,params,problem,rule", VIOLATIONS,
+                         ids=[f"{v[0]}:{v[3]}" for v in VIOLATIONS])
+def test_violation_names_its_rule(kernel, params, problem, rule):
+    cfg = kernel_cfg(kernel, **params)
+    size_rules = [c["rule"] for c in cfg.get("size_constraints", [])]
+    expected = UnsupportedSize if any(r.startswith(rule) for r in size_rules) else InvalidParams
+    with pytest.raises(expected) as info:
+        build_spec(cfg, problem, H100)
+    message = str(info.value)
+    assert rule in message, message
+    assert kernel in message
+    # the message shows the values it saw, e.g. "bk=4"
+    for key, value in params.items():
+        if key in message.split("false with", 1)[1].split("(")[0]:
+            assert f"{key}={value}" in message
+
+
+def test_every_constraint_has_a_violation_case():
+    covered = {(kernel, rule) for kernel, _, _, rule in VIOLATIONS}
+    for path in sorted((CONF_DIR / "kernel").glob("0*.yaml")):
+        cfg = OmegaConf.to_container(OmegaConf.load(path))
+        for item in cfg.get("constraints", []) + cfg.get("size_constraints", []):
+            key = (cfg["name"], item["rule"])
+            hit = key in UNREACHABLE or any(
+                k == cfg["name"] and item["rule"].startswith(r) for k, r in covered)
+            assert hit, f"no test breaks {key}"
+            assert item.get("why"), f"{key} has no 'why'"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF_DIR / "kernel").glob("0*.yaml")))
+def test_defaults_are_valid_at_published_sizes(name):
+    for size in (1024, 2048, 4096, 8192):
+        spec = build_spec(kernel_cfg(name), Problem(size, size, size, 1, 0), H100)
+        assert spec.threads <= 1024
+        # the grid covers C exactly once
+        assert spec.entry and "{" not in spec.entry
+
+
+def test_launch_geometry_follows_parameters_and_size():
+    spec = build_spec(kernel_cfg("06_vectorize", bm=64, bn=128), Problem(512, 1024, 256, 1, 0), H100)
+    assert spec.grid == (1024 // 128, 512 // 64)
+    assert spec.block == (64 * 128 // 64,)
+    assert spec.entry == "sgemm_vectorize<64, 128, 8, 8, 8>"
+    assert spec.derived == {"threads": 128, "smem_bytes": 4 * (64 * 8 + 8 * 128)}
+    naive = build_spec(kernel_cfg("01_naive"), Problem(100, 70, 5, 1, 0), H100)
+    assert naive.grid == (ceil_div(100, 32), ceil_div(70, 32)) and naive.block == (32, 32)
+
+
+@pytest.mark.parametrize("value", [0, -8, 2.5, "abc", True])
+def test_tile_parameter_must_be_positive_integer(value):
+    with pytest.raises(InvalidParams, match=r"kernel.params.bk > 0 and integer"):
+        build_spec(kernel_cfg("05_blocktile_2d", bk=value), SQUARE, H100)
+
+
+def test_malformed_config_is_a_config_error():
+    cfg = kernel_cfg("05_blocktile_2d")
+    cfg["constraints"].append({"rule": "bogus_name > 1", "why": "test"})
+    with pytest.raises(ConfigError, match="bogus_name"):
+        build_spec(cfg, SQUARE, H100)
+
+
+@pytest.mark.parametrize("dims", [dict(m=0), dict(n=-1), dict(k=2.5), dict(m="abc"), dict(k=True)])
+def test_problem_sizes_must_be_positive_integers(dims):
+    values = dict(m=64, n=64, k=64, alpha=1.0, beta=0.0) | dims
+    with pytest.raises(InvalidProblem, match=r"> 0 and integer"):
+        Problem.from_cfg(values)
+
+
+def test_problem_scalars_must_be_numbers():
+    with pytest.raises(InvalidProblem, match="alpha"):
+        Problem.from_cfg(dict(m=1, n=1, k=1, alpha="x", beta=0.0))
+    p = Problem.from_cfg(dict(m=2, n=3, k=4, alpha=1, beta=0))
+    assert p.flops == 2 * 2 * 3 * 4 and p.label == "2x3x4"

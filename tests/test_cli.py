@@ -17,7 +17,8 @@ ALL_KERNELS = ["01_naive", "02_gmem_coalesce", "03_smem_blocking", "04_blocktile
 
 
 def run_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HYDRA_FULL_ERROR="0")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, HYDRA_FULL_ERROR="0")
     return subprocess.run(
         [sys.executable, "-m", "src.run", *args, f"hydra.run.dir={tmp_path}/run",
          f"hydra.sweep.dir={tmp_path}/sweep"],

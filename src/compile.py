@@ -66,11 +66,10 @@ class ResourceReport:
 class NvrtcKernel:
     """A compiled chapter kernel: launch(a, b, c, alpha, beta) runs it once on the current stream."""
 
-    def __init__(self, spec: KernelSpec, function, report: ResourceReport, source_text: str):
+    def __init__(self, spec: KernelSpec, function, report: ResourceReport):
         self.spec = spec
         self.function = function
         self.report = report
-        self.source_text = source_text
 
     def launch(self, a, b, c, alpha: float, beta: float) -> None:
         import numpy as np
@@ -115,7 +114,7 @@ def compile_kernel(spec: KernelSpec):
             f"{report.max_threads_per_block} (rule: threads * registers <= registers per block). "
             f"Use smaller tiles or fewer threads."
         )
-    return NvrtcKernel(spec, function, report, source_text)
+    return NvrtcKernel(spec, function, report)
 
 
 def _build(spec: KernelSpec, source_text: str, sha256: str):

@@ -27,7 +27,6 @@ class CublasGemm:
         self._alpha = np.zeros(1, dtype=np.float32)
         self._beta = np.zeros(1, dtype=np.float32)
         self.report = None  # nothing is compiled
-        self.source_text = None
 
     def launch(self, a, b, c, alpha: float, beta: float) -> None:
         from cupy.cuda import runtime

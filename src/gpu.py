@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -182,6 +182,3 @@ def sm_clock_mhz(device: Device) -> int | None:
     except pynvml.NVMLError:
         return None
 
-
-def as_dict(device: Device) -> dict:
-    return asdict(device)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from .verify import verify
 
 log = logging.getLogger(__name__)
 KERNEL_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "kernel"
-BASELINES = {"fp32": "cublas_fp32", "tf32": "cublas_tf32"}
 
 # Baseline GFLOP/s measured in this process, keyed by shape, scalars and protocol.
 _baseline_gflops: dict[tuple, float] = {}
@@ -92,7 +92,7 @@ def baseline_gflops(which: str, problem: Problem, bench: dict, device) -> float 
     key = (which, problem, _bench_key(bench))
     if key not in _baseline_gflops:
         spec = build_spec(OmegaConf.load(KERNEL_CONF_DIR / f"{which}.yaml"), problem, {})
-        scratch = _new_record(spec.name, spec.precision, spec.backend, problem)
+        scratch = _new_record(spec.name, spec.precision, spec.backend, vars(problem))
         try:
             _baseline_gflops[key] = _verify_and_time(spec, problem, bench, device, scratch)
         except LabError as exc:
@@ -101,21 +101,20 @@ def baseline_gflops(which: str, problem: Problem, bench: dict, device) -> float 
     return _baseline_gflops[key]
 
 
-def _new_record(kernel: str, precision: str, backend: str, problem) -> Record:
+def _new_record(kernel: str, precision: str, backend: str, problem: dict, **extra) -> Record:
+    """`problem` holds m, n, k, alpha, beta as given (possibly invalid: they are recorded as is)."""
     return Record(kernel=kernel, precision=precision, backend=backend,
-                  m=problem.m, n=problem.n, k=problem.k, alpha=problem.alpha, beta=problem.beta,
-                  timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                  **{key: problem[key] for key in ("m", "n", "k", "alpha", "beta")},
+                  timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra)
 
 
 def run_job(cfg: DictConfig) -> Record:
     kcfg = cfg.kernel
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
-    record = Record(kernel=str(kcfg.get("name")), precision=str(kcfg.get("precision")),
-                    backend=str(kcfg.get("backend")), m=cfg.get("m"), n=cfg.get("n"),
-                    k=cfg.get("k"), alpha=cfg.get("alpha"), beta=cfg.get("beta"),
-                    params=OmegaConf.to_container(kcfg.params, resolve=True) if "params" in kcfg else {},
-                    bench=bench,
-                    timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    record = _new_record(
+        str(kcfg.get("name")), str(kcfg.get("precision")), str(kcfg.get("backend")), cfg,
+        params=OmegaConf.to_container(kcfg.params, resolve=True) if "params" in kcfg else {},
+        bench=bench)
     try:
         problem = Problem.from_cfg(cfg)
         try:
@@ -133,7 +132,7 @@ def run_job(cfg: DictConfig) -> Record:
             gpu_mod.detect()  # raises NoGPU with its message
         gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device)
         _warn_if_spec_mismatch(gpu_spec, device)
-        record.gpu, record.gpu_spec, record.device = device.name, gpu_spec.name, gpu_mod.as_dict(device)
+        record.gpu, record.gpu_spec, record.device = device.name, gpu_spec.name, asdict(device)
 
         gflops = _verify_and_time(spec, problem, bench, device, record)
         if spec.backend == "cublas":

@@ -37,8 +37,6 @@ def verify(kernel, problem: Problem, inputs: Inputs, tolerance: float, name: str
     try:
         kernel.launch(inputs.a, inputs.b, inputs.c, problem.alpha, problem.beta)
         cp.cuda.runtime.deviceSynchronize()
-    except LaunchFailed:
-        raise
     except cp.cuda.runtime.CUDARuntimeError as exc:  # a fault in the kernel, seen at the sync
         raise LaunchFailed(f"kernel {name} faulted while running: {exc}") from exc
     c = inputs.c

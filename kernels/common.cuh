@@ -39,3 +39,30 @@ __device__ __forceinline__ void store_axpby4(float* c, const float* acc, float a
   }
   store_float4(c, v);
 }
+
+// The j-th component of a float4; j must be a compile-time constant after unrolling, so the
+// selection folds away and no register array is indexed at run time (no local memory).
+__device__ __forceinline__ float component(const float4& v, int j) {
+  return j == 0 ? v.x : (j == 1 ? v.y : (j == 2 ? v.z : v.w));
+}
+
+// Asynchronous global -> shared copies (sm_80+): the data goes straight to shared memory without
+// passing through registers, and the thread can go on issuing work while it is in flight.
+// `bytes_valid` < size copies that many bytes and zero-fills the rest (0: only zeros), which is
+// how edge tiles are predicated without branches around the copy.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int bytes_valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(bytes_valid));
+}
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int bytes_valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(bytes_valid));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Wait until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CompileFailed, LaunchFailed
+from .errors import CompileFailed, LaunchFailed, OutOfMemory
 from .spec import KERNELS_DIR, KernelSpec
 
 NVRTC_OPTIONS = ("-std=c++17",)     # CuPy adds -arch for the current device and -ftz=true
@@ -64,24 +64,40 @@ class ResourceReport:
 
 
 class NvrtcKernel:
-    """A compiled chapter kernel: launch(a, b, c, alpha, beta) runs it once on the current stream."""
+    """A compiled chapter kernel: launch(a, b, c, alpha, beta) runs it once on the current stream.
+
+    A kernel whose config names `launch.workspace_bytes` takes one more argument, a zeroed
+    device buffer of that size (split-K partials and tickets), allocated once per job; the
+    kernel leaves its tickets zeroed for the next launch.
+    """
 
     def __init__(self, spec: KernelSpec, function, report: ResourceReport):
         self.spec = spec
         self.function = function
         self.report = report
+        self.workspace = None
+        if spec.workspace_bytes is not None:
+            import cupy as cp
+
+            try:
+                self.workspace = cp.zeros(max(spec.workspace_bytes, 16), dtype=cp.uint8)
+            except cp.cuda.memory.OutOfMemoryError as exc:
+                raise OutOfMemory(
+                    f"kernel {spec.name} needs a {spec.workspace_bytes / 2**20:.1f} MiB workspace "
+                    f"(launch.workspace_bytes) and the device cannot allocate it (rule: working "
+                    f"set <= free device memory): {exc}") from exc
 
     def launch(self, a, b, c, alpha: float, beta: float) -> None:
         import numpy as np
 
         m, k = a.shape
         n = b.shape[1]
+        args = (np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), a, b, np.float32(beta), c)
+        if self.workspace is not None:
+            args += (self.workspace,)
         try:
-            self.function(
-                self.spec.grid, self.spec.block,
-                (np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), a, b, np.float32(beta), c),
-                shared_mem=self.spec.dynamic_smem_bytes,
-            )
+            self.function(self.spec.grid, self.spec.block, args,
+                          shared_mem=self.spec.dynamic_smem_bytes)
         except Exception as exc:  # CUDADriverError: invalid configuration, out of resources, ...
             raise LaunchFailed(
                 f"launch of kernel {self.spec.name} ({self.spec.entry}, grid={self.spec.grid}, "

@@ -43,6 +43,7 @@ class KernelSpec:
     grid: tuple[int, ...] = ()
     block: tuple[int, ...] = ()
     dynamic_smem_bytes: int = 0
+    workspace_bytes: int | None = None  # None: the kernel takes no workspace argument
     compute_type: str | None = None   # cuBLAS baselines only
 
     @property
@@ -138,9 +139,11 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
     if not source.is_file():
         raise ConfigError(f"kernel {name}: source {source} does not exist.")
     try:
-        entry = cfg["entry"].format(**params)
+        entry = cfg["entry"].format(**params, **derived)
     except KeyError as exc:
-        raise ConfigError(f"kernel {name}: entry {cfg['entry']!r} names {exc}, not a parameter.") from None
+        raise ConfigError(f"kernel {name}: entry {cfg['entry']!r} names {exc}, neither a parameter "
+                          f"nor a derived value.") from None
+    workspace = launch.get("workspace_bytes")
     return KernelSpec(
         name=name,
         backend=backend,
@@ -152,4 +155,5 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         grid=grid,
         block=block,
         dynamic_smem_bytes=int(_evaluate(launch.get("dynamic_smem_bytes", 0), names, name)),
+        workspace_bytes=None if workspace is None else int(_evaluate(workspace, names, name)),
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from . import gpu as gpu_mod
+from . import tuned
 from .compile import compile_kernel
 from .errors import InternalError, LabError, LaunchFailed, NoGPU, VerificationFailed
 from .problem import Problem, make_inputs
@@ -108,24 +109,29 @@ def _new_record(kernel: str, precision: str, backend: str, problem: dict, **extr
                   timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra)
 
 
-def run_job(cfg: DictConfig) -> Record:
-    kcfg = cfg.kernel
+def run_job(cfg: DictConfig, explicit_params: set[str] = frozenset()) -> Record:
+    """`explicit_params`: kernel.params.* names set on the command line (they beat tuned values)."""
+    kcfg = OmegaConf.to_container(cfg.kernel, resolve=True)
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
     record = _new_record(
         str(kcfg.get("name")), str(kcfg.get("precision")), str(kcfg.get("backend")), cfg,
-        params=OmegaConf.to_container(kcfg.params, resolve=True) if "params" in kcfg else {},
-        bench=bench)
+        params=dict(kcfg.get("params") or {}), bench=bench)
     try:
         problem = Problem.from_cfg(cfg)
         try:
             device = gpu_mod.detect()
             limits = gpu_mod.device_limits(device)
+            gpu_spec_name = gpu_mod.resolve_spec(cfg.gpu, device).name
         except NoGPU:
             # Still check the parameters (against the named GPU's limits, or an H100's), so a
             # configuration can be validated on a machine without a GPU; then report NoGPU.
             device = None
-            named = cfg.gpu.name if cfg.gpu.name != "auto" else "h100_sxm"
-            limits = gpu_mod.limits_from_spec(named)
+            gpu_spec_name = cfg.gpu.name if cfg.gpu.name != "auto" else "h100_sxm"
+            limits = gpu_mod.limits_from_spec(gpu_spec_name)
+        if kcfg.get("tuned") and cfg.get("use_tuned", True):
+            choice = tuned.lookup(record.kernel, gpu_spec_name, problem, set(explicit_params))
+            kcfg["params"] = {**kcfg.get("params", {}), **choice.params}
+            record.params, record.tuned_from = dict(kcfg["params"]), choice.source
         spec = build_spec(kcfg, problem, limits)
         record.entry, record.grid, record.block = spec.entry, list(spec.grid), list(spec.block)
         if device is None:

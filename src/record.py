@@ -28,6 +28,7 @@ class Record:
     status: str = STATUS_OK
     error: str | None = None
     params: dict = field(default_factory=dict)
+    tuned_from: str | None = None     # the conf/tuned/<gpu>.yaml size class the params came from
     entry: str | None = None
     grid: list | None = None
     block: list | None = None

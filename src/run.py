@@ -16,14 +16,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from .job import run_job
+from .tuned import explicit_params
 
 log = logging.getLogger("sgemm")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    record = run_job(cfg)
     hc = HydraConfig.get()
+    record = run_job(cfg, explicit_params(list(hc.overrides.task)))
     record.write(Path(hc.runtime.output_dir))
     if record.ok or hc.mode == RunMode.MULTIRUN:
         log.info(record.console_line())  # a sweep goes on; its summary lists the failures

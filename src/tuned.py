@@ -1,0 +1,64 @@
+"""Tuned parameters: per-GPU tile parameters (conf/tuned/<gpu>.yaml) merged into a kernel config.
+
+A kernel config with `tuned: true` reads its parameters from the tuned file of the GPU the job
+runs on (the spec `gpu=auto` detects, or the one named). The file lists, per kernel, size classes
+in order; the first whose `when` expression (over m, n, k) holds supplies the parameters. Values
+set explicitly on the command line (kernel.params.*=...) always win, and `use_tuned=false` turns
+the lookup off. Without a tuned file or class the kernel config's own defaults stand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from simpleeval import SimpleEval
+
+from .errors import ConfigError
+from .problem import Problem
+
+TUNED_DIR = Path(__file__).resolve().parent.parent / "conf" / "tuned"
+
+
+@dataclass(frozen=True)
+class TunedChoice:
+    params: dict = field(default_factory=dict)   # the parameters to apply (explicit ones removed)
+    source: str | None = None                    # e.g. "conf/tuned/h100_sxm.yaml: 17_flagship[1]"
+
+
+def tuned_file(gpu_spec: str) -> Path:
+    return TUNED_DIR / f"{gpu_spec}.yaml"
+
+
+def lookup(kernel: str, gpu_spec: str, problem: Problem, explicit: set[str] = frozenset()) -> TunedChoice:
+    """The tuned parameters for `kernel` on `gpu_spec` at this problem size (empty: none)."""
+    path = tuned_file(gpu_spec)
+    if not path.is_file():
+        return TunedChoice()
+    data = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+    classes = (data.get("kernels") or {}).get(kernel)
+    if not classes:
+        return TunedChoice()
+    names = {"m": problem.m, "n": problem.n, "k": problem.k}
+    for index, entry in enumerate(classes):
+        when = str(entry.get("when", "True"))
+        try:
+            applies = SimpleEval(names=names, functions={"min": min, "max": max}).eval(when)
+        except Exception as exc:
+            raise ConfigError(f"{path.name}: size class {kernel}[{index}] has a bad `when` "
+                              f"expression {when!r}: {exc}") from exc
+        if applies:
+            params = {k: v for k, v in (entry.get("params") or {}).items() if k not in explicit}
+            return TunedChoice(params, f"conf/tuned/{path.name}: {kernel}[{index}] (when {when})")
+    return TunedChoice()
+
+
+def explicit_params(overrides: list[str]) -> set[str]:
+    """Names of kernel.params.* set on the command line (Hydra's task overrides)."""
+    found = set()
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key.startswith("kernel.params."):
+            found.add(key[len("kernel.params."):])
+    return found

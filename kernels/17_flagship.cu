@@ -1,0 +1,249 @@
+// 17 flagship: 12's pipeline for any shape, with L2-friendly tile order and split-K.
+//
+// What changed from 12:
+// - Any M, N, K. Edge tiles are predicated, not refused: a cp.async whose source lies outside
+//   A or B copies 0 bytes and zero-fills its 16 (or 4) bytes of shared memory, so edge tiles
+//   compute on zeros, and the epilogue stores only the elements inside C. When N or K is not a
+//   multiple of 4, rows of A or B are not 16-byte aligned: the VEC = 1 instantiation copies
+//   4-byte elements and stores scalars (the runner picks VEC from the shape).
+// - Tile order (rasterization): the grid is one-dimensional and consecutive blocks walk a
+//   column of GROUP_M block rows before moving right, so the blocks resident at one time share
+//   a few rows of A and columns of B in L2 instead of streaming all of B once per block row.
+// - Split-K: with SPLIT_K > 1 the K range is cut into SPLIT_K slices computed by different
+//   blocks, which fills the SMs when M x N has too few tiles (1024^2 has 64 tiles of 128 x 128
+//   for 132 SMs). Every block writes its partial tile to a workspace, counts itself in on a
+//   per-tile ticket, and the last one to arrive sums the slices in slice order (so the result
+//   does not depend on arrival order), applies alpha and beta, and resets the ticket.
+// - MIN_BLOCKS: __launch_bounds__(THREADS, MIN_BLOCKS) caps registers so that many blocks fit
+//   on an SM, a tuning knob between occupancy and accumulators.
+// Predicted effect: at 4096 and 8192 12's speed minus a little for the predicates; the tile
+// order helps most at 8192, where B (256 MB) is far larger than L2; split-K is for 1024.
+//
+// Tile hierarchy: block tile = BM x BN (x K / SPLIT_K), K in steps of BK, STAGES tiles in flight;
+//                 warp tile = WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN);
+//                 thread tile = TM x TN per sub-tile, WMITER*TM x WNITER*TN per thread.
+#include "common.cuh"
+
+template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int TN, int THREADS,
+          int STAGES, int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int KA>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
+               const float* __restrict__ B, float beta, float* __restrict__ C,
+               float* __restrict__ workspace) {
+  constexpr int WMITER = (WM * WN) / (32 * TM * TN * WNITER);
+  constexpr int WSUBM = WM / WMITER;
+  constexpr int WSUBN = WN / WNITER;
+  constexpr int LANE_COLS = WSUBN / TN;
+  constexpr int LANE_ROWS = WSUBM / TM;
+  constexpr int AS_STRIDE = BK + 4;
+  constexpr int AS_SIZE = BM * AS_STRIDE;
+  constexpr int BS_SIZE = BK * BN;
+  constexpr int A_COPIES = BM * BK / VEC / THREADS;   // copies per thread per tile
+  constexpr int B_COPIES = BK * BN / VEC / THREADS;
+  extern __shared__ __align__(16) float smem[];
+
+  // --- which tile and K slice this block computes
+  const int tiles_m = (M + BM - 1) / BM;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int slice = blockIdx.x / tiles;               // slices are the slowest index
+  const int pid = blockIdx.x % tiles;
+  const int group_rows = GROUP_M * tiles_n;           // blocks in one group of GROUP_M block rows
+  const int first_row = (pid / group_rows) * GROUP_M;
+  const int rows_here = min(tiles_m - first_row, GROUP_M);
+  const int tile_m = first_row + (pid % group_rows) % rows_here;
+  const int tile_n = (pid % group_rows) / rows_here;
+  const int tile = tile_m * tiles_n + tile_n;
+
+  const int k_tiles_all = (K + BK - 1) / BK;
+  const int k_tiles_per_slice = (k_tiles_all + SPLIT_K - 1) / SPLIT_K;
+  const int k_tile_begin = slice * k_tiles_per_slice;
+  const int k_tiles = max(0, min(k_tiles_all, k_tile_begin + k_tiles_per_slice) - k_tile_begin);
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_row = warp / (BN / WN);
+  const int warp_col = warp % (BN / WN);
+  const int lane_row = lane / LANE_COLS;
+  const int lane_col = lane % LANE_COLS;
+  const int block_row = tile_m * BM;
+  const int block_col = tile_n * BN;
+
+  // --- global -> shared, predicated: out-of-range sources copy 0 bytes (zero fill). Each thread's
+  // source rows (A) and columns (B) are fixed for the whole K loop: their pointers and in-range
+  // flags are computed once, and only the K edge is tested per tile.
+  // Element offsets (32-bit: the runner requires each matrix to have < 2^31 elements) of the
+  // thread's first copy source, and its in-range flags; only the K edge is tested per tile.
+  int a_off[A_COPIES], b_off[B_COPIES];
+  unsigned a_row_ok = 0, b_col_ok = 0;  // one bit per copy
+#pragma unroll
+  for (int l = 0; l < A_COPIES; ++l) {
+    const int i = threadIdx.x + l * THREADS;
+    const int m = i / (BK / VEC), kv = (i % (BK / VEC)) * VEC;
+    const bool ok = block_row + m < M;
+    a_row_ok |= unsigned(ok) << l;
+    a_off[l] = (ok ? (block_row + m) * K : 0) + k_tile_begin * BK + kv;
+  }
+#pragma unroll
+  for (int l = 0; l < B_COPIES; ++l) {
+    const int i = threadIdx.x + l * THREADS;
+    const int k = i / (BN / VEC), nv = (i % (BN / VEC)) * VEC;
+    const bool ok = block_col + nv < N;
+    b_col_ok |= unsigned(ok) << l;
+    b_off[l] = (k_tile_begin * BK + k) * N + (ok ? block_col + nv : 0);
+  }
+  auto copy_tile = [&](int stage, int kt) {
+    float* as = smem + stage * (AS_SIZE + BS_SIZE);
+    float* bs = as + AS_SIZE;
+    const int k_left = K - (k_tile_begin + kt) * BK;  // valid k in this tile: [0, k_left)
+#pragma unroll
+    for (int l = 0; l < A_COPIES; ++l) {
+      const int i = threadIdx.x + l * THREADS;
+      const int m = i / (BK / VEC), kv = (i % (BK / VEC)) * VEC;
+      const bool inside = ((a_row_ok >> l) & 1) && kv < k_left;
+      const float* src = A + (inside ? a_off[l] + kt * BK : 0);
+      if (VEC == 4) cp_async_16(&as[m * AS_STRIDE + kv], src, inside ? 16 : 0);
+      else cp_async_4(&as[m * AS_STRIDE + kv], src, inside ? 4 : 0);
+    }
+#pragma unroll
+    for (int l = 0; l < B_COPIES; ++l) {
+      const int i = threadIdx.x + l * THREADS;
+      const int k = i / (BN / VEC), nv = (i % (BN / VEC)) * VEC;
+      const bool inside = ((b_col_ok >> l) & 1) && k < k_left;
+      const float* src = B + (inside ? b_off[l] + kt * BK * N : 0);
+      if (VEC == 4) cp_async_16(&bs[k * BN + nv], src, inside ? 16 : 0);
+      else cp_async_4(&bs[k * BN + nv], src, inside ? 4 : 0);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) copy_tile(s, s);
+    cp_async_commit();
+  }
+
+  float acc[WMITER * TM * WNITER * TN] = {0.0f};
+  for (int t = 0; t < k_tiles; ++t) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int next = t + STAGES - 1;
+    if (next < k_tiles) copy_tile(next % STAGES, next);
+    cp_async_commit();
+
+    const float* as = smem + (t % STAGES) * (AS_SIZE + BS_SIZE) + warp_row * WM * AS_STRIDE;
+    const float* bs = smem + (t % STAGES) * (AS_SIZE + BS_SIZE) + AS_SIZE + warp_col * WN;
+#pragma unroll
+    for (int kc = 0; kc < BK; kc += KA) {
+      // KA consecutive k of each of the lane's rows of A: one LDS.128 (KA = 4) or LDS.64 (KA = 2)
+      // per row. KA = 2 halves the registers that hold A, at twice the A load instructions.
+      float reg_a[WMITER * TM][KA];
+#pragma unroll
+      for (int i = 0; i < WMITER; ++i) {
+#pragma unroll
+        for (int r = 0; r < TM; ++r) {
+          const float* src = &as[(i * WSUBM + r * LANE_ROWS + lane_row) * AS_STRIDE + kc];
+          if (KA == 4) {
+            const float4 v = load_float4(src);
+            reg_a[i * TM + r][0] = v.x; reg_a[i * TM + r][1] = v.y;
+            reg_a[i * TM + r][KA > 2 ? 2 : 0] = v.z; reg_a[i * TM + r][KA > 3 ? 3 : 0] = v.w;
+          } else {
+            const float2 v = *reinterpret_cast<const float2*>(src);
+            reg_a[i * TM + r][0] = v.x; reg_a[i * TM + r][1] = v.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < KA; ++kk) {
+        float reg_b[WNITER * TN];
+#pragma unroll
+        for (int j = 0; j < WNITER; ++j) {
+#pragma unroll
+          for (int c = 0; c < TN; c += 4) {
+            const float4 v =
+                load_float4(&bs[(kc + kk) * BN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4]);
+            reg_b[j * TN + c] = v.x; reg_b[j * TN + c + 1] = v.y;
+            reg_b[j * TN + c + 2] = v.z; reg_b[j * TN + c + 3] = v.w;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < WMITER * TM; ++r) {
+#pragma unroll
+          for (int c = 0; c < WNITER * TN; ++c) acc[r * WNITER * TN + c] += reg_a[r][kk] * reg_b[c];
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // --- split-K: the last slice to arrive at this tile adds the others' partials, in slice order
+  if (SPLIT_K > 1) {
+    float* partials = workspace;                                   // [SPLIT_K][tiles][BM * BN]
+    int* tickets = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * tiles * BM * BN);
+    __shared__ int arrived;
+    float* mine = partials + ((size_t)slice * tiles + tile) * BM * BN;
+#pragma unroll
+    for (int i = 0; i < WMITER; ++i)
+#pragma unroll
+      for (int r = 0; r < TM; ++r)
+#pragma unroll
+        for (int j = 0; j < WNITER; ++j)
+#pragma unroll
+          for (int c = 0; c < TN; c += 4) {
+            const int row = warp_row * WM + i * WSUBM + r * LANE_ROWS + lane_row;
+            const int col = warp_col * WN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4;
+            const float* v = &acc[(i * TM + r) * WNITER * TN + j * TN + c];
+            __stcg(reinterpret_cast<float4*>(&mine[row * BN + col]), make_float4(v[0], v[1], v[2], v[3]));
+          }
+    __threadfence();  // this block's partial is visible device-wide before its ticket
+    __syncthreads();
+    if (threadIdx.x == 0) arrived = atomicAdd(&tickets[tile], 1);
+    __syncthreads();
+    if (arrived != SPLIT_K - 1) return;  // not the last: its partial waits in the workspace
+    __threadfence();
+    if (threadIdx.x == 0) tickets[tile] = 0;  // ready for the next launch
+#pragma unroll
+    for (int i = 0; i < WMITER; ++i)
+#pragma unroll
+      for (int r = 0; r < TM; ++r)
+#pragma unroll
+        for (int j = 0; j < WNITER; ++j)
+#pragma unroll
+          for (int c = 0; c < TN; c += 4) {
+            const int row = warp_row * WM + i * WSUBM + r * LANE_ROWS + lane_row;
+            const int col = warp_col * WN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4;
+            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int s = 0; s < SPLIT_K; ++s) {
+              const float4 p = __ldcg(reinterpret_cast<const float4*>(
+                  &partials[((size_t)s * tiles + tile) * BM * BN + row * BN + col]));
+              sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+            }
+            float* v = &acc[(i * TM + r) * WNITER * TN + j * TN + c];
+            v[0] = sum.x; v[1] = sum.y; v[2] = sum.z; v[3] = sum.w;
+          }
+  }
+
+  // --- epilogue: C = alpha * acc + beta * C, inside C only
+#pragma unroll
+  for (int i = 0; i < WMITER; ++i) {
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+      const int row = block_row + warp_row * WM + i * WSUBM + r * LANE_ROWS + lane_row;
+      if (row >= M) continue;
+#pragma unroll
+      for (int j = 0; j < WNITER; ++j) {
+#pragma unroll
+        for (int c = 0; c < TN; c += 4) {
+          const int col = block_col + warp_col * WN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4;
+          const float* v = &acc[(i * TM + r) * WNITER * TN + j * TN + c];
+          if (VEC == 4) {
+            if (col < N) store_axpby4(&C[row * N + col], v, alpha, beta);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (col + e < N) store_axpby(&C[row * N + col + e], v[e], alpha, beta);
+          }
+        }
+      }
+    }
+  }
+}

@@ -1,6 +1,7 @@
-"""Memory instructions in each chapter's SASS (sm_90, default parameters): are the loads as wide
-as intended (LDG.E.128 / LDS.128 in 06) and is there no local-memory traffic (LDL/STL)?
-Needs nvcc and cuobjdump (the GPU box has both). Usage: python benchmarks/sass_report.py"""
+"""Memory instructions in each chapter's SASS (sm_90, at the parameters the progression runs: the
+tuned ones for an H100 SXM where a chapter is tuned, at 4096): are the loads as wide as intended
+(LDG.E.128 / LDS.128 / LDGSTS.E.BYPASS.128) and is there no local-memory traffic (LDL/STL)?
+Needs nvcc and cuobjdump (the GPU box has both). Usage: python benchmarks/sass_report.py [gpu_spec]"""
 
 from __future__ import annotations
 
@@ -18,18 +19,25 @@ from src.compile import compile_offline  # noqa: E402
 from src.gpu import limits_from_spec  # noqa: E402
 from src.problem import Problem  # noqa: E402
 from src.spec import build_spec  # noqa: E402
+from src.tuned import lookup  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "kernel"
-OPS = re.compile(r"\b((?:LDG|STG|LDS|STS|LDL|STL)(?:\.[A-Z0-9]+)*)")
+OPS = re.compile(r"\b((?:LDGSTS|LDG|STG|LDS|STS|LDL|STL)(?:\.[A-Z0-9]+)*)")
 
-print(f"{'kernel':<18} {'regs':>4}  memory instructions in SASS (sm_90)")
-for path in sorted(CONF.glob("0*.yaml")):
-    spec = build_spec(OmegaConf.load(path), Problem(4096, 4096, 4096, 1, 0), limits_from_spec("h100_sxm"))
+gpu = sys.argv[1] if len(sys.argv) > 1 else "h100_sxm"
+problem = Problem(4096, 4096, 4096, 1, 0)
+print(f"{'kernel':<26} {'regs':>4} {'FFMA':>5}  memory instructions in SASS (sm_90)")
+for path in sorted(CONF.glob("[0-9][0-9]_*.yaml")):
+    cfg = OmegaConf.to_container(OmegaConf.load(path))
+    if cfg.get("tuned"):
+        cfg["params"].update(lookup(cfg["name"], gpu, problem).params)
+    spec = build_spec(cfg, problem, limits_from_spec(gpu))
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         report = compile_offline(spec, "sm_90", cubin=cubin)
         sass = subprocess.run(["cuobjdump", "--dump-sass", str(cubin)], capture_output=True,
                               text=True, check=True).stdout
     counts = collections.Counter(OPS.findall(sass))
+    ffma = len(re.findall(r"\bFFMA\b", sass))
     text = ", ".join(f"{op} x{n}" for op, n in sorted(counts.items()))
-    print(f"{spec.name:<18} {report['registers']:>4}  {text}")
+    print(f"{spec.name:<26} {report['registers']:>4} {ffma:>5}  {text}")

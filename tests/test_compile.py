@@ -14,7 +14,7 @@ from src.spec import KERNELS_DIR, KernelSpec, build_spec
 from tests.conftest import CONF_DIR
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")
-CHAPTERS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("0*.yaml"))
+CHAPTERS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("[0-9][0-9]_*.yaml"))
 
 
 def default_spec(name: str) -> KernelSpec:
@@ -32,7 +32,10 @@ def test_chapter_compiles_without_spills(name, arch):
     assert report["stack_bytes"] == 0, report["log"]
     assert 0 < report["registers"] <= 255
     smem = spec.derived.get("smem_bytes", 0)
-    assert report["static_smem_bytes"] == smem, report["log"]
+    if spec.dynamic_smem_bytes:  # the pipeline's stages are dynamic shared memory
+        assert spec.dynamic_smem_bytes == smem and report["static_smem_bytes"] <= 16, report["log"]
+    else:
+        assert report["static_smem_bytes"] == smem, report["log"]
     # the ptxas report is for this very instantiation
     assert spec.entry.split("<")[0] in report["log"]
 

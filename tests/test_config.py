@@ -13,9 +13,12 @@ GPU_CONFIGS = sorted(p.stem for p in (CONF_DIR / "gpu").glob("*.yaml"))
 
 
 def test_the_expected_kernels_exist():
-    assert KERNEL_CONFIGS == ["01_naive", "02_gmem_coalesce", "03_smem_blocking",
-                              "04_blocktile_1d", "05_blocktile_2d", "06_vectorize",
-                              "cublas_fp32", "cublas_tf32"]
+    chapters = ["01_naive", "02_gmem_coalesce", "03_smem_blocking", "04_blocktile_1d",
+                "05_blocktile_2d", "06_vectorize", "07_bank_linearize", "08_bank_padding",
+                "09_autotuned", "10_warptiling", "11_double_buffer", "12_cp_async",
+                "13_transpose_a", "14_swizzle", "15_coalesced_store", "16_register_double_buffer",
+                "17_flagship"]
+    assert KERNEL_CONFIGS == chapters + ["cublas_fp32", "cublas_tf32"]
 
 
 @pytest.mark.parametrize("kernel", KERNEL_CONFIGS)

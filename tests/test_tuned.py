@@ -1,0 +1,76 @@
+"""Tuned parameters: conf/tuned/<gpu>.yaml size classes, their precedence, and the job's use of them."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from src import tuned
+from src.errors import ConfigError
+from src.gpu import known_specs, limits_from_spec
+from src.job import run_job
+from src.problem import Problem
+from src.spec import build_spec
+from tests.conftest import CONF_DIR
+
+SMALL, LARGE = Problem(1024, 1024, 1024, 1, 0), Problem(4096, 4096, 4096, 1, 0)
+
+
+def test_size_classes_pick_the_first_that_applies():
+    small = tuned.lookup("17_flagship", "h100_sxm", SMALL)
+    large = tuned.lookup("17_flagship", "h100_sxm", LARGE)
+    assert small.params["split_k"] > 1 and "split_k" not in large.params
+    assert small.source.endswith("17_flagship[0] (when m * n <= 1536 * 1536)")
+    assert large.source.startswith("conf/tuned/h100_sxm.yaml: 17_flagship[1]")
+
+
+def test_explicit_parameters_are_left_alone():
+    choice = tuned.lookup("17_flagship", "h100_sxm", LARGE, explicit={"bk", "stages"})
+    assert "bk" not in choice.params and "stages" not in choice.params and "bm" in choice.params
+
+
+def test_no_file_or_no_entry_means_defaults():
+    assert tuned.lookup("17_flagship", "no_such_gpu", LARGE) == tuned.TunedChoice()
+    assert tuned.lookup("06_vectorize", "h100_sxm", LARGE) == tuned.TunedChoice()
+
+
+def test_bad_when_expression_is_a_config_error(tmp_path, monkeypatch):
+    (tmp_path / "x.yaml").write_text("kernels:\n  k: [{when: 'm >', params: {bm: 1}}]\n")
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    with pytest.raises(ConfigError, match="bad `when`"):
+        tuned.lookup("k", "x", LARGE)
+
+
+def test_explicit_params_from_hydra_overrides():
+    assert tuned.explicit_params(["kernel=17_flagship", "kernel.params.bk=16", "+kernel.params.x=1",
+                                  "size=4096", "bench.seed=3"]) == {"bk", "x"}
+
+
+@pytest.mark.parametrize("path", sorted((CONF_DIR / "tuned").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_tuned_entry_is_valid_for_its_kernel_and_gpu(path):
+    """Tuned files name a known GPU spec and tuned kernels, and every class passes the kernel's
+    constraints at the published sizes it applies to."""
+    assert path.stem in known_specs()
+    data = OmegaConf.to_container(OmegaConf.load(path))
+    for kernel, classes in data["kernels"].items():
+        cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{kernel}.yaml"))
+        assert cfg.get("tuned"), f"{kernel} does not read tuned values"
+        assert classes[-1]["when"] == "True", "the last class must catch every size"
+        for size in (1024, 2048, 4096, 8192):
+            problem = Problem(size, size, size, 1, 0)
+            choice = tuned.lookup(kernel, path.stem, problem)
+            merged = dict(cfg, params={**cfg["params"], **choice.params})
+            build_spec(merged, problem, limits_from_spec(path.stem))
+
+
+def test_job_records_the_tuned_parameters_it_used(compose):
+    """Without a GPU the job still resolves its parameters (for gpu=auto: an H100 SXM's) before
+    failing with no_gpu (gpu=h100_sxm names the tuned file on any machine); explicit command-line values beat tuned ones, use_tuned=false skips them."""
+    record = run_job(compose("kernel=17_flagship", "gpu=h100_sxm", "size=1024"))
+    assert record.tuned_from and "17_flagship[0]" in record.tuned_from
+    assert record.params["split_k"] == tuned.lookup("17_flagship", "h100_sxm", SMALL).params["split_k"]
+    record = run_job(compose("kernel=17_flagship", "gpu=h100_sxm", "size=1024", "kernel.params.split_k=3"),
+                     explicit_params={"split_k"})
+    assert record.params["split_k"] == 3
+    record = run_job(compose("kernel=17_flagship", "gpu=h100_sxm", "size=1024", "use_tuned=false"))
+    assert record.tuned_from is None and record.params["split_k"] == 1

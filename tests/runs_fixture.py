@@ -29,20 +29,20 @@ CONF_KERNEL = Path(__file__).resolve().parent.parent / "conf" / "kernel"
 RUNS_FIXTURE = DATA_DIR / "runs_h100.csv"
 
 
-def _jsonl(name: str) -> list[tuple[str, Record]]:
+def jsonl_jobs(name: str) -> list[tuple[str, Record]]:
     lines = (DATA_DIR / name).read_text().splitlines()
     return [(f"{name}:{n}", Record.from_dict(json.loads(line)))
             for n, line in enumerate(lines, start=1) if line.strip()]
 
 
 def fixture_jobs() -> list[tuple[str, Record]]:
-    progression = _jsonl("records_h100_progression.jsonl")
+    progression = jsonl_jobs("records_h100_progression.jsonl")
     covered = {(r.kernel, r.m, r.n, r.k) for _, r in progression}
 
     def default_params(kernel: str) -> dict:
         return OmegaConf.to_container(OmegaConf.load(CONF_KERNEL / f"{kernel}.yaml").params)
 
-    extra = [(job, r) for job, r in _jsonl("records_h100_mixed.jsonl")
+    extra = [(job, r) for job, r in jsonl_jobs("records_h100_mixed.jsonl")
              if r.params == default_params(r.kernel) and (r.kernel, r.m, r.n, r.k) not in covered]
     return progression + extra
 

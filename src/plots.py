@@ -19,7 +19,6 @@ Each PNG has a CSV beside it with the plotted points, which dvc.yaml's `plots:` 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .collect import read_runs, records_from_runs  # noqa: E402
-from .table import BASELINE_BACKEND, progression_frame, size_order  # noqa: E402
+from .table import BASELINE_BACKEND, load_ceilings, progression_frame, size_order  # noqa: E402
 
 FIGURES = ("gflops_vs_size", "pct_of_cublas", "roofline")
 REFERENCE_STYLE = {"cublas_fp32": dict(color="black", linestyle="--", linewidth=2.0),
@@ -187,8 +186,9 @@ def plot_roofline(ok: pd.DataFrame, ceilings: dict, gpu: str, path: Path) -> pd.
 
 
 def write_plots(runs_path: Path, ceilings_path: Path, out_dir: Path) -> dict[str, pd.DataFrame]:
-    frame = progression_frame(records_from_runs(read_runs(runs_path)))
-    ceilings = json.loads(ceilings_path.read_text())
+    records = records_from_runs(read_runs(runs_path))
+    frame = progression_frame(records)
+    ceilings = load_ceilings(ceilings_path, records)
     ok = plotted_rows(frame)
     gpu = _title_gpu(frame)
     out_dir.mkdir(parents=True, exist_ok=True)

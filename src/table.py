@@ -145,12 +145,22 @@ def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
     return out
 
 
+def load_ceilings(path: Path, records: list[Record]) -> dict:
+    """ceilings.json, checked to be of the GPU the jobs ran on (when both name one)."""
+    ceilings = json.loads(path.read_text())
+    gpus = {r.gpu for r in records if r.gpu}
+    if ceilings.get("gpu") and gpus and gpus != {ceilings["gpu"]}:
+        raise ValueError(f"{path} is for {ceilings['gpu']!r} but the jobs ran on "
+                         f"{', '.join(sorted(gpus))}: ceilings and runs must come from one GPU")
+    return ceilings
+
+
 def write_table(runs_path: Path, out_dir: Path, ceilings_path: Path | None = None) -> pd.DataFrame:
     runs = read_runs(runs_path)
     if runs.empty:
         raise ValueError(f"{runs_path} has no jobs")
     records = records_from_runs(runs)
-    ceilings = json.loads(ceilings_path.read_text()) if ceilings_path else None
+    ceilings = load_ceilings(ceilings_path, records) if ceilings_path else None
     frame = progression_frame(records)
     out_dir.mkdir(parents=True, exist_ok=True)
     frame[CONTRACT_COLUMNS].to_csv(out_dir / "progression.csv", index=False)

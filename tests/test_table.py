@@ -118,3 +118,10 @@ def test_repeated_jobs_are_refused(tmp_path):
     assert proc.returncode == 1
     assert "more than one job for 01_naive at 1024 (2 jobs)" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out" / "progression.csv").exists()
+
+
+def test_ceilings_of_another_gpu_are_refused(tmp_path):
+    other = json.loads(CEILINGS_FIXTURE.read_text()) | {"gpu": "NVIDIA A100-SXM4-80GB"}
+    (tmp_path / "ceilings.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="ceilings and runs must come from one GPU"):
+        write_table(RUNS_FIXTURE, tmp_path, tmp_path / "ceilings.json")

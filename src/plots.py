@@ -126,9 +126,8 @@ def plot_pct_of_cublas(ok: pd.DataFrame, gpu: str, path: Path) -> pd.DataFrame:
     ax.axvline(100, color="black", linestyle="--", linewidth=1)
     ax.set_yticks(y, list(rows.kernel))
     ax.invert_yaxis()
-    ax.set_xlim(0, max(110, 1.15 * float(np.nanmax(rows[["pct_of_cublas_fp32",
-                                                          "pct_of_cublas_tf32"]].to_numpy(),
-                                                    initial=0))))
+    top = rows[["pct_of_cublas_fp32", "pct_of_cublas_tf32"]].max().max() if len(rows) else 0.0
+    ax.set_xlim(0, max(110.0, 1.15 * float(np.nan_to_num(top))))
     ax.set_xlabel("% of cuBLAS (same shape, same protocol, same process)")
     ax.set_title(f"% of cuBLAS at {size}, {gpu}" if size else f"% of cuBLAS: no data, {gpu}")
     ax.legend(loc="lower right", frameon=False)
@@ -190,6 +189,10 @@ def write_plots(runs_path: Path, ceilings_path: Path, out_dir: Path) -> dict[str
     frame = progression_frame(records)
     ceilings = load_ceilings(ceilings_path, records)
     ok = plotted_rows(frame)
+    if ok.empty:
+        statuses = frame.status.value_counts()
+        raise ValueError(f"no job in {runs_path} is ok, so there is nothing to plot ("
+                         + ", ".join(f"{n} {status}" for status, n in statuses.items()) + ")")
     gpu = _title_gpu(frame)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {

@@ -132,3 +132,12 @@ def test_gap_where_a_kernel_failed_between_sizes(tmp_path, figures):
     assert not ((data["roofline"].kernel == "06_vectorize") & (data["roofline"].size_label == "4096")).any()
     # 8192 is the largest size, where only 06_vectorize has a row: the bar chart shows just it
     assert list(data["pct_of_cublas"].kernel) == ["06_vectorize"]
+
+
+def test_nothing_to_plot_is_an_error(tmp_path):
+    runs = pd.read_csv(RUNS_FIXTURE)
+    runs = runs[runs.status != "ok"]
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    with pytest.raises(ValueError, match="nothing to plot .2 unsupported_size."):
+        plots.write_plots(tmp_path / "runs.csv", CEILINGS_FIXTURE, tmp_path / "plots")
+    assert not (tmp_path / "plots" / "roofline.png").exists()

@@ -104,10 +104,14 @@ class Record:
         return head + "  " + "  ".join(parts)
 
 
-def load_records(root: Path) -> list[Record]:
+def record_paths(root: Path) -> list[Path]:
     """Every record.json under `root` (a sweep directory), in job order."""
-    paths = sorted(root.glob(f"*/{RECORD_FILE}"), key=lambda p: _job_num(p.parent.name))
-    return [Record.from_dict(json.loads(p.read_text())) for p in paths]
+    return sorted(root.glob(f"*/{RECORD_FILE}"), key=lambda p: _job_num(p.parent.name))
+
+
+def load_records(root: Path) -> list[Record]:
+    """Every record under `root` (a sweep directory), in job order."""
+    return [Record.from_dict(json.loads(p.read_text())) for p in record_paths(root)]
 
 
 def _job_num(name: str) -> float:

@@ -1,0 +1,151 @@
+"""Collect step: a sweep's job records -> one CSV with one row per job (results/runs.csv).
+
+`python -m src.collect SWEEP_DIR [SWEEP_DIR|RECORDS.jsonl ...] -o results/runs.csv`
+
+Every Record field becomes a column, in the Record's order, after `job` (the Hydra job directory,
+or `<file>:<line>` for a JSONL source) and `size` (the size label). Nested fields are flattened:
+`params`, `grid` and `block` as compact JSON (a kernel's tile parameters differ from another's),
+`device` and `bench` spread into `device.<key>` and `bench.<key>` columns (`bench.tolerance.fp32`).
+A failed job keeps its status and error and has empty figures, exactly as in its record.
+`read_runs` and `records_from_runs` read the file back for the table and plots steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pandas as pd
+
+from .record import RECORD_FILE, Record, record_paths
+
+_JSON_FIELDS = ("params", "grid", "block")
+_SPREAD_FIELDS = ("device", "bench")
+_RECORD_FIELDS = list(fields(Record))
+
+
+def _flatten(prefix: str, value, out: dict) -> None:
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _flatten(f"{prefix}.{key}", sub, out)
+    else:
+        out[prefix] = value
+
+
+def record_row(record: Record, job: str) -> dict:
+    """One flat row: scalars as they are, nested fields as described in the module docstring."""
+    row: dict = {"job": job, "size": record.size_label}
+    for f in _RECORD_FIELDS:
+        value = getattr(record, f.name)
+        if f.name in _JSON_FIELDS:
+            row[f.name] = None if value is None else json.dumps(value, separators=(",", ":"))
+        elif f.name in _SPREAD_FIELDS:
+            _flatten(f.name, value or {}, row)
+        else:
+            row[f.name] = value
+    return row
+
+
+def load_source(source: Path) -> list[tuple[str, Record]]:
+    """(job, record) pairs from a sweep directory or a JSONL file of records."""
+    if source.is_dir():
+        return [(p.parent.name, Record.from_dict(json.loads(p.read_text())))
+                for p in record_paths(source)]
+    pairs = []
+    for lineno, line in enumerate(source.read_text().splitlines(), start=1):
+        if line.strip():
+            pairs.append((f"{source.name}:{lineno}", Record.from_dict(json.loads(line))))
+    return pairs
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)  # full precision: the CSV carries exactly what the record did
+    return str(value)
+
+
+def write_runs(pairs: list[tuple[str, Record]], path: Path) -> int:
+    """Write the runs CSV; the columns are the union over all rows, in first-seen order."""
+    rows = [record_row(record, job) for job, record in pairs]
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_cell(row.get(col)) for col in columns])
+    return len(rows)
+
+
+def read_runs(path: Path) -> pd.DataFrame:
+    """The runs CSV as a frame (strings kept as strings; empty cells are NaN)."""
+    frame = pd.read_csv(path, dtype={"kernel": str, "status": str, "error": str, "params": str,
+                                     "size": str, "job": str, "gpu": str, "gpu_spec": str})
+    missing = {"kernel", "precision", "backend", "m", "n", "k", "status", "gflops"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"{path} is not a runs CSV written by src.collect: no column(s) "
+                         f"{', '.join(sorted(missing))}")
+    return frame
+
+
+def records_from_runs(frame: pd.DataFrame) -> list[Record]:
+    """The top-level Record fields of each row, typed again (device and bench stay in the frame)."""
+    records = []
+    for row in frame.to_dict("records"):
+        data = {}
+        for f in _RECORD_FIELDS:
+            value = row.get(f.name)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            if f.name in _JSON_FIELDS:
+                value = json.loads(value)
+            elif f.name in _SPREAD_FIELDS:
+                continue
+            elif str(f.type).startswith("int"):
+                value = int(value)
+            elif str(f.type).startswith("float"):
+                value = float(value)
+            elif str(f.type).startswith("str"):
+                value = str(value)
+            data[f.name] = value
+        records.append(Record.from_dict(data))
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m src.collect",
+        description="Flatten job records (a Hydra sweep directory, or JSONL files of records) "
+                    "into one CSV with one row per job.")
+    parser.add_argument("sources", nargs="+", type=Path,
+                        help="sweep directories (<n>_<kernel>_<m>x<n>x<k>/record.json) or .jsonl files")
+    parser.add_argument("-o", "--out", type=Path, required=True, help="the CSV to write")
+    args = parser.parse_args(argv)
+
+    pairs: list[tuple[str, Record]] = []
+    for source in args.sources:
+        if not source.exists():
+            parser.exit(1, f"error: {source} does not exist\n")
+        found = load_source(source)
+        if not found:
+            parser.exit(1, f"error: no {RECORD_FILE} under {source} (did the sweep run?)\n")
+        pairs += found
+    n = write_runs(pairs, args.out)
+    failed = sum(not record.ok for _, record in pairs)
+    print(f"{n} jobs ({n - failed} ok, {failed} failed) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Plots step: runs.csv + ceilings.json -> the published figures (PNG) and their data (CSV).
+
+`python -m src.plots results/runs.csv --ceilings results/ceilings.json --out-dir results/plots`
+
+The rows are the table step's (src.table.progression_frame: one per kernel and size) and only
+rows whose status is ok are drawn: a failed job is in no figure and no data file.
+
+- gflops_vs_size: GFLOP/s against size (log-log) for every hand-written kernel, with cuBLAS FP32
+  and TF32 as reference lines.
+- pct_of_cublas: % of cuBLAS FP32 and TF32 per hand-written kernel at the largest size.
+- roofline: the measured FP32 FFMA ceiling and device-memory bandwidth of this GPU (and the
+  datasheet peaks, dashed), with every kernel at every size as a point. Arithmetic intensity is
+  2·M·N·K FLOP over the compulsory DRAM traffic: A and B read once and C written once,
+  4·(M·K + K·N + M·N) bytes, plus 4·M·N for reading C when beta != 0 (see `min_bytes`).
+
+Each PNG has a CSV beside it with the plotted points, which dvc.yaml's `plots:` section draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .collect import read_runs, records_from_runs  # noqa: E402
+from .table import BASELINE_BACKEND, load_ceilings, progression_frame, size_order  # noqa: E402
+
+FIGURES = ("gflops_vs_size", "pct_of_cublas", "roofline")
+REFERENCE_STYLE = {"cublas_fp32": dict(color="black", linestyle="--", linewidth=2.0),
+                   "cublas_tf32": dict(color="0.45", linestyle="-.", linewidth=2.0)}
+REFERENCE_LABEL = {"cublas_fp32": "cuBLAS FP32", "cublas_tf32": "cuBLAS TF32"}
+PNG_METADATA = {"Software": None}  # no version stamp: a rerun of the same data gives the same file
+
+
+def min_bytes(m: int, n: int, k: int, beta: float) -> int:
+    """Compulsory DRAM traffic of C = alpha*A@B + beta*C in FP32: A, B read and C written once;
+    C is also read when beta != 0 (with beta == 0 the kernels never read C)."""
+    return 4 * (m * k + k * n + (2 if beta != 0 else 1) * m * n)
+
+
+def intensity(m: int, n: int, k: int, beta: float) -> float:
+    return 2 * m * n * k / min_bytes(m, n, k, beta)
+
+
+def plotted_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows that may appear in a figure: status ok and a figure measured."""
+    ok = frame[(frame.status == "ok") & frame.gflops.notna()].copy()
+    # one number per size for the x axis: N for square problems, else the cube root of M*N*K
+    ok["size_n"] = [r.m if r.m == r.n == r.k else round(float(np.cbrt(float(r.m) * r.n * r.k)), 1)
+                    for r in ok.itertuples()]
+    ok["intensity"] = [round(intensity(r.m, r.n, r.k, r.beta), 3) for r in ok.itertuples()]
+    return ok
+
+
+def _title_gpu(frame: pd.DataFrame) -> str:
+    gpus = sorted(frame.gpu.dropna().unique())
+    return ", ".join(gpus) or "unknown GPU"
+
+
+def _colors(kernels: list[str]) -> dict[str, tuple]:
+    cmap = plt.get_cmap("tab10" if len(kernels) <= 10 else "tab20")
+    return {kernel: cmap(i % cmap.N) for i, kernel in enumerate(kernels)}
+
+
+def _mine(ok: pd.DataFrame) -> list[str]:
+    return sorted(ok.loc[ok.backend != BASELINE_BACKEND, "kernel"].unique())
+
+
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=120, bbox_inches="tight", metadata=PNG_METADATA)
+    plt.close(fig)
+
+
+def plot_gflops_vs_size(ok: pd.DataFrame, gpu: str, path: Path) -> pd.DataFrame:
+    sizes = ok.drop_duplicates("size").sort_values("size_n")[["size", "size_n"]]
+    x = sizes.size_n.to_numpy()
+    colors = _colors(_mine(ok))
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+
+    def series(kernel: str) -> np.ndarray:
+        mine = ok[ok.kernel == kernel].set_index("size").gflops
+        return np.array([mine.get(s, np.nan) for s in sizes["size"]], dtype=float)  # NaN: a gap
+
+    for kernel in _mine(ok):
+        ax.plot(x, series(kernel), marker="o", color=colors[kernel], label=kernel)
+    for kernel, style in REFERENCE_STYLE.items():
+        if kernel in set(ok.kernel):
+            ax.plot(x, series(kernel), marker="s", label=REFERENCE_LABEL[kernel], **style)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(x, list(sizes["size"]))
+    ax.minorticks_off()
+    ax.set_xlabel("size (M = N = K)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(f"SGEMM GFLOP/s against size, {gpu}")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    _save(fig, path)
+    return ok[["kernel", "size", "size_n", "gflops"]].rename(columns={"size": "size_label",
+                                                                      "size_n": "size"})
+
+
+def largest_size(ok: pd.DataFrame) -> str | None:
+    mine = ok[(ok.backend != BASELINE_BACKEND) & ok.pct_of_cublas_fp32.notna()]
+    return None if mine.empty else mine.sort_values("size_n").iloc[-1]["size"]
+
+
+def plot_pct_of_cublas(ok: pd.DataFrame, gpu: str, path: Path) -> pd.DataFrame:
+    size = largest_size(ok)
+    rows = ok[(ok["size"] == size) & (ok.backend != BASELINE_BACKEND)].sort_values("kernel")
+    fig, ax = plt.subplots(figsize=(8, 0.5 * max(len(rows), 2) + 1.5))
+    y = np.arange(len(rows))
+    fp32 = ax.barh(y - 0.2, rows.pct_of_cublas_fp32, height=0.4, color="tab:blue",
+                   label="% of cuBLAS FP32")
+    tf32 = ax.barh(y + 0.2, rows.pct_of_cublas_tf32, height=0.4, color="tab:orange",
+                   label="% of cuBLAS TF32")
+    ax.bar_label(fp32, fmt="%.1f%%", padding=3, fontsize=8)
+    ax.bar_label(tf32, fmt="%.1f%%", padding=3, fontsize=8)
+    ax.axvline(100, color="black", linestyle="--", linewidth=1)
+    ax.set_yticks(y, list(rows.kernel))
+    ax.invert_yaxis()
+    top = rows[["pct_of_cublas_fp32", "pct_of_cublas_tf32"]].max().max() if len(rows) else 0.0
+    ax.set_xlim(0, max(110.0, 1.15 * float(np.nan_to_num(top))))
+    ax.set_xlabel("% of cuBLAS (same shape, same protocol, same process)")
+    ax.set_title(f"% of cuBLAS at {size}, {gpu}" if size else f"% of cuBLAS: no data, {gpu}")
+    ax.legend(loc="lower right", frameon=False)
+    _save(fig, path)
+    return rows[["kernel", "size", "pct_of_cublas_fp32", "pct_of_cublas_tf32"]].rename(
+        columns={"size": "size_label"})
+
+
+def plot_roofline(ok: pd.DataFrame, ceilings: dict, gpu: str, path: Path) -> pd.DataFrame:
+    ffma, dram = float(ceilings["ffma_gflops"]), float(ceilings["dram_gbs"])
+    sheet = ceilings.get("datasheet") or {}
+    measured = bool(ceilings.get("measured"))
+    hi = max([4 * float(ok.intensity.max()) if len(ok) else 1e3, 4 * ffma / dram])
+    ai = np.logspace(np.log10(0.5), np.log10(hi), 400)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    what = "measured" if measured else "STAND-IN, NOT MEASURED"
+    ax.plot(ai, np.minimum(ffma, dram * ai), color="crimson", linewidth=2.2,
+            label=f"{what}: FFMA {ffma:,.0f} GFLOP/s, memory {dram:,.0f} GB/s")
+    ridge = ffma / dram
+    ax.annotate(f"ridge {ridge:.1f} FLOP/B", (ridge, ffma), textcoords="offset points",
+                xytext=(6, -14), fontsize=8, color="crimson")
+    if sheet.get("fp32_gflops") and sheet.get("mem_bandwidth_gbs"):
+        ax.plot(ai, np.minimum(sheet["fp32_gflops"], sheet["mem_bandwidth_gbs"] * ai),
+                color="0.5", linestyle="--", linewidth=1.2,
+                label=f"datasheet FP32 {sheet['fp32_gflops']:,.0f} GFLOP/s, "
+                      f"{sheet['mem_bandwidth_gbs']:,.0f} GB/s")
+    if sheet.get("tf32_gflops") and sheet.get("mem_bandwidth_gbs"):
+        ax.plot(ai, np.minimum(sheet["tf32_gflops"], sheet["mem_bandwidth_gbs"] * ai),
+                color="0.5", linestyle=":", linewidth=1.2,
+                label=f"datasheet dense TF32 {sheet['tf32_gflops']:,.0f} GFLOP/s")
+    for size, x in ok.drop_duplicates("size")[["size", "intensity"]].itertuples(index=False):
+        ax.axvline(x, color="0.85", linewidth=0.8, zorder=1)
+        ax.annotate(str(size), (x, 0), xycoords=("data", "axes fraction"), xytext=(2, 3),
+                    textcoords="offset points", fontsize=7, color="0.4")
+    kernels = _mine(ok)
+    colors = _colors(kernels)
+    markers = "ovs^D<>phP*X"
+    for i, kernel in enumerate(kernels + [k for k in REFERENCE_STYLE if k in set(ok.kernel)]):
+        mine = ok[ok.kernel == kernel]
+        color = colors.get(kernel, REFERENCE_STYLE.get(kernel, {}).get("color"))
+        ax.scatter(mine.intensity, mine.gflops, color=color, marker=markers[i % len(markers)],
+                   s=36, zorder=3, label=REFERENCE_LABEL.get(kernel, kernel), edgecolors="white",
+                   linewidths=0.5)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(ai[0], ai[-1])
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of compulsory DRAM traffic)")
+    ax.set_ylabel("GFLOP/s")
+    sizes = ", ".join(size_order(ok)) if len(ok) else "none"
+    ax.set_title(f"Roofline, {gpu} (points: sizes {sizes})")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=8)
+    _save(fig, path)
+    return ok[["kernel", "size", "intensity", "gflops"]].rename(columns={"size": "size_label"})
+
+
+def write_plots(runs_path: Path, ceilings_path: Path, out_dir: Path) -> dict[str, pd.DataFrame]:
+    records = records_from_runs(read_runs(runs_path))
+    frame = progression_frame(records)
+    ceilings = load_ceilings(ceilings_path, records)
+    ok = plotted_rows(frame)
+    if ok.empty:
+        statuses = frame.status.value_counts()
+        raise ValueError(f"no job in {runs_path} is ok, so there is nothing to plot ("
+                         + ", ".join(f"{n} {status}" for status, n in statuses.items()) + ")")
+    gpu = _title_gpu(frame)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = {
+        "gflops_vs_size": plot_gflops_vs_size(ok, gpu, out_dir / "gflops_vs_size.png"),
+        "pct_of_cublas": plot_pct_of_cublas(ok, gpu, out_dir / "pct_of_cublas.png"),
+        "roofline": plot_roofline(ok, ceilings, gpu, out_dir / "roofline.png"),
+    }
+    for name, points in data.items():
+        points.to_csv(out_dir / f"{name}.csv", index=False)
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m src.plots",
+        description="runs.csv + ceilings.json -> gflops_vs_size, pct_of_cublas and roofline "
+                    "(PNG, with the plotted points as CSV)")
+    parser.add_argument("runs", type=Path, help="runs.csv written by src.collect")
+    parser.add_argument("--ceilings", type=Path, required=True, help="ceilings.json written by src.ceilings")
+    parser.add_argument("--out-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        data = write_plots(args.runs, args.ceilings, args.out_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{', '.join(f'{name}.png ({len(points)} points)' for name, points in data.items())} "
+          f"-> {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Table step: runs.csv -> the published table (results/progression.csv and .md) and metrics.json.
+
+`python -m src.table results/runs.csv --ceilings results/ceilings.json --out-dir results`
+
+- progression.csv, the contract other tools read: one row per kernel and size, baselines
+  included, columns CONTRACT_COLUMNS. `status` is ok or the failure; a failed row has empty
+  gflops and percentages (rel_err stays when verification measured one).
+- progression.md: the kernel x size table (GFLOP/s and % of cuBLAS FP32 per size, the form of
+  the sweep summary), headed by the GPU and the date of the run, then the failed jobs' errors.
+- metrics.json, for `dvc metrics show/diff`: job counts, the measured ceilings, and per size the
+  best hand-written kernel (its GFLOP/s, % of cuBLAS FP32 and % of the measured FFMA ceiling)
+  and the cuBLAS FP32 / TF32 GFLOP/s.
+
+A kernel swept over tile parameters gets one row per parameter set, labelled as in the sweep
+summary (`04_blocktile_1d bm=128`). Two jobs for the same label and size are an error: the table
+has one row per kernel and size, so stale or repeated records must not mix in silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .collect import read_runs, records_from_runs
+from .record import Record
+from .report import _size_key, row_labels, summary_table
+
+CONTRACT_COLUMNS = ["kernel", "precision", "m", "n", "k", "gflops", "pct_of_cublas_fp32",
+                    "pct_of_cublas_tf32", "rel_err", "status", "gpu"]
+BASELINE_BACKEND = "cublas"
+
+
+def _round(value, digits: int):
+    return None if value is None else round(float(value), digits)
+
+
+def progression_frame(records: list[Record]) -> pd.DataFrame:
+    """One row per kernel (label) and size, in table order: CONTRACT_COLUMNS, then `backend`,
+    `alpha`, `beta` and `size` for the steps that need them (plots)."""
+    labels = row_labels(records)
+    seen: dict[tuple, int] = {}
+    for label, r in zip(labels, records):
+        seen[label, r.size_label] = seen.get((label, r.size_label), 0) + 1
+    repeated = [f"{label} at {size} ({n} jobs)" for (label, size), n in seen.items() if n > 1]
+    if repeated:
+        raise ValueError("more than one job for " + ", ".join(repeated) + ": the table has one "
+                         "row per kernel and size (clear the sweep directory and run it again)")
+    rows = [{
+        "kernel": label, "precision": r.precision, "m": r.m, "n": r.n, "k": r.k,
+        "gflops": _round(r.gflops, 1) if r.ok else None,
+        "pct_of_cublas_fp32": _round(r.pct_of_cublas_fp32, 2) if r.ok else None,
+        "pct_of_cublas_tf32": _round(r.pct_of_cublas_tf32, 2) if r.ok else None,
+        "rel_err": None if r.rel_err is None else float(f"{r.rel_err:.3e}"),
+        "status": r.status, "gpu": r.gpu,
+        "backend": r.backend, "alpha": r.alpha, "beta": r.beta, "size": r.size_label,
+    } for label, r in zip(labels, records)]
+    frame = pd.DataFrame(rows, columns=CONTRACT_COLUMNS + ["backend", "alpha", "beta", "size"])
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["backend"] == BASELINE_BACKEND,
+                                                    rows[i]["kernel"], _size_key(rows[i]["size"])))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def size_order(frame: pd.DataFrame) -> list[str]:
+    return sorted(frame["size"].unique(), key=_size_key)
+
+
+def _uniform(runs: pd.DataFrame, column: str):
+    values = runs[column].dropna().unique() if column in runs else []
+    return values[0] if len(values) == 1 else None
+
+
+def _protocol(runs: pd.DataFrame) -> str:
+    b = {key: _uniform(runs, f"bench.{key}") for key in
+         ("warmup", "min_samples", "max_samples", "target_rel_iqr", "max_seconds", "flush_l2")}
+    if any(value is None for value in b.values()):
+        return "Protocol: not the same for every job (see runs.csv, bench.* columns)"
+    flush = "L2 flushed before every sample" if str(b["flush_l2"]).lower() == "true" else "L2 not flushed"
+    return (f"Protocol: {int(b['warmup'])} warm-up launches, median of at least "
+            f"{int(b['min_samples'])} samples (up to {int(b['max_samples'])}, until IQR/median "
+            f"<= {100 * float(b['target_rel_iqr']):g}% or {float(b['max_seconds']):g} s), {flush}")
+
+
+def _ceilings_line(ceilings: dict | None) -> str | None:
+    if not ceilings:
+        return None
+    how = ("measured on this GPU" if ceilings.get("measured")
+           else "NOT measured on a GPU: a stand-in, see the ceilings file's provenance")
+    return (f"Ceilings ({how}): FP32 FFMA {ceilings['ffma_gflops']:,.0f} GFLOP/s, "
+            f"device memory {ceilings['dram_gbs']:,.0f} GB/s.")
+
+
+def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -> str:
+    gpus = sorted({r.gpu for r in records if r.gpu})
+    stamps = sorted(str(t) for t in runs["timestamp"].dropna()) if "timestamp" in runs else []
+    date = stamps[-1][:10] if stamps else "date unknown"
+    failed = [r for r in records if not r.ok]
+    lines = [f"# SGEMM progression on {', '.join(gpus) or 'unknown GPU'}, {date}", ""]
+    versions = [f"{name} {value}" for name, column in
+                (("CUDA driver API", "device.driver"), ("runtime", "device.cuda_runtime"),
+                 ("CuPy", "device.cupy"))
+                if (value := _uniform(runs, column)) is not None]
+    lines.append(", ".join(versions) + (". " if versions else "") + _protocol(runs) + ".")
+    lines.append(f"{len(records)} jobs: {len(records) - len(failed)} ok, {len(failed)} failed. "
+                 "GFLOP/s = 2·M·N·K / median time; % of cuBLAS FP32 measured in the same process.")
+    if (line := _ceilings_line(ceilings)) is not None:
+        lines.append(line)
+    lines += ["", summary_table(records).to_markdown(disable_numparse=True)]
+    if failed:
+        lines += ["", "Failed jobs (no figure anywhere):", ""]
+        for label, r in zip(row_labels(records), records):
+            if not r.ok:
+                first = (r.error or "").splitlines()[0] if r.error else ""
+                lines.append(f"- `{label}` at {r.size_label}: **{r.status}**: {first}")
+    return "\n".join(lines) + "\n"
+
+
+def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
+    ok = frame[frame.status == "ok"]
+    out: dict = {"jobs": {"total": len(frame), "ok": len(ok), "failed": len(frame) - len(ok)}}
+    if ceilings:
+        out["ceilings"] = {"ffma_gflops": round(ceilings["ffma_gflops"], 1),
+                           "dram_gbs": round(ceilings["dram_gbs"], 1)}
+    for size in size_order(frame):
+        here = ok[ok["size"] == size]
+        group: dict = {}
+        mine = here[here.backend != BASELINE_BACKEND]
+        if len(mine):
+            best = mine.loc[mine.gflops.idxmax()]
+            group["best_kernel"] = best.kernel
+            group["best_gflops"] = best.gflops
+            if pd.notna(best.pct_of_cublas_fp32):
+                group["best_pct_of_cublas_fp32"] = best.pct_of_cublas_fp32
+            if ceilings:
+                group["best_pct_of_ffma_peak"] = round(100 * best.gflops / ceilings["ffma_gflops"], 2)
+        for baseline in ("cublas_fp32", "cublas_tf32"):
+            row = here[here.kernel == baseline]
+            if len(row):
+                group[f"{baseline}_gflops"] = float(row.gflops.iloc[0])
+        if group:
+            out[f"size_{size}"] = {k: (v.item() if hasattr(v, "item") else v) for k, v in group.items()}
+    return out
+
+
+def load_ceilings(path: Path, records: list[Record]) -> dict:
+    """ceilings.json, checked to be of the GPU the jobs ran on (when both name one)."""
+    ceilings = json.loads(path.read_text())
+    gpus = {r.gpu for r in records if r.gpu}
+    if ceilings.get("gpu") and gpus and gpus != {ceilings["gpu"]}:
+        raise ValueError(f"{path} is for {ceilings['gpu']!r} but the jobs ran on "
+                         f"{', '.join(sorted(gpus))}: ceilings and runs must come from one GPU")
+    return ceilings
+
+
+def write_table(runs_path: Path, out_dir: Path, ceilings_path: Path | None = None) -> pd.DataFrame:
+    runs = read_runs(runs_path)
+    if runs.empty:
+        raise ValueError(f"{runs_path} has no jobs")
+    records = records_from_runs(runs)
+    ceilings = load_ceilings(ceilings_path, records) if ceilings_path else None
+    frame = progression_frame(records)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    frame[CONTRACT_COLUMNS].to_csv(out_dir / "progression.csv", index=False)
+    (out_dir / "progression.md").write_text(markdown(records, runs, ceilings))
+    (out_dir / "metrics.json").write_text(json.dumps(metrics(frame, ceilings), indent=2) + "\n")
+    return frame
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m src.table",
+        description="runs.csv -> progression.csv, progression.md and metrics.json")
+    parser.add_argument("runs", type=Path, help="runs.csv written by src.collect")
+    parser.add_argument("--ceilings", type=Path, help="ceilings.json written by src.ceilings")
+    parser.add_argument("--out-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        frame = write_table(args.runs, args.out_dir, args.ceilings)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    failed = int((frame.status != "ok").sum())
+    print(f"{len(frame)} rows ({failed} failed) -> {args.out_dir}/progression.csv, "
+          f"progression.md, metrics.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

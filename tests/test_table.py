@@ -1,0 +1,127 @@
+"""Table step on the recorded H100 runs (tests/data/runs_h100.csv): the published contract
+(progression.csv), the Markdown table and metrics.json; failed jobs appear, never with a figure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from src.collect import write_runs
+from src.table import CONTRACT_COLUMNS, write_table
+from tests.conftest import DATA_DIR, ROOT
+from tests.runs_fixture import RUNS_FIXTURE, jsonl_jobs
+
+CEILINGS_FIXTURE = DATA_DIR / "ceilings_fixture_not_measured.json"
+KERNELS = ["01_naive", "02_gmem_coalesce", "03_smem_blocking", "04_blocktile_1d",
+           "05_blocktile_2d", "06_vectorize", "cublas_fp32", "cublas_tf32"]
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    write_table(RUNS_FIXTURE, out, CEILINGS_FIXTURE)
+    return out
+
+
+def test_progression_csv_is_the_contract(published):
+    table = pd.read_csv(published / "progression.csv", dtype={"kernel": str, "status": str})
+    assert list(table.columns) == CONTRACT_COLUMNS
+    assert len(table) == 18  # one row per kernel and size, baselines included
+    assert list(table.drop_duplicates("kernel").kernel) == KERNELS
+    assert set(table.precision) == {"fp32", "tf32"}
+    assert set(table.loc[table.kernel == "cublas_tf32", "precision"]) == {"tf32"}
+    assert not table.duplicated(["kernel", "m", "n", "k"]).any()
+    runs = pd.read_csv(RUNS_FIXTURE)
+    for row in table[table.status == "ok"].itertuples():
+        run = runs[(runs.kernel == row.kernel) & (runs.m == row.m)].iloc[0]
+        assert row.gflops == round(run.gflops, 1)
+        assert row.pct_of_cublas_fp32 == round(run.pct_of_cublas_fp32, 2)
+        assert row.gpu == "NVIDIA H100 80GB HBM3" and row.rel_err <= run.tolerance
+
+
+def test_failed_jobs_are_rows_without_figures(published):
+    table = pd.read_csv(published / "progression.csv")
+    failed = table[table.status != "ok"]
+    assert sorted(zip(failed.kernel, failed.m, failed.status)) == [
+        ("04_blocktile_1d", 1000, "unsupported_size"), ("05_blocktile_2d", 1000, "unsupported_size")]
+    assert failed[["gflops", "pct_of_cublas_fp32", "pct_of_cublas_tf32"]].isna().all().all()
+    text = (published / "progression.csv").read_text()
+    assert "04_blocktile_1d,fp32,1000,1000,1000,,,,,unsupported_size," in text
+
+
+def test_markdown_is_the_seed_table_with_gpu_and_date(published):
+    text = (published / "progression.md").read_text()
+    assert text.startswith("# SGEMM progression on NVIDIA H100 80GB HBM3, 2026-11-20\n")
+    assert "L2 flushed before every sample" in text and "18 jobs: 16 ok, 2 failed" in text
+    assert "NOT measured" in text  # the ceilings fixture says what it is
+    header = next(line for line in text.splitlines() if line.startswith("| kernel"))
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "kernel", "1000 GFLOP/s", "1000 % cuBLAS FP32", "1024 GFLOP/s", "1024 % cuBLAS FP32",
+        "4096 GFLOP/s", "4096 % cuBLAS FP32"]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
+            for line in text.splitlines() if line.startswith("| 0") or line.startswith("| cublas")}
+    assert list(rows) == KERNELS
+    # the same figures as the README's measured table (the same recorded run)
+    assert rows["06_vectorize"][4:] == ["32,657.4", "62.8%"]
+    assert rows["cublas_tf32"][2:] == ["117,528.7", "347.1%", "406,278.0", "780.7%"]
+    assert rows["04_blocktile_1d"][:2] == ["unsupported_size", ""]
+    assert "- `05_blocktile_2d` at 1000: **unsupported_size**: unsupported problem size" in text
+
+
+def test_metrics(published):
+    metrics = json.loads((published / "metrics.json").read_text())
+    assert metrics["jobs"] == {"total": 18, "ok": 16, "failed": 2}
+    assert metrics["ceilings"] == {"ffma_gflops": 66900.0, "dram_gbs": 3350.0}
+    assert metrics["size_4096"] == {
+        "best_kernel": "06_vectorize", "best_gflops": 32657.4, "best_pct_of_cublas_fp32": 62.77,
+        "best_pct_of_ffma_peak": round(100 * 32657.4 / 66900.0, 2),
+        "cublas_fp32_gflops": 52041.9, "cublas_tf32_gflops": 406278.0}
+    assert metrics["size_1024"]["best_kernel"] == "04_blocktile_1d"
+    assert "size_1000" not in metrics  # nothing ran there
+
+
+def test_ceilings_fixture_is_marked_and_traceable():
+    """The stand-in ceilings say they are not measured, and hold the datasheet's figures."""
+    from omegaconf import OmegaConf
+
+    ceilings = json.loads(CEILINGS_FIXTURE.read_text())
+    sheet = OmegaConf.load(ROOT / "conf" / "gpu" / "h100_sxm.yaml")
+    assert ceilings["measured"] is False and "NOT A MEASUREMENT" in ceilings["provenance"]
+    assert ceilings["ffma_gflops"] == sheet.fp32_tflops * 1e3
+    assert ceilings["dram_gbs"] == sheet.mem_bandwidth_gbs
+
+
+def test_tile_variants_get_their_own_rows(tmp_path):
+    """A tile sweep (the mixed H100 sweep: no baselines, five failed jobs) labels rows by the
+    parameters that vary, as the sweep summary does."""
+    write_runs(jsonl_jobs("records_h100_mixed.jsonl"), tmp_path / "runs.csv")
+    frame = write_table(tmp_path / "runs.csv", tmp_path)
+    assert len(frame) == 8 and (frame.status != "ok").sum() == 5
+    assert "04_blocktile_1d bm=128" in set(frame.kernel) and "05_blocktile_2d bm=64" in set(frame.kernel)
+    assert frame.loc[frame.status != "ok", "gflops"].isna().all()
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["size_1024"] == {"best_kernel": "04_blocktile_1d bm=64",
+                                    "best_gflops": 13240.4, "best_pct_of_cublas_fp32": 38.42}
+
+
+def test_repeated_jobs_are_refused(tmp_path):
+    """Records of two sweeps mixed together (stale records) would give two rows for one kernel
+    and size: the table step stops and says so."""
+    jobs = jsonl_jobs("records_h100_progression.jsonl") + jsonl_jobs("records_h100_progression.jsonl")[:1]
+    write_runs(jobs, tmp_path / "runs.csv")
+    proc = subprocess.run([sys.executable, "-m", "src.table", str(tmp_path / "runs.csv"),
+                           "--out-dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "more than one job for 01_naive at 1024 (2 jobs)" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out" / "progression.csv").exists()
+
+
+def test_ceilings_of_another_gpu_are_refused(tmp_path):
+    other = json.loads(CEILINGS_FIXTURE.read_text()) | {"gpu": "NVIDIA A100-SXM4-80GB"}
+    (tmp_path / "ceilings.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="ceilings and runs must come from one GPU"):
+        write_table(RUNS_FIXTURE, tmp_path, tmp_path / "ceilings.json")

@@ -9,8 +9,9 @@ from src.job import run_job
 
 pytestmark = pytest.mark.gpu
 
-KERNELS = ["01_naive", "02_gmem_coalesce", "03_smem_blocking", "04_blocktile_1d",
-           "05_blocktile_2d", "06_vectorize", "cublas_fp32", "cublas_tf32"]
+from tests.conftest import CONF_DIR
+
+KERNELS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
 QUICK = ["bench=quick"]
 
 
@@ -24,6 +25,20 @@ def test_kernel_verified(compose, kernel, shape):
     assert record.rel_err <= record.tolerance
     assert record.gflops > 0 and record.samples >= 5
     assert record.pct_of_cublas_fp32 > 0
+
+
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
+                                   (130, 260, 1030)])
+def test_flagship_any_shape_alpha_beta(compose, shape, split_k):
+    """17 predicates its edge tiles (and copies 4-byte elements when rows are not 16-byte
+    aligned): any M, N, K, with alpha and beta, with and without split-K."""
+    m, n, k = shape
+    record = run_job(compose("kernel=17_flagship", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", f"kernel.params.split_k={split_k}", *QUICK),
+                     explicit_params={"split_k"})
+    assert record.status == "ok", record.error
+    assert record.rel_err <= record.tolerance and record.params["split_k"] == split_k
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

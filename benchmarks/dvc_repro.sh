@@ -6,7 +6,7 @@ set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 src=$PWD
 if [ ! -d .git ]; then
-  git init -q && git add -A && git -c user.email=lab@localhost -c user.name=lab commit -qm snapshot
+  git init -q && printf ".whl/\n.gl/\n" >> .git/info/exclude && git add -A && git -c user.email=lab@localhost -c user.name=lab commit -qm snapshot
 fi
 rm -rf /tmp/fresh && git clone -q "$src" /tmp/fresh && cd /tmp/fresh || exit 1
 command -v python >/dev/null || { mkdir -p /tmp/bin; ln -sf "$(command -v python3)" /tmp/bin/python; export PATH=/tmp/bin:$PATH; }

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # `dvc repro` in a fresh clone on the GPU box, then again (must report everything up to date).
-# The GPU box's copy of the tree has no .git: snapshot it into a throwaway repository first.
 # Writes results/ and dvc.lock to $OUT/dvc_results.tgz. Usage: bash benchmarks/dvc_repro.sh [-f]
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-src=$PWD
-if [ ! -d .git ]; then
-  git init -q && printf ".whl/\n.gl/\n" >> .git/info/exclude && git add -A && git -c user.email=lab@localhost -c user.name=lab commit -qm snapshot
-fi
-rm -rf /tmp/fresh && git clone -q "$src" /tmp/fresh && cd /tmp/fresh || exit 1
+# Snapshot the working tree (whatever .git the copy has or lacks) into a throwaway repository,
+# then clone that: the clone holds exactly the tracked-or-unignored files of this tree.
+rm -rf /tmp/snap /tmp/fresh && mkdir -p /tmp/snap
+tar --exclude=./.git --exclude=./.whl --exclude=./.gl -cf - . | tar -xf - -C /tmp/snap
+(cd /tmp/snap && git init -q && git add -A && git -c user.email=lab@localhost -c user.name=lab commit -qm snapshot) || exit 1
+git clone -q /tmp/snap /tmp/fresh && cd /tmp/fresh || exit 1
+[ -d .dvc ] || { echo "no .dvc in the clone"; exit 1; }
 command -v python >/dev/null || { mkdir -p /tmp/bin; ln -sf "$(command -v python3)" /tmp/bin/python; export PATH=/tmp/bin:$PATH; }
 export PYTHONUNBUFFERED=1
 start=$(date +%s)

@@ -37,5 +37,15 @@ for section in "${@:-09 10 11 12 17 17_1024}"; do
         sweep 17d kernel=17_flagship size=1024 kernel.params.bm=64 kernel.params.bn=128 kernel.params.wm=32 \
           kernel.params.wn=64 kernel.params.wniter=2 kernel.params.tm=8 kernel.params.tn=4 \
           kernel.params.threads=128 kernel.params.bk=16,32 kernel.params.stages=3,4 kernel.params.split_k=1,2 ;;
+    # cuBLAS's own choice on the H100 (ncu: sm80_xmma_gemm ... tilesize256x128x8_stage3_warpsize4x2x1):
+    # 64 x 64 warp tiles, 128 accumulators per thread, one 256-thread block per SM.
+    17_big) B="kernel=17_flagship kernel.params.bm=256,128 kernel.params.bn=128,256 kernel.params.wm=64 kernel.params.wn=64 kernel.params.threads=256 kernel.params.stages=3,4 kernel.params.ka=2,4"
+        sweep 17e size=4096 $B kernel.params.tm=8 kernel.params.tn=4 kernel.params.wniter=4 kernel.params.bk=8,16
+        sweep 17f size=4096 $B kernel.params.tm=8 kernel.params.tn=8 kernel.params.wniter=2 kernel.params.bk=8,16
+        sweep 17g size=4096 $B kernel.params.tm=16 kernel.params.tn=4 kernel.params.wniter=2 kernel.params.bk=8,16
+        sweep 17h size=4096 $B kernel.params.tm=16 kernel.params.tn=8 kernel.params.wniter=1 kernel.params.bk=8,16 ;;
+    17_big_1024) sweep 17i size=1024 kernel=17_flagship kernel.params.bm=256 kernel.params.bn=128 kernel.params.wm=64 \
+          kernel.params.wn=64 kernel.params.threads=256 kernel.params.tm=8 kernel.params.tn=4,8 kernel.params.wniter=4,2 \
+          kernel.params.bk=8,16 kernel.params.stages=3 kernel.params.ka=2 kernel.params.split_k=2,4 ;;
   esac
 done

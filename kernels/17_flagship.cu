@@ -25,7 +25,7 @@
 #include "common.cuh"
 
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int TN, int THREADS,
-          int STAGES, int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int KA>
+          int STAGES, int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int KA, int FMA_ORDER>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
                const float* __restrict__ B, float beta, float* __restrict__ C,
@@ -165,10 +165,36 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
             reg_b[j * TN + c + 2] = v.z; reg_b[j * TN + c + 3] = v.w;
           }
         }
+        // The order of the outer product's FFMAs as written (the compiler keeps most of it): it
+        // decides which operand consecutive FFMAs share (the operand reuse cache) and so how
+        // often three source registers collide in one register bank (a dispatch stall).
+        constexpr int R = WMITER * TM, CN = WNITER * TN;
+        // R = WM * WN / (32 * WNITER * TN) is even for every tile the constraints admit
+        static_assert(FMA_ORDER != 4 || R % 2 == 0, "zig-zag row pairs need an even row count");
+        if (FMA_ORDER == 2) {  // column by column: the B value is shared
 #pragma unroll
-        for (int r = 0; r < WMITER * TM; ++r) {
+          for (int c = 0; c < CN; ++c)
 #pragma unroll
-          for (int c = 0; c < WNITER * TN; ++c) acc[r * WNITER * TN + c] += reg_a[r][kk] * reg_b[c];
+            for (int r = 0; r < R; ++r) acc[r * CN + c] += reg_a[r][kk] * reg_b[c];
+        } else if (FMA_ORDER == 4) {  // row pairs, zig-zag: (r,c) (r+1,c) (r+1,c+1) (r,c+1) ...
+                                      // every FFMA shares A or B with the one before it
+#pragma unroll
+          for (int r = 0; r < R; r += 2)
+#pragma unroll
+            for (int c = 0; c < CN; ++c) {
+              const int first = (c & 1) ? r + 1 : r;
+              acc[first * CN + c] += reg_a[first][kk] * reg_b[c];
+              acc[(2 * r + 1 - first) * CN + c] += reg_a[2 * r + 1 - first][kk] * reg_b[c];
+            }
+        } else {  // row by row (1), or serpentine (3): the A value is shared, and with 3 also
+                  // the B value at each turn
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int cc = 0; cc < CN; ++cc) {
+              const int c = (FMA_ORDER == 3 && (r & 1)) ? CN - 1 - cc : cc;
+              acc[r * CN + c] += reg_a[r][kk] * reg_b[c];
+            }
         }
       }
     }

@@ -128,6 +128,7 @@ VIOLATIONS = [
     ("17_flagship", dict(bm=256, bk=8, threads=512), SQUARE, "(bm * bk) % (vec * threads) == 0"),
     ("17_flagship", dict(bk=64, wniter=4, tm=4, stages=8), SQUARE, "smem_bytes <= max_smem_per_block"),
     ("17_flagship", dict(ka=3), SQUARE, "ka == 2 or ka == 4"),
+    ("17_flagship", dict(fma_order=5), SQUARE, "fma_order <= 4"),
     ("17_flagship", dict(wn=64, threads=128), SQUARE, "accumulators + ka * wmiter * tm <= 160"),
     ("17_flagship", dict(min_blocks=16), SQUARE, "threads * min_blocks <= 2048"),
     ("13_transpose_a", dict(), Problem(1000, 1024, 1024, 1, 0), "m % bm == 0"),

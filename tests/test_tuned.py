@@ -16,12 +16,27 @@ from tests.conftest import CONF_DIR
 SMALL, LARGE = Problem(1024, 1024, 1024, 1, 0), Problem(4096, 4096, 4096, 1, 0)
 
 
-def test_size_classes_pick_the_first_that_applies():
+def test_size_classes_pick_the_first_that_applies(tmp_path, monkeypatch):
+    (tmp_path / "g.yaml").write_text(
+        "kernels:\n  k:\n"
+        "    - {when: 'n % 4 != 0', params: {bm: 1}}\n"
+        "    - {when: 'm * n <= 2048 * 2048', params: {bm: 2, split_k: 2}}\n"
+        "    - {when: 'True', params: {bm: 3}}\n")
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    assert tuned.lookup("k", "g", Problem(1000, 1002, 8, 1, 0)).params == {"bm": 1}
+    small = tuned.lookup("k", "g", SMALL)
+    assert small.params == {"bm": 2, "split_k": 2}
+    assert small.source == "conf/tuned/g.yaml: k[1] (when m * n <= 2048 * 2048)"
+    assert tuned.lookup("k", "g", LARGE).params == {"bm": 3}
+
+
+def test_h100_flagship_classes():
+    """The committed H100 file: split-K at 1024, none at 4096, 4-byte copies for odd rows."""
     small = tuned.lookup("17_flagship", "h100_sxm", SMALL)
     large = tuned.lookup("17_flagship", "h100_sxm", LARGE)
+    odd = tuned.lookup("17_flagship", "h100_sxm", Problem(4095, 4097, 333, 1, 0))
     assert small.params["split_k"] > 1 and "split_k" not in large.params
-    assert small.source.endswith("17_flagship[0] (when m * n <= 1536 * 1536)")
-    assert large.source.startswith("conf/tuned/h100_sxm.yaml: 17_flagship[1]")
+    assert odd.source.endswith("(when n % 4 != 0 or k % 4 != 0)")
 
 
 def test_explicit_parameters_are_left_alone():
@@ -67,7 +82,7 @@ def test_job_records_the_tuned_parameters_it_used(compose):
     """Without a GPU the job still resolves its parameters (for gpu=auto: an H100 SXM's) before
     failing with no_gpu (gpu=h100_sxm names the tuned file on any machine); explicit command-line values beat tuned ones, use_tuned=false skips them."""
     record = run_job(compose("kernel=17_flagship", "gpu=h100_sxm", "size=1024"))
-    assert record.tuned_from and "17_flagship[0]" in record.tuned_from
+    assert record.tuned_from and "(when m * n <= 1536 * 1536)" in record.tuned_from
     assert record.params["split_k"] == tuned.lookup("17_flagship", "h100_sxm", SMALL).params["split_k"]
     record = run_job(compose("kernel=17_flagship", "gpu=h100_sxm", "size=1024", "kernel.params.split_k=3"),
                      explicit_params={"split_k"})

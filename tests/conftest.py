@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -32,15 +33,37 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture
-def compose():
+def compose_config(*overrides: str, return_hydra_config: bool = False):
     """Compose the app's config exactly as `python -m src.run` would, with overrides."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    def _compose(*overrides: str, return_hydra_config: bool = False):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return hydra_compose(config_name="config", overrides=list(overrides),
-                                 return_hydra_config=return_hydra_config)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides),
+                             return_hydra_config=return_hydra_config)
 
-    return _compose
+
+@pytest.fixture
+def compose():
+    return compose_config
+
+
+def load_jsonl(name: str):
+    """Records from tests/data/ (real H100 runs, written by benchmarks/progression.sh)."""
+    from src.record import Record
+
+    lines = (DATA_DIR / name).read_text().splitlines()
+    return [Record.from_dict(json.loads(line)) for line in lines if line.strip()]
+
+
+@pytest.fixture
+def progression():
+    """The progression sweep: every kernel and baseline at 1024 and 4096, all ok."""
+    return load_jsonl("records_h100_progression.jsonl")
+
+
+@pytest.fixture
+def mixed():
+    """A sweep with failing jobs (invalid tile parameters, unsupported sizes) next to good ones."""
+    return load_jsonl("records_h100_mixed.jsonl")
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,30 @@ def mixed():
     """A sweep with failing jobs (invalid tile parameters, unsupported sizes) next to good ones."""
     return load_jsonl("records_h100_mixed.jsonl")
 
+
+@pytest.fixture(autouse=True)
+def _no_stray_tracking(monkeypatch):
+    """A test that tracks without choosing a store fails loudly instead of writing to the
+    project's mlflow.db (tests that track pass a tmp store, tests that do not disable it)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "no-store-chosen-in-this-test://")
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Path:
+    """An empty MLflow sqlite store, made once: creating one runs MLflow's database migrations
+    (seconds); a copy of it is a store of the same schema at once."""
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def tracking_uri(tmp_path, mlflow_template) -> str:
+    """A fresh sqlite MLflow store in this test's tmp_path (artifacts go to mlruns/ beside it)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copy(mlflow_template, store / "mlflow.db")
+    return f"sqlite:///{store / 'mlflow.db'}"

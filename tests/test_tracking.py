@@ -438,3 +438,28 @@ def test_nvrtc_ptx_of_a_chapter():
     ptx = nvrtc_ptx(expand_source(KERNELS_DIR / "06_vectorize.cu"),
                     "sgemm_vectorize<128, 128, 8, 8, 8>", "9.0")
     assert ".target sm_90" in ptx and ".entry" in ptx and "sgemm_vectorize" in ptx
+
+
+def test_mlflow_report_shows_the_newest_sweep(sweep):
+    """benchmarks/mlflow_report.py (for the GPU box) on the replayed sweep."""
+    import sys
+
+    script = ROOT / "benchmarks" / "mlflow_report.py"
+    proc = subprocess.run([sys.executable, str(script), "--tracking-uri", sweep["uri"]],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert f"sweep run:  {sweep['parent'].run_id}  (sweep multirun sweep, FINISHED)" in lines
+    assert "jobs:       total 24, ok 19, failed 5, killed 0" in lines
+    rows = lines[lines.index("") + 2:]
+    assert len(rows) == len(sweep["records"])
+    for num, (row, record) in enumerate(zip(rows, sweep["records"])):
+        cells = row.split()
+        assert cells[:3] == [job_name(num, record), record.kernel, f"{record.m}x{record.n}x{record.k}"]
+        if record.ok:
+            assert cells[3] == f"{record.gflops:,.1f}" and cells[-2:] == ["FINISHED", "ok"]
+        else:
+            assert cells[-2:] == ["FAILED", record.status]
+    empty = subprocess.run([sys.executable, str(script), "--experiment", "nothing-here",
+                            "--tracking-uri", sweep["uri"]], capture_output=True, text=True, timeout=120)
+    assert empty.returncode == 1 and "no sweep in" in empty.stdout

@@ -288,7 +288,7 @@ def test_a_job_without_a_record_is_failed(tracking_uri):
 # --- sweeps that stop early -----------------------------------------------------------------------
 
 def test_an_interrupted_sweep_ends_killed_with_no_run_left_running(progression, tmp_path, tracking_uri):
-    """Ctrl-C in the second job: that job KILLED; a job whose process died without a word
+    """Ctrl-C (a real SIGINT) in the second job: that job KILLED; a job whose process died without a word
     (SIGKILL) KILLED too; at exit (the atexit hook) the parent KILLED, with the counts."""
     sweep_dir = tmp_path / "sweep"
     callback, _config = start_sweep(tracking_uri, sweep_dir)
@@ -300,8 +300,13 @@ def test_an_interrupted_sweep_ends_killed_with_no_run_left_running(progression, 
     settings, cfg = _settings(tracking_uri)
     with pytest.raises(KeyboardInterrupt):
         with tracking.job_run(settings, cfg, "1_interrupted", parent):
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
+            for _ in range(500):
+                time.sleep(0.01)
+            pytest.fail("SIGINT did not interrupt the job")
+    assert tracking._interrupted
     callback.sweep.close_unfinished()  # what atexit runs when the interrupt ends the process
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
 
     runs = {run.info.run_name: run for run in all_runs(client)}
     assert runs["0_ok"].info.status == "FINISHED"
@@ -440,15 +445,22 @@ def test_nvrtc_ptx_of_a_chapter():
     assert ".target sm_90" in ptx and ".entry" in ptx and "sgemm_vectorize" in ptx
 
 
-def test_mlflow_report_shows_the_newest_sweep(sweep):
+def test_mlflow_report_shows_the_newest_sweep(sweep, capsys):
     """benchmarks/mlflow_report.py (for the GPU box) on the replayed sweep."""
-    import sys
+    import importlib.util
 
-    script = ROOT / "benchmarks" / "mlflow_report.py"
-    proc = subprocess.run([sys.executable, str(script), "--tracking-uri", sweep["uri"]],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    import mlflow
+
+    spec = importlib.util.spec_from_file_location("mlflow_report", ROOT / "benchmarks" / "mlflow_report.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    try:
+        assert script.main(["--tracking-uri", sweep["uri"]]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert script.main(["--tracking-uri", sweep["uri"], "--experiment", "nothing-here"]) == 1
+        assert capsys.readouterr().out.startswith("no sweep in")
+    finally:
+        mlflow.set_tracking_uri(None)  # the script sets MLflow's global URI; put it back
     assert f"sweep run:  {sweep['parent'].run_id}  (sweep multirun sweep, FINISHED)" in lines
     assert "jobs:       total 24, ok 19, failed 5, killed 0" in lines
     rows = lines[lines.index("") + 2:]
@@ -460,6 +472,3 @@ def test_mlflow_report_shows_the_newest_sweep(sweep):
             assert cells[3] == f"{record.gflops:,.1f}" and cells[-2:] == ["FINISHED", "ok"]
         else:
             assert cells[-2:] == ["FAILED", record.status]
-    empty = subprocess.run([sys.executable, str(script), "--experiment", "nothing-here",
-                            "--tracking-uri", sweep["uri"]], capture_output=True, text=True, timeout=120)
-    assert empty.returncode == 1 and "no sweep in" in empty.stdout

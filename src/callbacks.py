@@ -1,4 +1,5 @@
-"""Hydra callbacks: the sweep summary printed and written at the end of a multirun."""
+"""Hydra callbacks, run in the process that launches a sweep: the sweep summary printed and
+written at the end of a multirun, and the sweep's MLflow parent run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from .report import write_summary
 log = logging.getLogger("sgemm")
 
 
+def _sweep_dir(config: DictConfig) -> Path:
+    """The sweep directory, absolute: jobs resolve it against the same original cwd."""
+    return Path(config.hydra.runtime.cwd) / str(config.hydra.sweep.dir)
+
+
 class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -24,3 +30,30 @@ class SweepSummary(Callback):
         table = write_summary(records, sweep_dir)
         print("\n" + table, flush=True)
         print(f"summary written to {sweep_dir / 'summary.md'} and summary.csv", flush=True)
+
+
+class MlflowSweep(Callback):
+    """The sweep's parent run (src/tracking.py): created at the start, its id written to the
+    sweep directory for the jobs, which nest their own runs under it wherever they run; at the
+    end the summary table, the GFLOP/s figure and the job counts, and FINISHED. A sweep that
+    stops early (Ctrl-C, SIGTERM, an error) is ended KILLED or FAILED at exit."""
+
+    def __init__(self) -> None:
+        self.sweep = None  # tracking.SweepRun while a sweep is open
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from . import tracking
+
+        sweep_dir = _sweep_dir(config)
+        tracking.Parent.forget(sweep_dir)  # never let jobs find an earlier sweep's parent
+        settings = tracking.Settings.from_cfg(config, Path(config.hydra.runtime.cwd),
+                                              config.hydra.job.config_name)
+        if settings.enabled:
+            self.sweep = tracking.SweepRun.start(settings, sweep_dir,
+                                                 list(config.hydra.overrides.task))
+            log.info("MLflow: sweep run %s in %s", self.sweep.parent.run_id, settings.tracking_uri)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        if self.sweep is not None:
+            sweep, self.sweep = self.sweep, None
+            sweep.finish(load_records(_sweep_dir(config)))

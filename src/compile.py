@@ -160,6 +160,30 @@ def _build(spec: KernelSpec, source_text: str, sha256: str):
     return function, report
 
 
+def nvrtc_ptx(source_text: str, entry: str, compute_capability: str) -> str:
+    """The PTX NVRTC makes of `source_text` with `entry` instantiated, for a device of
+    `compute_capability` (e.g. "9.0"), with the options CuPy's RawModule passes (ours, -ftz=true,
+    device code by default). CuPy may compile the module that runs straight to a cubin; this is
+    the same source, instantiation and options stopped at PTX, for reading. Needs NVRTC, not a GPU.
+    """
+    from cupy_backends.cuda.libs import nvrtc
+
+    options = [*NVRTC_OPTIONS, "-ftz=true", "--device-as-default-execution-space",
+               "-arch=compute_" + compute_capability.replace(".", "")]
+    program = nvrtc.createProgram(source_text, "kernel.cu", [], [])
+    try:
+        nvrtc.addNameExpression(program, entry)
+        try:
+            nvrtc.compileProgram(program, options)
+        except nvrtc.NVRTCError as exc:
+            raise CompileFailed(f"NVRTC could not make PTX for {entry}: {exc}\n"
+                                f"{nvrtc.getProgramLog(program)}") from exc
+        ptx = nvrtc.getPTX(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    return (ptx.decode() if isinstance(ptx, bytes) else ptx).rstrip("\0")
+
+
 # --- offline (no GPU): nvcc + ptxas report --------------------------------------------------
 
 _PTXAS = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import gpu as gpu_mod
 from . import tuned
-from .compile import compile_kernel
+from .compile import ResourceReport, compile_kernel, expand_source
 from .errors import InternalError, LabError, LaunchFailed, NoGPU, VerificationFailed
 from .problem import Problem, make_inputs
 from .record import Record
@@ -32,16 +32,30 @@ _baseline_gflops: dict[tuple, float] = {}
 _flush: dict[int, L2Flush] = {}
 
 
+@dataclass
+class JobOutputs:
+    """What a job made besides its record, for the tracking step to keep as files: the kernel
+    source exactly as handed to NVRTC (kernels/common.cuh pasted in; set once the spec is built,
+    so a job that fails to compile still has it) and the compiler's resource report (set once
+    compiled). Both stay None for a cuBLAS baseline, which compiles nothing."""
+
+    source: str | None = None
+    resources: ResourceReport | None = None
+
+
 def _bench_key(bench: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in bench.items()))
 
 
-def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, record: Record):
+def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, record: Record,
+                     outputs: JobOutputs | None = None):
     """Compile, verify on fresh inputs, then time: fills `record`, returns GFLOP/s."""
     import cupy as cp
 
     kernel = compile_kernel(spec)
     if kernel.report is not None:
+        if outputs is not None:
+            outputs.resources = kernel.report
         for key, value in vars(kernel.report).items():
             if hasattr(record, key):
                 setattr(record, key, value)
@@ -109,8 +123,10 @@ def _new_record(kernel: str, precision: str, backend: str, problem: dict, **extr
                   timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra)
 
 
-def run_job(cfg: DictConfig, explicit_params: set[str] = frozenset()) -> Record:
-    """`explicit_params`: kernel.params.* names set on the command line (they beat tuned values)."""
+def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
+            explicit_params: set[str] = frozenset()) -> Record:
+    """Run one job; `outputs`, if given, receives what the tracking step logs besides the record;
+    `explicit_params`: kernel.params.* names set on the command line (they beat tuned values)."""
     kcfg = OmegaConf.to_container(cfg.kernel, resolve=True)
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
     record = _new_record(
@@ -134,13 +150,15 @@ def run_job(cfg: DictConfig, explicit_params: set[str] = frozenset()) -> Record:
             record.params, record.tuned_from = dict(kcfg["params"]), choice.source
         spec = build_spec(kcfg, problem, limits)
         record.entry, record.grid, record.block = spec.entry, list(spec.grid), list(spec.block)
+        if outputs is not None and spec.source is not None:
+            outputs.source = expand_source(spec.source)
         if device is None:
             gpu_mod.detect()  # raises NoGPU with its message
         gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device)
         _warn_if_spec_mismatch(gpu_spec, device)
         record.gpu, record.gpu_spec, record.device = device.name, gpu_spec.name, asdict(device)
 
-        gflops = _verify_and_time(spec, problem, bench, device, record)
+        gflops = _verify_and_time(spec, problem, bench, device, record, outputs)
         if spec.backend == "cublas":
             _baseline_gflops[(spec.name, problem, _bench_key(bench))] = gflops
         fp32 = baseline_gflops("cublas_fp32", problem, bench, device)

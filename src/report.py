@@ -73,15 +73,63 @@ def summary_table(records: list[Record]) -> pd.DataFrame:
     return table
 
 
+def summary_heading(records: list[Record]) -> str:
+    gpus = sorted({r.gpu for r in records if r.gpu})
+    failed = sum(not r.ok for r in records)
+    return (f"SGEMM on {', '.join(gpus) or 'unknown GPU'}: {len(records)} jobs, "
+            f"{len(records) - failed} ok, {failed} failed")
+
+
+def summary_markdown(records: list[Record]) -> str:
+    """The heading and the kernel x size table, as summary.md holds them."""
+    return f"{summary_heading(records)}\n\n{summary_table(records).to_markdown(disable_numparse=True)}\n"
+
+
 def write_summary(records: list[Record], directory: Path) -> str:
     """Write summary.csv (long form) and summary.md (the table); return the printable table."""
     directory.mkdir(parents=True, exist_ok=True)
     summary_frame(records).to_csv(directory / "summary.csv", index=False)
-    table = summary_table(records)
-    gpus = sorted({r.gpu for r in records if r.gpu})
-    failed = sum(not r.ok for r in records)
-    heading = (f"SGEMM on {', '.join(gpus) or 'unknown GPU'}: {len(records)} jobs, "
-               f"{len(records) - failed} ok, {failed} failed")
-    markdown = f"{heading}\n\n{table.to_markdown(disable_numparse=True)}\n"
+    markdown = summary_markdown(records)
     (directory / "summary.md").write_text(markdown)
     return markdown
+
+
+def gflops_figure(records: list[Record]):
+    """GFLOP/s by kernel and size: one group of bars per size, one bar per row of the summary
+    table (kernel, plus the tile parameters that vary), log scale; a failed job has no bar.
+    A matplotlib Figure drawn on the Agg canvas (no display, no pyplot state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    labels = row_labels(records)
+    kernel_of = dict(zip(labels, (r.kernel for r in records)))
+    rows = sorted(kernel_of, key=lambda label: (kernel_of[label] in BASELINES, label))
+    sizes = sorted({r.size_label for r in records}, key=_size_key)
+    cell = {(label, r.size_label): r for label, r in zip(labels, records)}
+
+    fig = Figure(figsize=(max(6.0, 1.1 * len(sizes) * max(len(rows), 4) / 4 + 3), 4.5),
+                 layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    width = 0.8 / max(len(rows), 1)
+    drawn = 0
+    for i, label in enumerate(rows):
+        xs, heights = [], []
+        for j, size in enumerate(sizes):
+            r = cell.get((label, size))
+            if r is not None and r.ok and r.gflops:
+                xs.append(j + (i - (len(rows) - 1) / 2) * width)
+                heights.append(r.gflops)
+        ax.bar(xs, heights, width, label=label)
+        drawn += len(heights)
+    ax.set_xticks(range(len(sizes)), sizes)
+    ax.set_xlabel("size (M = N = K, or MxNxK)")
+    ax.set_ylabel("GFLOP/s (median)")
+    if drawn:
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no job succeeded", transform=ax.transAxes, ha="center")
+    ax.set_title(summary_heading(records), fontsize="medium")
+    ax.grid(axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -32,15 +34,64 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture
-def compose():
+def compose_config(*overrides: str, return_hydra_config: bool = False):
     """Compose the app's config exactly as `python -m src.run` would, with overrides."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    def _compose(*overrides: str, return_hydra_config: bool = False):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return hydra_compose(config_name="config", overrides=list(overrides),
-                                 return_hydra_config=return_hydra_config)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides),
+                             return_hydra_config=return_hydra_config)
 
-    return _compose
+
+@pytest.fixture
+def compose():
+    return compose_config
+
+
+def load_jsonl(name: str):
+    """Records from tests/data/ (real H100 runs, written by benchmarks/progression.sh)."""
+    from src.record import Record
+
+    lines = (DATA_DIR / name).read_text().splitlines()
+    return [Record.from_dict(json.loads(line)) for line in lines if line.strip()]
+
+
+@pytest.fixture
+def progression():
+    """The progression sweep: every kernel and baseline at 1024 and 4096, all ok."""
+    return load_jsonl("records_h100_progression.jsonl")
+
+
+@pytest.fixture
+def mixed():
+    """A sweep with failing jobs (invalid tile parameters, unsupported sizes) next to good ones."""
+    return load_jsonl("records_h100_mixed.jsonl")
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_tracking(monkeypatch):
+    """A test that tracks without choosing a store fails loudly instead of writing to the
+    project's mlflow.db (tests that track pass a tmp store, tests that do not disable it)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "no-store-chosen-in-this-test://")
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Path:
+    """An empty MLflow sqlite store, made once: creating one runs MLflow's database migrations
+    (seconds); a copy of it is a store of the same schema at once."""
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def tracking_uri(tmp_path, mlflow_template) -> str:
+    """A fresh sqlite MLflow store in this test's tmp_path (artifacts go to mlruns/ beside it)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copy(mlflow_template, store / "mlflow.db")
+    return f"sqlite:///{store / 'mlflow.db'}"

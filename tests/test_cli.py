@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,14 +18,30 @@ ALL_KERNELS = sorted(p.stem for p in (ROOT / "conf" / "kernel").glob("*.yaml"))
 assert {"01_naive", "17_flagship", "cublas_fp32", "cublas_tf32"} <= set(ALL_KERNELS)
 
 
-def run_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
+def cli_env(**extra: str) -> dict:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, PYTHONPATH=path, HYDRA_FULL_ERROR="0")
+    return dict(os.environ, PYTHONPATH=path, HYDRA_FULL_ERROR="0", **extra)
+
+
+def run_cli(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """`python -m src.run ARGS` with its outputs in tmp_path. MLflow tracking goes wherever ARGS
+    or env (MLFLOW_TRACKING_URI) say; a test that says neither fails (conftest)."""
     return subprocess.run(
         [sys.executable, "-m", "src.run", *args, f"hydra.run.dir={tmp_path}/run",
          f"hydra.sweep.dir={tmp_path}/sweep"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env=cli_env(**env), capture_output=True, text=True, timeout=300,
     )
+
+
+def tracked_runs(uri: str) -> tuple[object, list]:
+    """(the sweep runs, the job runs) in the store at `uri`: no run is left RUNNING."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+    assert not [run.info.run_name for run in runs if run.info.status == "RUNNING"]
+    parents = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
+    return parents, [run for run in runs if run not in parents]
 
 
 @pytest.mark.parametrize("args,status,needle", [
@@ -33,7 +51,9 @@ def run_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
     (["size=abc"], "invalid_problem", "m='abc'"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, args, status, needle):
-    proc = run_cli(tmp_path, *args)
+    store = tmp_path / "mlflow.db"
+    proc = run_cli(tmp_path, *args, "mlflow.enabled=false", MLFLOW_TRACKING_URI=f"sqlite:///{store}")
+    assert not store.exists()  # tracking off: no store touched
     assert proc.returncode == 1
     output = proc.stdout + proc.stderr
     assert f"error [{status}]" in output and needle in output, output
@@ -43,7 +63,7 @@ def test_bad_input_is_one_clear_error(tmp_path, args, status, needle):
 
 
 def test_unknown_kernel_lists_the_choices(tmp_path):
-    proc = run_cli(tmp_path, "kernel=07_nope")
+    proc = run_cli(tmp_path, "kernel=07_nope", "mlflow.enabled=false")
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
     assert "Could not find 'kernel/07_nope'" in output
@@ -52,16 +72,18 @@ def test_unknown_kernel_lists_the_choices(tmp_path):
     assert "Traceback" not in output
 
 
-def test_sweep_records_every_job_and_goes_on_after_failures(tmp_path):
+def test_sweep_records_every_job_and_goes_on_after_failures(tmp_path, tracking_uri):
     """A sweep over every kernel config plus a bad-parameter job: every job leaves a record
     (ok on a GPU machine, no_gpu without one), the bad one is invalid_params, the summary is
-    written, and the sweep itself succeeds."""
-    proc = run_cli(tmp_path, "-m", "kernel=glob(*)", "size=128", "bench=quick")
+    written, and the sweep itself succeeds. In MLflow (the store named by MLFLOW_TRACKING_URI)
+    the sweep is one FINISHED parent run with one child per job, FAILED where the job failed."""
+    proc = run_cli(tmp_path, "-m", "kernel=glob(*)", "size=128", "bench=quick",
+                   MLFLOW_TRACKING_URI=tracking_uri)
     assert proc.returncode == 0, proc.stderr
     sweep = tmp_path / "sweep"
-    records = [json.loads(p.read_text()) for p in sweep.glob("*/record.json")]
-    assert sorted(r["kernel"] for r in records) == ALL_KERNELS
-    for r in records:
+    records = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/record.json")}
+    assert sorted(r["kernel"] for r in records.values()) == ALL_KERNELS
+    for r in records.values():
         assert r["status"] in ("ok", "no_gpu"), r
         if r["status"] != "ok":
             assert r["gflops"] is None and r["error"]
@@ -70,10 +92,110 @@ def test_sweep_records_every_job_and_goes_on_after_failures(tmp_path):
         assert name in summary
     assert (sweep / "summary.csv").is_file()
 
+    parents, jobs = tracked_runs(tracking_uri)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    parent = parents[0]
+    assert json.loads((sweep / "mlflow_parent.json").read_text())["run_id"] == parent.info.run_id
+    assert sorted(job.info.run_name for job in jobs) == sorted(records)  # one per job directory
+    for job in jobs:
+        record = records[job.info.run_name]
+        assert job.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert job.info.status == ("FINISHED" if record["status"] == "ok" else "FAILED")
+        assert job.data.tags["status"] == record["status"]
+        assert job.data.params["kernel"] == record["kernel"]
+        assert ("gflops" in job.data.metrics) == (record["status"] == "ok")
+    ok = sum(r["status"] == "ok" for r in records.values())
+    assert (parent.data.tags["jobs"], parent.data.tags["jobs_ok"], parent.data.tags["jobs_failed"]) \
+        == ("8", str(ok), str(8 - ok))
+    assert (Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlruns").is_dir()  # beside it
+
     bad = run_cli(tmp_path / "bad", "-m", "kernel=06_vectorize", "kernel.params.bk=6,8",
-                  "size=128", "bench=quick")
+                  "size=128", "bench=quick", "mlflow.enabled=false")
     assert bad.returncode == 0, bad.stderr
     statuses = {json.loads(p.read_text())["params"]["bk"]: json.loads(p.read_text())["status"]
                 for p in (tmp_path / "bad" / "sweep").glob("*/record.json")}
     assert statuses[6] == "invalid_params" and statuses[8] in ("ok", "no_gpu")
     assert "invalid_params" in (tmp_path / "bad" / "sweep" / "summary.md").read_text()
+    assert not (tmp_path / "bad" / "sweep" / "mlflow_parent.json").exists()  # tracking off
+
+
+def test_a_failed_single_run_is_one_failed_run(tmp_path, tracking_uri):
+    """The store and experiment named in the config (MLFLOW_TRACKING_URI names another)."""
+    proc = run_cli(tmp_path, "kernel=06_vectorize", "kernel.params.bk=6",
+                   f"mlflow.tracking_uri={tracking_uri}", "mlflow.experiment_name=tiles")
+    assert proc.returncode == 1
+    output = proc.stdout + proc.stderr
+    assert "error [invalid_params]" in output and "Traceback" not in output
+    parents, jobs = tracked_runs(tracking_uri)
+    assert jobs == [] and len(parents) == 1  # one run, no parent
+    run = parents[0]
+    assert run.info.status == "FAILED" and run.data.tags["status"] == "invalid_params"
+    assert run.data.params["kernel.params.bk"] == "6" and "gflops" not in run.data.metrics
+    assert "tm % 4 == 0 and tn % 4 == 0 and bk % 4 == 0" in run.data.tags["error"]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    assert client.get_experiment(run.info.experiment_id).name == "tiles"
+    error = Path(client.download_artifacts(run.info.run_id, "error.txt", str(tmp_path)))
+    assert error.read_text().strip() == json.loads((tmp_path / "run" / "record.json").read_text())["error"]
+
+
+def test_a_sweep_under_another_launcher_nests_jobs_from_other_processes(tmp_path, tracking_uri):
+    """Hydra's joblib launcher runs the jobs in worker processes (and pickles the callbacks to
+    them): they find the parent run through the sweep directory."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    proc = run_cli(tmp_path, "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                   "kernel=01_naive,06_vectorize", "size=128", "bench=quick",
+                   MLFLOW_TRACKING_URI=tracking_uri)
+    assert proc.returncode == 0, proc.stderr
+    parents, jobs = tracked_runs(tracking_uri)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED" and len(jobs) == 2
+    parent = parents[0]
+    for job in jobs:
+        assert job.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert job.data.tags["pid"] != parent.data.tags["pid"]  # another process
+    assert parent.data.tags["jobs"] == "2"
+
+
+# `python -m src.run ...` with a job that takes long (as a GPU job does) in place of run_job.
+SLOW_JOB = """
+import runpy, time
+import src.job
+
+def slow_job(cfg, outputs=None):
+    print("job started", flush=True)
+    time.sleep(120)
+
+src.job.run_job = slow_job
+runpy.run_module("src.run", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_sigterm_mid_sweep_leaves_runs_killed_not_running(tmp_path, tracking_uri):
+    """The launching process gets SIGTERM while its first job runs: that job's run and the
+    sweep's run end KILLED, the rest of the sweep never starts, exit status 143. (Ctrl-C takes
+    the same path; tests/test_tracking.py sends a real SIGINT.)"""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_JOB, "-m", "kernel=01_naive,06_vectorize", "size=128",
+         f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, env=cli_env(MLFLOW_TRACKING_URI=tracking_uri), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:  # bounded by the process: it sleeps 120 s at most per job
+            lines.append(line)
+            if line.strip() == "job started":
+                break
+        assert lines and lines[-1].strip() == "job started", "".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        output = "".join(lines) + proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, output
+    assert "interrupted: " in output and "Traceback" not in output
+    parents, jobs = tracked_runs(tracking_uri)
+    assert len(parents) == 1 and len(jobs) == 1, output  # the sweep stopped in its first job
+    assert parents[0].info.status == "KILLED" and jobs[0].info.status == "KILLED"
+    assert parents[0].data.tags["jobs_killed"] == "1"

@@ -3,6 +3,7 @@ benchmarks/progression.sh): the progression sweep and a sweep with failing jobs.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -11,23 +12,8 @@ import pandas as pd
 import pytest
 
 from src.record import RECORD_FILE, Record, load_records
-from src.report import summary_frame, summary_table, write_summary
-from tests.conftest import DATA_DIR, ROOT
-
-
-def load(name: str) -> list[Record]:
-    lines = (DATA_DIR / name).read_text().splitlines()
-    return [Record.from_dict(json.loads(line)) for line in lines if line.strip()]
-
-
-@pytest.fixture
-def progression() -> list[Record]:
-    return load("records_h100_progression.jsonl")
-
-
-@pytest.fixture
-def mixed() -> list[Record]:
-    return load("records_h100_mixed.jsonl")
+from src.report import gflops_figure, row_labels, summary_frame, summary_table, write_summary
+from tests.conftest import ROOT
 
 
 def as_sweep(records: list[Record], root):
@@ -120,3 +106,25 @@ def test_progression_check_on_recorded_sweeps(progression, tmp_path):
     run2 = as_sweep(slower, tmp_path / "run2")
     bad = subprocess.run([sys.executable, script, str(run1), str(run2)], capture_output=True, text=True)
     assert bad.returncode == 1 and "06_vectorize@4096 moved -50.00%" in bad.stdout
+
+
+def test_gflops_figure_has_one_bar_per_job_that_ran(progression, mixed):
+    """The sweep's figure (logged to its MLflow run): a bar per ok job at its kernel and size,
+    none for a failed job, on a log scale."""
+    for records, sizes in ((progression, ["1024", "4096"]), (mixed, ["1000", "1024"])):
+        fig = gflops_figure(records)
+        ax = fig.axes[0]
+        assert [t.get_text() for t in ax.get_xticklabels()] == sizes
+        assert ax.get_yscale() == "log"
+        drawn = {}
+        for container in ax.containers:
+            for bar in container:
+                size = sizes[round(bar.get_x() + bar.get_width() / 2)]
+                drawn[container.get_label(), size] = bar.get_height()
+        expected = {(label, r.size_label): r.gflops
+                    for label, r in zip(row_labels(records), records) if r.ok}
+        assert drawn == pytest.approx(expected)
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+        assert png.getvalue().startswith(b"\x89PNG\r\n\x1a\n")
+    assert ("04_blocktile_1d bm=128", "1024") not in drawn  # invalid_params: no bar

@@ -1,0 +1,474 @@
+"""MLflow tracking against a real store (sqlite in tmp_path), driven by the recorded H100 results:
+a sweep is one parent run with one child per job, carrying every param, metric, tag and file the
+job produced; failures end FAILED with error.txt, interrupts KILLED, and nothing stays RUNNING.
+
+The jobs are replayed as run.py runs them (tracking.job_run around the job, log_result with its
+record and outputs), with the recorded record in place of a GPU run."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("mlflow")
+from mlflow import MlflowClient  # noqa: E402
+
+from src import tracking  # noqa: E402
+from src.compile import expand_source  # noqa: E402
+from src.errors import VerificationFailed  # noqa: E402
+from src.job import JobOutputs, _mark_failed, run_job  # noqa: E402
+from src.spec import KERNELS_DIR  # noqa: E402
+from tests.conftest import ROOT, load_jsonl  # noqa: E402
+from tests.replay import (composed, all_runs, artifact, artifact_names, config_of,  # noqa: E402
+                          job_name, outputs_of, replay_job, start_sweep)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state(monkeypatch):
+    """`interrupted` is per process; each test starts as a fresh process would."""
+    monkeypatch.setattr(tracking, "_interrupted", False)
+
+
+# --- a recorded sweep, replayed once for the tests that read it -----------------------------------
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, mlflow_template):
+    """The progression sweep and the sweep with failures, replayed as one sweep: 24 jobs, 5 failed."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("sweep")
+    shutil.copy(mlflow_template, root / "mlflow.db")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    records = load_jsonl("records_h100_progression.jsonl") + load_jsonl("records_h100_mixed.jsonl")
+    sweep_dir = root / "multirun" / "sweep"
+    callback, config = start_sweep(uri, sweep_dir)
+    parent = tracking.Parent.read(sweep_dir)  # what each job process reads
+    assert parent is not None and parent.tracking_uri == uri
+    # Launchers that run jobs in other processes pickle Hydra's callbacks, this one included.
+    assert pickle.loads(pickle.dumps(callback)).sweep.parent == parent
+    for num, record in enumerate(records):
+        replay_job(record, uri, job_name(num, record), parent, sweep_dir)
+    callback.on_multirun_end(config)
+    client = MlflowClient(uri)
+    runs = {run.info.run_name: run for run in all_runs(client)}
+    return {"uri": uri, "root": root, "client": client, "parent": parent, "records": records,
+            "runs": runs, "jobs": [runs[job_name(num, r)] for num, r in enumerate(records)]}
+
+
+def test_sweep_is_one_parent_run_with_a_child_per_job(sweep):
+    parent, records, jobs = sweep["parent"], sweep["records"], sweep["jobs"]
+    runs = list(sweep["runs"].values())
+    assert len(runs) == len(records) + 1
+    top = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
+    assert [run.info.run_id for run in top] == [parent.run_id]
+    assert all(job.data.tags["mlflow.parentRunId"] == parent.run_id for job in jobs)
+    assert all(run.info.experiment_id == parent.experiment_id for run in runs)
+    assert {run.info.status for run in runs} <= {"FINISHED", "FAILED"}  # none left RUNNING
+
+    sweep_run = top[0]
+    failed = sum(not r.ok for r in records)
+    assert failed == 5
+    assert sweep_run.info.status == "FINISHED"  # the sweep went on past its failed jobs
+    assert sweep_run.data.tags["kind"] == "sweep"
+    assert {key: sweep_run.data.tags[key] for key in ("jobs", "jobs_ok", "jobs_failed", "jobs_killed")} \
+        == {"jobs": "24", "jobs_ok": "19", "jobs_failed": "5", "jobs_killed": "0"}
+    for record, job in zip(records, jobs):
+        assert job.info.status == ("FINISHED" if record.ok else "FAILED")
+        assert job.data.tags["status"] == record.status
+        assert job.data.tags["kind"] == "job"
+
+
+def test_job_params_are_the_flattened_composed_config(sweep):
+    for record, job in zip(sweep["records"], sweep["jobs"]):
+        params = job.data.params
+        assert params["kernel"] == params["kernel.name"] == record.kernel
+        assert (params["m"], params["n"], params["k"]) == (str(record.m), str(record.n), str(record.k))
+        assert (float(params["alpha"]), float(params["beta"])) == (record.alpha, record.beta)
+        for key, value in record.params.items():  # tile parameters
+            assert params[f"kernel.params.{key}"] == str(value)
+        for key in ("warmup", "min_samples", "max_samples", "target_rel_iqr", "max_seconds", "flush_l2"):
+            assert json.loads(params[f"bench.{key}"]) == record.bench[key]  # the protocol
+        assert json.loads(params["bench.tolerance.fp32"]) == record.bench["tolerance"]["fp32"]
+        assert params["gpu.name"] == "auto"
+        if record.ok:
+            assert params["gpu_spec"] == record.gpu_spec == "h100_sxm"  # what auto picked
+        assert params["kernel.precision"] == record.precision
+        assert params["mlflow.tracking_uri"] == sweep["uri"]
+        assert all(len(value) <= tracking.MAX_PARAM_LENGTH for value in params.values())
+
+
+def test_job_metrics_are_the_records_figures(sweep):
+    for record, job in zip(sweep["records"], sweep["jobs"]):
+        metrics = job.data.metrics
+        for name in ("gflops", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_iqr",
+                     "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak", "rel_err",
+                     "registers", "static_smem_bytes", "dynamic_smem_bytes", "local_bytes",
+                     "compile_seconds", "sm_clock_mhz_before", "sm_clock_mhz_after", "samples"):
+            value = getattr(record, name)
+            if value is None:
+                assert name not in metrics, (record.kernel, name)  # None is simply not logged
+            else:
+                assert metrics[name] == pytest.approx(value), (record.kernel, name)
+        if record.ok:
+            assert metrics["gflops"] > 0 and metrics["rel_err"] <= metrics["tolerance"]
+        else:
+            assert "gflops" not in metrics and "pct_of_cublas_fp32" not in metrics
+        if record.backend == "cublas":
+            assert "registers" not in metrics  # nothing compiled
+        else:
+            assert record.ok == ("registers" in metrics)
+
+
+def test_job_tags_say_where_and_from_which_code(sweep):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    for record, job in zip(sweep["records"], sweep["jobs"]):
+        tags = job.data.tags
+        assert tags["host"] == socket.gethostname()
+        assert tags["status"] == record.status
+        if head.returncode == 0:
+            assert tags["git_commit"] == tags["mlflow.source.git.commit"] == head.stdout.strip()
+            assert tags["git_dirty"] in ("true", "false")
+        if record.ok:
+            assert tags["gpu"] == "NVIDIA H100 80GB HBM3"
+            assert (tags["compute_capability"], tags["driver"], tags["cuda_runtime"],
+                    tags["nvrtc"], tags["cupy"]) == ("9.0", "13.0", "13.2", "13.0", "14.2.0")
+            assert tags["seed"] == str(record.seed)
+        else:
+            assert "gpu" not in tags  # the job stopped before looking at the device
+            assert tags["error"] == record.error.splitlines()[0][:500]
+        if record.entry:
+            assert tags["entry"] == record.entry
+
+
+def test_job_artifacts_are_config_record_source_and_report(sweep, tmp_path):
+    client = sweep["client"]
+    for record, job in zip(sweep["records"], sweep["jobs"]):
+        run_id = job.info.run_id
+        names = artifact_names(client, run_id)
+        record_json = json.loads(artifact(client, run_id, "record.json", tmp_path))
+        assert record_json == json.loads(json.dumps(record.to_dict()))
+        config = yaml.safe_load(artifact(client, run_id, "config.yaml", tmp_path))
+        assert config["kernel"]["name"] == record.kernel and config["m"] == record.m
+        assert config["kernel"].get("params", {}) == record.params
+        if record.backend == "nvrtc" and record.entry:
+            source = artifact(client, run_id, "kernel.cu", tmp_path)
+            assert source.startswith(f'#line 1 "kernels/{record.kernel}.cu"')
+            assert '#line 1 "kernels/common.cuh"' in source  # the header pasted in, as compiled
+        else:
+            assert "kernel.cu" not in names
+        if record.registers is not None:
+            report = json.loads(artifact(client, run_id, "resources.json", tmp_path))
+            assert (report["registers"], report["local_bytes"]) == (record.registers, record.local_bytes)
+        else:
+            assert "resources.json" not in names
+        if record.ok:
+            assert "error.txt" not in names
+        else:
+            assert artifact(client, run_id, "error.txt", tmp_path).strip() == record.error
+        assert "kernel.ptx" not in names  # mlflow.log_ptx is off by default
+
+
+def test_artifacts_are_beside_the_store(sweep):
+    """A local sqlite store keeps its artifacts in mlruns/ beside the database file."""
+    mlruns = sweep["root"] / "mlruns"
+    for job in sweep["jobs"]:
+        path = Path(job.info.artifact_uri.removeprefix("file://"))
+        assert path.is_relative_to(mlruns) and (path / "record.json").is_file()
+    experiment = sweep["client"].get_experiment(sweep["parent"].experiment_id)
+    assert experiment.name == "sgemm-lab/config"
+
+
+def test_sweep_run_has_the_summary_table_and_figure(sweep, tmp_path):
+    client, records, parent = sweep["client"], sweep["records"], sweep["parent"]
+    assert artifact_names(client, parent.run_id) == {"summary_table.json", "summary.md", "gflops.png"}
+    table = json.loads(artifact(client, parent.run_id, "summary_table.json", tmp_path))
+    rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+    assert [(row["kernel"], row["size"], row["status"]) for row in rows] == \
+        [(r.kernel, r.size_label, r.status) for r in records]
+    for row, record in zip(rows, records):
+        assert row["gflops"] == (pytest.approx(record.gflops) if record.ok else None)
+    assert json.loads(client.get_run(parent.run_id).data.tags["mlflow.loggedArtifacts"]) == \
+        [{"path": "summary_table.json", "type": "table"}]  # shown as a table in the UI
+    summary = artifact(client, parent.run_id, "summary.md", tmp_path)
+    assert summary.startswith("SGEMM on NVIDIA H100 80GB HBM3: 24 jobs, 19 ok, 5 failed")
+    dst = tmp_path / "png"
+    dst.mkdir()
+    png = Path(client.download_artifacts(parent.run_id, "gflops.png", str(dst))).read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+
+
+# --- single runs and failures ---------------------------------------------------------------------
+
+def test_a_single_run_is_one_run_without_parent(progression, tracking_uri):
+    record = progression[-1]
+    run_id = replay_job(record, tracking_uri, "single")
+    runs = all_runs(MlflowClient(tracking_uri))
+    assert [run.info.run_id for run in runs] == [run_id]
+    assert "mlflow.parentRunId" not in runs[0].data.tags
+    assert runs[0].info.status == "FINISHED"
+    assert runs[0].data.metrics["gflops"] == pytest.approx(record.gflops)
+
+
+def test_failed_verification_is_failed_with_its_error_and_no_gflops(progression, tracking_uri, tmp_path):
+    record = next(r for r in progression if r.kernel == "06_vectorize")
+    _mark_failed(record, VerificationFailed(
+        "kernel 06_vectorize failed verification: normwise relative error 1.000e-03 ...", rel_err=1e-3))
+    run_id = replay_job(record, tracking_uri, "wrong")
+    client = MlflowClient(tracking_uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["status"] == "failed_verification"
+    assert "gflops" not in run.data.metrics and "time_ms_median" not in run.data.metrics
+    assert run.data.metrics["rel_err"] == pytest.approx(1e-3)  # what failed is kept
+    assert run.data.metrics["registers"] == record.registers
+    assert artifact(client, run_id, "error.txt", tmp_path).startswith("kernel 06_vectorize failed verification")
+
+
+def _settings(uri: str) -> tuple[tracking.Settings, object]:
+    cfg = composed("06_vectorize", (), uri)
+    return tracking.Settings.from_cfg(cfg, ROOT, "config"), cfg
+
+
+def test_an_exception_in_a_job_leaves_it_failed_with_the_traceback(tracking_uri, tmp_path):
+    settings, cfg = _settings(tracking_uri)
+    with pytest.raises(RuntimeError, match="cuda fault"):
+        with tracking.job_run(settings, cfg, "boom") as job:
+            raise RuntimeError("cuda fault")
+    client = MlflowClient(tracking_uri)
+    run = client.get_run(job.run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["status"] == "failed_internal"
+    assert "kernel.params.bm" in run.data.params  # the config was logged before the job ran
+    error = artifact(client, job.run_id, "error.txt", tmp_path)
+    assert "Traceback" in error and "RuntimeError: cuda fault" in error
+
+
+def test_keyboard_interrupt_leaves_the_job_killed(tracking_uri):
+    settings, cfg = _settings(tracking_uri)
+    with pytest.raises(KeyboardInterrupt):
+        with tracking.job_run(settings, cfg, "ctrl-c") as job:
+            raise KeyboardInterrupt
+    run = MlflowClient(tracking_uri).get_run(job.run_id)
+    assert run.info.status == "KILLED" and run.data.tags["status"] == "killed"
+
+
+def test_sigterm_leaves_the_job_killed(tracking_uri):
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("something in this test process already handles SIGTERM")
+    settings, cfg = _settings(tracking_uri)
+    with pytest.raises(tracking.Terminated):
+        with tracking.job_run(settings, cfg, "sigterm") as job:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(500):  # the handler runs between two bytecodes, well within this
+                time.sleep(0.01)
+            pytest.fail("SIGTERM did not interrupt the job")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is put back
+    run = MlflowClient(tracking_uri).get_run(job.run_id)
+    assert run.info.status == "KILLED"
+    assert not [r for r in all_runs(MlflowClient(tracking_uri)) if r.info.status == "RUNNING"]
+
+
+def test_a_job_without_a_record_is_failed(tracking_uri):
+    settings, cfg = _settings(tracking_uri)
+    with tracking.job_run(settings, cfg, "empty") as job:
+        pass
+    assert MlflowClient(tracking_uri).get_run(job.run_id).info.status == "FAILED"
+
+
+# --- sweeps that stop early -----------------------------------------------------------------------
+
+def test_an_interrupted_sweep_ends_killed_with_no_run_left_running(progression, tmp_path, tracking_uri):
+    """Ctrl-C (a real SIGINT) in the second job: that job KILLED; a job whose process died without a word
+    (SIGKILL) KILLED too; at exit (the atexit hook) the parent KILLED, with the counts."""
+    sweep_dir = tmp_path / "sweep"
+    callback, _config = start_sweep(tracking_uri, sweep_dir)
+    parent = tracking.Parent.read(sweep_dir)
+    replay_job(progression[0], tracking_uri, "0_ok", parent)
+    client = MlflowClient(tracking_uri)
+    orphan = client.create_run(parent.experiment_id, run_name="2_sigkilled",
+                               tags={"mlflow.parentRunId": parent.run_id})
+    settings, cfg = _settings(tracking_uri)
+    with pytest.raises(KeyboardInterrupt):
+        with tracking.job_run(settings, cfg, "1_interrupted", parent):
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
+            for _ in range(500):
+                time.sleep(0.01)
+            pytest.fail("SIGINT did not interrupt the job")
+    assert tracking._interrupted
+    callback.sweep.close_unfinished()  # what atexit runs when the interrupt ends the process
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+
+    runs = {run.info.run_name: run for run in all_runs(client)}
+    assert runs["0_ok"].info.status == "FINISHED"
+    assert runs["1_interrupted"].info.status == "KILLED"
+    assert runs["2_sigkilled"].info.status == "KILLED"
+    assert client.get_run(orphan.info.run_id).data.tags["status"] == "killed"
+    sweep_run = client.get_run(parent.run_id)
+    assert sweep_run.info.status == "KILLED"
+    assert (sweep_run.data.tags["jobs_ok"], sweep_run.data.tags["jobs_killed"]) == ("1", "2")
+    assert not [run for run in runs.values() if run.info.status == "RUNNING"]
+    callback.sweep.close_unfinished()  # a second call (atexit after an explicit close) is a no-op
+    assert client.get_run(parent.run_id).info.status == "KILLED"
+
+
+def test_a_sweep_stopped_by_an_error_ends_failed(progression, tmp_path, tracking_uri):
+    """Hydra stops a sweep when a job raises (not a recorded failure, an exception): FAILED."""
+    sweep_dir = tmp_path / "sweep"
+    callback, _config = start_sweep(tracking_uri, sweep_dir)
+    parent = tracking.Parent.read(sweep_dir)
+    settings, cfg = _settings(tracking_uri)
+    with pytest.raises(ValueError):
+        with tracking.job_run(settings, cfg, "0_raises", parent):
+            raise ValueError("a bug")
+    callback.sweep.close_unfinished()
+    client = MlflowClient(tracking_uri)
+    sweep_run = client.get_run(parent.run_id)
+    assert sweep_run.info.status == "FAILED"
+    assert sweep_run.data.tags["jobs_failed"] == "1"
+    assert "error.txt" in artifact_names(client, parent.run_id)
+
+
+def test_disabled_tracking_starts_nothing_and_forgets_a_stale_parent(tmp_path, tracking_uri):
+    sweep_dir = tmp_path / "sweep"
+    tracking.Parent("stale", "0", tracking_uri).write(sweep_dir)
+    callback, config = start_sweep(tracking_uri, sweep_dir, "mlflow.enabled=false")
+    assert callback.sweep is None
+    assert tracking.Parent.read(sweep_dir) is None  # no job attaches to an earlier sweep's run
+    callback.on_multirun_end(config)
+    assert all_runs(MlflowClient(tracking_uri)) == []
+
+
+# --- where, and what is logged --------------------------------------------------------------------
+
+def test_default_store_is_mlflows_own_default_in_the_original_cwd(monkeypatch, tmp_path, compose):
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH, DEFAULT_TRACKING_URI
+
+    # the same layout MLflow 3 uses by itself: sqlite:///mlflow.db, artifacts in ./mlruns
+    assert f"sqlite:///{tracking.DEFAULT_DB}" == DEFAULT_TRACKING_URI
+    assert f"./{tracking.ARTIFACTS_DIR}" == DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert tracking.resolve_tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path}/mlflow.db"
+    assert tracking.resolve_tracking_uri("sqlite:///other.db", tmp_path) == f"sqlite:///{tmp_path}/other.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
+    assert tracking.resolve_tracking_uri(None, tmp_path) == "http://mlflow.example:5000"
+    assert tracking.resolve_tracking_uri("http://config:5000", tmp_path) == "http://config:5000"
+
+    settings = tracking.Settings.from_cfg(compose(), tmp_path, "config")
+    assert settings == tracking.Settings(True, "http://mlflow.example:5000", "sgemm-lab/config", False)
+    settings = tracking.Settings.from_cfg(
+        compose("mlflow.enabled=false", "mlflow.experiment_name=tiles", "mlflow.log_ptx=true"),
+        tmp_path, "config")
+    assert (settings.enabled, settings.experiment_name, settings.log_ptx) == (False, "tiles", True)
+
+
+def test_long_param_values_are_cut_to_mlflows_limit(tracking_uri):
+    flat = tracking.flatten({"a": {"b": "x" * 7000, "c": [1, 2], "d": None, "e": {}}, "f": True})
+    assert flat == {"a.b": "x" * (tracking.MAX_PARAM_LENGTH - 1) + "…", "a.c": "[1, 2]",
+                    "a.d": "null", "a.e": "{}", "f": "true"}
+    client = MlflowClient(tracking_uri)
+    run = client.create_run(tracking.ensure_experiment(client, "limits", tracking_uri))
+    tracking._log_batch(client, run.info.run_id, params=flat)  # the store takes them
+    assert client.get_run(run.info.run_id).data.params == flat
+
+
+def test_a_deleted_experiment_is_a_clear_error(tracking_uri):
+    client = MlflowClient(tracking_uri)
+    client.delete_experiment(tracking.ensure_experiment(client, "sgemm-lab/config", tracking_uri))
+    settings, cfg = _settings(tracking_uri)
+    with pytest.raises(RuntimeError, match=r"is deleted in .*: restore it \(mlflow experiments restore"):
+        with tracking.job_run(settings, cfg, "x"):
+            pass
+
+
+def test_the_job_hands_over_the_source_it_compiles(compose):
+    """run_job fills JobOutputs: the expanded source as soon as the spec is built (here, with no
+    GPU, the job then fails with no_gpu; on a GPU it also has the resource report)."""
+    outputs = JobOutputs()
+    record = run_job(compose("kernel=06_vectorize", "size=256", "bench=quick"), outputs)
+    assert outputs.source == expand_source(KERNELS_DIR / "06_vectorize.cu")
+    if record.ok:
+        assert outputs.resources is not None and outputs.resources.registers == record.registers
+    else:
+        assert record.status == "no_gpu" and outputs.resources is None
+    outputs = JobOutputs()
+    run_job(compose("kernel=06_vectorize", "kernel.params.bk=6"), outputs)
+    assert outputs.source is None  # invalid parameters: nothing would be compiled
+
+
+@pytest.mark.parametrize("ptx", ["ok", "fails", "off"])
+def test_ptx_is_logged_when_asked(progression, tracking_uri, monkeypatch, tmp_path, ptx):
+    record = next(r for r in progression if r.kernel == "06_vectorize")
+    seen = []
+
+    def fake_ptx(source, entry, cc):
+        seen.append((entry, cc))
+        if ptx == "fails":
+            raise OSError("libnvrtc.so not found")
+        return ".version 9.0\n.target sm_90\n"
+
+    monkeypatch.setattr("src.compile.nvrtc_ptx", fake_ptx)
+    cfg = config_of(record, tracking_uri)
+    settings = replace(tracking.Settings.from_cfg(cfg, ROOT, "config"), log_ptx=ptx != "off")
+    with tracking.job_run(settings, cfg, "ptx") as job:
+        job.log_result(record, outputs_of(record, cfg))
+    client = MlflowClient(tracking_uri)
+    assert client.get_run(job.run_id).info.status == "FINISHED"  # PTX is optional
+    names = artifact_names(client, job.run_id)
+    assert ("kernel.ptx" in names) == (ptx == "ok")
+    assert seen == ([] if ptx == "off" else [(record.entry, "9.0")])
+    if ptx == "ok":
+        assert artifact(client, job.run_id, "kernel.ptx", tmp_path).startswith(".version")
+
+
+def test_nvrtc_ptx_of_a_chapter():
+    """Real NVRTC (no GPU needed): skipped where the NVRTC library is missing."""
+    from src.compile import nvrtc_ptx
+
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as exc:
+        pytest.skip(f"NVRTC is not available here ({type(exc).__name__})")
+    ptx = nvrtc_ptx(expand_source(KERNELS_DIR / "06_vectorize.cu"),
+                    "sgemm_vectorize<128, 128, 8, 8, 8>", "9.0")
+    assert ".target sm_90" in ptx and ".entry" in ptx and "sgemm_vectorize" in ptx
+
+
+def test_mlflow_report_shows_the_newest_sweep(sweep, capsys):
+    """benchmarks/mlflow_report.py (for the GPU box) on the replayed sweep."""
+    import importlib.util
+
+    import mlflow
+
+    spec = importlib.util.spec_from_file_location("mlflow_report", ROOT / "benchmarks" / "mlflow_report.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    try:
+        assert script.main(["--tracking-uri", sweep["uri"]]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert script.main(["--tracking-uri", sweep["uri"], "--experiment", "nothing-here"]) == 1
+        assert capsys.readouterr().out.startswith("no sweep in")
+    finally:
+        mlflow.set_tracking_uri(None)  # the script sets MLflow's global URI; put it back
+    assert f"sweep run:  {sweep['parent'].run_id}  (sweep multirun sweep, FINISHED)" in lines
+    assert "jobs:       total 24, ok 19, failed 5, killed 0" in lines
+    rows = lines[lines.index("") + 2:]
+    assert len(rows) == len(sweep["records"])
+    for num, (row, record) in enumerate(zip(rows, sweep["records"])):
+        cells = row.split()
+        assert cells[:3] == [job_name(num, record), record.kernel, f"{record.m}x{record.n}x{record.k}"]
+        if record.ok:
+            assert cells[3] == f"{record.gflops:,.1f}" and cells[-2:] == ["FINISHED", "ok"]
+        else:
+            assert cells[-2:] == ["FAILED", record.status]

@@ -126,7 +126,9 @@ def repo(tmp_path):
                DVC_NO_ANALYTICS="1", DVC_SITE_CACHE_DIR=str(tmp_path / "dvc-site-cache"),
                GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.invalid",
                GIT_COMMITTER_NAME="test", GIT_COMMITTER_EMAIL="test@example.invalid",
-               CUDA_VISIBLE_DEVICES="")  # never time anything here, even on a GPU machine
+               CUDA_VISIBLE_DEVICES="",  # never time anything here, even on a GPU machine
+               # the runner tracks every sweep: into this test's own MLflow store
+               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
     env.pop("PYTHONPATH", None)
 
     def run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -158,7 +160,8 @@ def test_dag_and_status_are_valid(repo):
 def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
     """The bench stage's commands after the ceilings (which need a GPU), exactly as DVC renders
     them, run here with no GPU: every kernel x size job is composed, its parameters and size
-    checked against an H100's limits, and recorded (status no_gpu); runs.csv has one row each."""
+    checked against an H100's limits, and recorded (status no_gpu); runs.csv has one row each.
+    (The sweep is tracked, as every sweep is: into a store of this test's own.)"""
     work, dvc, run = repo
     proc = run(sys.executable, "-c", "from dvc.repo import Repo\n"
                "import json\n"

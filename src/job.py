@@ -89,7 +89,7 @@ def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, re
     except cp.cuda.runtime.CUDARuntimeError as exc:
         raise LaunchFailed(f"kernel {spec.name} faulted while being timed: {exc}") from exc
     finally:
-        del inputs
+        inputs = None  # drop the device arrays (the closures above are done with them)
         cp.get_default_memory_pool().free_all_blocks()
     record.time_ms_median = timing.median_ms
     record.time_ms_min = timing.min_ms

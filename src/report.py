@@ -36,13 +36,16 @@ def summary_frame(records: list[Record]) -> pd.DataFrame:
 
 
 def row_labels(records: list[Record]) -> list[str]:
-    """The kernel name, plus the tile parameters that vary between this kernel's jobs (so a tile
-    sweep shows one row per parameter set instead of collapsing them)."""
+    """The kernel name, plus the tile parameters that vary between this kernel's jobs at one size
+    (so a tile sweep shows one row per parameter set instead of collapsing them). Parameters that
+    differ only from one size to another, as tuned size classes do (conf/tuned/), keep one row."""
     varying: dict[str, list[str]] = {}
     for kernel in {r.kernel for r in records}:
-        mine = [r.params or {} for r in records if r.kernel == kernel]
-        keys = sorted({key for p in mine for key in p})
-        varying[kernel] = [key for key in keys if len({str(p.get(key)) for p in mine}) > 1]
+        mine = [r for r in records if r.kernel == kernel]
+        keys = sorted({key for r in mine for key in (r.params or {})})
+        varying[kernel] = [key for key in keys if any(
+            len({str((r.params or {}).get(key)) for r in mine if r.size_label == size}) > 1
+            for size in {r.size_label for r in mine})]
     return [r.kernel + "".join(f" {key}={(r.params or {}).get(key)}" for key in varying[r.kernel])
             for r in records]
 

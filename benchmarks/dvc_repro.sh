@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `dvc repro` in a fresh clone on the GPU box, then again (must report everything up to date).
-# Writes results/ and dvc.lock to $OUT/dvc_results.tgz. Usage: bash benchmarks/dvc_repro.sh [-f]
+# Writes results/ and dvc.lock to $OUT/dvc_results.tgz. With --check-force it then runs
+# `dvc repro -f` in the same clone and compares every ok row with the first run (within 3%),
+# writing the forced run to $OUT/dvc_results_forced.tgz. Usage: bash benchmarks/dvc_repro.sh [--check-force]
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 # Snapshot the working tree (whatever .git the copy has or lacks) into a throwaway repository,
@@ -13,9 +15,15 @@ git clone -q /tmp/snap /tmp/fresh && cd /tmp/fresh || exit 1
 command -v python >/dev/null || { mkdir -p /tmp/bin; ln -sf "$(command -v python3)" /tmp/bin/python; export PATH=/tmp/bin:$PATH; }
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
-python3 -m dvc repro "$@" 2>&1 | tail -12
+python3 -m dvc repro 2>&1 | tail -12
 echo "dvc repro took $(( $(date +%s) - start )) s"
 python3 -m dvc repro 2>&1 | tail -3
 python3 -m dvc status
 tar czf "$out/dvc_results.tgz" results dvc.lock
 cat results/progression.md
+if [ "${1:-}" = "--check-force" ]; then
+  rm -rf /tmp/first && cp -r results /tmp/first
+  python3 -m dvc repro -f 2>&1 | tail -3
+  tar czf "$out/dvc_results_forced.tgz" results dvc.lock
+  python3 benchmarks/compare_runs.py results/runs.csv /tmp/first/runs.csv --tolerance 3
+fi

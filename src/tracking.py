@@ -162,9 +162,18 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def tile_params_deferred(cfg: DictConfig) -> bool:
+    """A tuned kernel's tile parameters are decided in the job (conf/tuned/<gpu>.yaml for the
+    GPU it finds): they are logged with the result, as used, not as composed."""
+    return bool(cfg.kernel.get("tuned")) and bool(cfg.get("use_tuned", True))
+
+
 def job_params(cfg: DictConfig) -> dict[str, str]:
-    """The composed config, flattened, plus `kernel` (the kernel's name) for the runs table."""
+    """The composed config, flattened, plus `kernel` (the kernel's name) for the runs table;
+    without a tuned kernel's kernel.params.* (see tile_params_deferred)."""
     params = flatten(OmegaConf.to_container(cfg, resolve=True))
+    if tile_params_deferred(cfg):
+        params = {k: v for k, v in params.items() if not k.startswith("kernel.params.")}
     params["kernel"] = str(cfg.kernel.name)
     return params
 
@@ -317,8 +326,10 @@ class JobRun:
         self.run_id = run_id
         self.settings = settings
         self.record: Record | None = None
+        self.tile_params_deferred = False
 
     def log_config(self, cfg: DictConfig) -> None:
+        self.tile_params_deferred = tile_params_deferred(cfg)
         _log_batch(self.client, self.run_id, params=job_params(cfg))
         self.client.log_text(self.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
 
@@ -326,6 +337,9 @@ class JobRun:
         """Metrics, tags and files of a finished job (`outputs`: a job.JobOutputs, optional)."""
         self.record = record
         params = {"gpu_spec": record.gpu_spec} if record.gpu_spec else {}
+        if self.tile_params_deferred:  # the tile parameters the job used, and where from
+            params.update(flatten({"kernel": {"params": record.params}}))
+            params["kernel.tuned_from"] = record.tuned_from or "none (config defaults)"
         _log_batch(self.client, self.run_id, params=params, metrics=record_metrics(record),
                    tags=record_tags(record))
         self.client.log_text(self.run_id, json.dumps(record.to_dict(), indent=2, default=str) + "\n",

@@ -28,7 +28,7 @@ from src.compile import expand_source  # noqa: E402
 from src.errors import VerificationFailed  # noqa: E402
 from src.job import JobOutputs, _mark_failed, run_job  # noqa: E402
 from src.spec import KERNELS_DIR  # noqa: E402
-from tests.conftest import ROOT, load_jsonl  # noqa: E402
+from tests.conftest import ROOT, compose_config, load_jsonl  # noqa: E402
 from tests.replay import (composed, all_runs, artifact, artifact_names, config_of,  # noqa: E402
                           job_name, outputs_of, replay_job, start_sweep)
 
@@ -472,3 +472,19 @@ def test_mlflow_report_shows_the_newest_sweep(sweep, capsys):
             assert cells[3] == f"{record.gflops:,.1f}" and cells[-2:] == ["FINISHED", "ok"]
         else:
             assert cells[-2:] == ["FAILED", record.status]
+
+
+def test_tuned_kernel_logs_the_tile_parameters_it_used(tracking_uri):
+    """A tuned kernel's kernel.params.* are the values the job ran with (conf/tuned/ for the
+    GPU, here an H100 SXM by name), logged with the result, plus where they came from."""
+    cfg = compose_config("kernel=17_flagship", "gpu=h100_sxm", "size=1024",
+                         f"mlflow.tracking_uri={tracking_uri}")
+    settings = tracking.Settings.from_cfg(cfg, ROOT, "config")
+    with tracking.job_run(settings, cfg, "tuned") as job:
+        record = run_job(cfg)
+        job.log_result(record)
+    params = MlflowClient(tracking_uri).get_run(job.run_id).data.params
+    assert record.tuned_from and params["kernel.tuned_from"] == record.tuned_from
+    for key, value in record.params.items():
+        assert params[f"kernel.params.{key}"] == str(value)
+    assert params["kernel.params.split_k"] == "2"  # the 1024 class, not the config's 1

@@ -47,7 +47,10 @@ for section in "${@:-09 10 11 12 17 17_1024}"; do
     10_more) sweep 10c kernel=10_warptiling size=4096 kernel.params.bm=128 kernel.params.bn=128 \
           kernel.params.threads=256 kernel.params.wm=32,64 kernel.params.wn=32,64 kernel.params.wniter=1,2,4 \
           kernel.params.tm=4,8 kernel.params.tn=4,8 kernel.params.bk=16,32 ;;
-    17_stages) sweep 17j kernel=17_flagship size=4096 kernel.params.bk=16,32 kernel.params.stages=3,4,6,8 ;;
+    17_stages) sweep 17j kernel=17_flagship size=4096 kernel.params.bm=128 kernel.params.bn=256 kernel.params.wm=64 \
+          kernel.params.wn=64 kernel.params.wniter=2 kernel.params.tm=16 kernel.params.tn=4 kernel.params.threads=256 \
+          kernel.params.ka=2 kernel.params.fma_order=3 kernel.params.bk=16,32 kernel.params.stages=3,4,6,8 \
+          kernel.params.group_m=4,8,16 ;;
     17_big_1024) sweep 17i size=1024 kernel=17_flagship kernel.params.bm=256 kernel.params.bn=128 kernel.params.wm=64 \
           kernel.params.wn=64 kernel.params.threads=256 kernel.params.tm=8 kernel.params.tn=4,8 kernel.params.wniter=4,2 \
           kernel.params.bk=8,16 kernel.params.stages=3 kernel.params.ka=2 kernel.params.split_k=2,4 ;;

@@ -162,7 +162,7 @@ SLOW_JOB = """
 import runpy, time
 import src.job
 
-def slow_job(cfg, outputs=None):
+def slow_job(cfg, outputs=None, explicit_params=frozenset()):
     print("job started", flush=True)
     time.sleep(120)
 

@@ -19,7 +19,7 @@ from src import gpu  # noqa: E402
 from src.compile import compile_kernel  # noqa: E402
 from src.problem import Problem, make_inputs  # noqa: E402
 from src.spec import build_spec  # noqa: E402
-from src.tuned import lookup  # noqa: E402
+from src.tuned import apply as apply_tuned  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "kernel"
 
@@ -35,8 +35,7 @@ inputs = make_inputs(problem)
 for item in args.kernels:
     name, _, overrides = item.partition(":")
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
-    if cfg.get("tuned"):
-        cfg["params"].update(lookup(name, spec_name, problem).params)
+    apply_tuned(cfg, spec_name, problem)
     for pair in filter(None, overrides.split(",")):
         key, value = pair.split("=")
         cfg["params"][key] = int(value)

@@ -17,7 +17,7 @@ from src.compile import compile_offline  # noqa: E402
 from src.gpu import limits_from_spec  # noqa: E402
 from src.problem import Problem  # noqa: E402
 from src.spec import build_spec  # noqa: E402
-from src.tuned import lookup  # noqa: E402
+from src.tuned import apply as apply_tuned  # noqa: E402
 
 name, *rest = sys.argv[1:]
 size = [4096, 4096, 4096]
@@ -30,8 +30,7 @@ for item in rest:
         size = [int(x) for x in item.split(",")]
 problem = Problem(*size, 1.0, 0.0)
 cfg = OmegaConf.to_container(OmegaConf.load(Path(__file__).resolve().parent.parent / "conf" / "kernel" / f"{name}.yaml"))
-if cfg.get("tuned"):
-    cfg["params"].update(lookup(name, "h100_sxm", problem).params)
+apply_tuned(cfg, "h100_sxm", problem)
 cfg["params"].update(overrides)
 spec = build_spec(cfg, problem, limits_from_spec("h100_sxm"))
 with tempfile.TemporaryDirectory() as tmp:

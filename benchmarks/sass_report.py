@@ -19,7 +19,7 @@ from src.compile import compile_offline  # noqa: E402
 from src.gpu import limits_from_spec  # noqa: E402
 from src.problem import Problem  # noqa: E402
 from src.spec import build_spec  # noqa: E402
-from src.tuned import lookup  # noqa: E402
+from src.tuned import apply as apply_tuned  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "kernel"
 OPS = re.compile(r"\b((?:LDGSTS|LDG|STG|LDS|STS|LDL|STL)(?:\.[A-Z0-9]+)*)")
@@ -29,8 +29,7 @@ problem = Problem(4096, 4096, 4096, 1, 0)
 print(f"{'kernel':<26} {'regs':>4} {'FFMA':>5}  memory instructions in SASS (sm_90)")
 for path in sorted(CONF.glob("[0-9][0-9]_*.yaml")):
     cfg = OmegaConf.to_container(OmegaConf.load(path))
-    if cfg.get("tuned"):
-        cfg["params"].update(lookup(cfg["name"], gpu, problem).params)
+    apply_tuned(cfg, gpu, problem)
     spec = build_spec(cfg, problem, limits_from_spec(gpu))
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"

@@ -201,12 +201,9 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
   }
   cp_async_wait<0>();
 
-  // --- split-K: the last slice to arrive at this tile adds the others' partials, in slice order
-  if (SPLIT_K > 1) {
-    float* partials = workspace;                                   // [SPLIT_K][tiles][BM * BN]
-    int* tickets = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * tiles * BM * BN);
-    __shared__ int arrived;
-    float* mine = partials + ((size_t)slice * tiles + tile) * BM * BN;
+  // The thread's accumulators as float4 fragments, with their row and column in the block tile:
+  // the split-K exchange and the epilogue walk them in the same order.
+  auto for_each_fragment = [&](auto&& visit) {
 #pragma unroll
     for (int i = 0; i < WMITER; ++i)
 #pragma unroll
@@ -214,12 +211,21 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
 #pragma unroll
         for (int j = 0; j < WNITER; ++j)
 #pragma unroll
-          for (int c = 0; c < TN; c += 4) {
-            const int row = warp_row * WM + i * WSUBM + r * LANE_ROWS + lane_row;
-            const int col = warp_col * WN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4;
-            const float* v = &acc[(i * TM + r) * WNITER * TN + j * TN + c];
-            __stcg(reinterpret_cast<float4*>(&mine[row * BN + col]), make_float4(v[0], v[1], v[2], v[3]));
-          }
+          for (int c = 0; c < TN; c += 4)
+            visit(warp_row * WM + i * WSUBM + r * LANE_ROWS + lane_row,
+                  warp_col * WN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4,
+                  &acc[(i * TM + r) * WNITER * TN + j * TN + c]);
+  };
+
+  // --- split-K: the last slice to arrive at this tile adds the others' partials, in slice order
+  if (SPLIT_K > 1) {
+    float* partials = workspace;                                   // [SPLIT_K][tiles][BM * BN]
+    int* tickets = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * tiles * BM * BN);
+    __shared__ int arrived;
+    float* mine = partials + ((size_t)slice * tiles + tile) * BM * BN;
+    for_each_fragment([&](int row, int col, float* v) {
+      __stcg(reinterpret_cast<float4*>(&mine[row * BN + col]), make_float4(v[0], v[1], v[2], v[3]));
+    });
     __threadfence();  // this block's partial is visible device-wide before its ticket
     __syncthreads();
     if (threadIdx.x == 0) arrived = atomicAdd(&tickets[tile], 1);
@@ -227,49 +233,27 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
     if (arrived != SPLIT_K - 1) return;  // not the last: its partial waits in the workspace
     __threadfence();
     if (threadIdx.x == 0) tickets[tile] = 0;  // ready for the next launch
-#pragma unroll
-    for (int i = 0; i < WMITER; ++i)
-#pragma unroll
-      for (int r = 0; r < TM; ++r)
-#pragma unroll
-        for (int j = 0; j < WNITER; ++j)
-#pragma unroll
-          for (int c = 0; c < TN; c += 4) {
-            const int row = warp_row * WM + i * WSUBM + r * LANE_ROWS + lane_row;
-            const int col = warp_col * WN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4;
-            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            for (int s = 0; s < SPLIT_K; ++s) {
-              const float4 p = __ldcg(reinterpret_cast<const float4*>(
-                  &partials[((size_t)s * tiles + tile) * BM * BN + row * BN + col]));
-              sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
-            }
-            float* v = &acc[(i * TM + r) * WNITER * TN + j * TN + c];
-            v[0] = sum.x; v[1] = sum.y; v[2] = sum.z; v[3] = sum.w;
-          }
+    for_each_fragment([&](int row, int col, float* v) {
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int s = 0; s < SPLIT_K; ++s) {
+        const float4 p = __ldcg(reinterpret_cast<const float4*>(
+            &partials[((size_t)s * tiles + tile) * BM * BN + row * BN + col]));
+        sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+      }
+      v[0] = sum.x; v[1] = sum.y; v[2] = sum.z; v[3] = sum.w;
+    });
   }
 
   // --- epilogue: C = alpha * acc + beta * C, inside C only
+  for_each_fragment([&](int tile_row, int tile_col, float* v) {
+    const int row = block_row + tile_row, col = block_col + tile_col;
+    if (row >= M) return;
+    if (VEC == 4) {
+      if (col < N) store_axpby4(&C[row * N + col], v, alpha, beta);
+    } else {
 #pragma unroll
-  for (int i = 0; i < WMITER; ++i) {
-#pragma unroll
-    for (int r = 0; r < TM; ++r) {
-      const int row = block_row + warp_row * WM + i * WSUBM + r * LANE_ROWS + lane_row;
-      if (row >= M) continue;
-#pragma unroll
-      for (int j = 0; j < WNITER; ++j) {
-#pragma unroll
-        for (int c = 0; c < TN; c += 4) {
-          const int col = block_col + warp_col * WN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4;
-          const float* v = &acc[(i * TM + r) * WNITER * TN + j * TN + c];
-          if (VEC == 4) {
-            if (col < N) store_axpby4(&C[row * N + col], v, alpha, beta);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (col + e < N) store_axpby(&C[row * N + col + e], v[e], alpha, beta);
-          }
-        }
-      }
+      for (int e = 0; e < 4; ++e)
+        if (col + e < N) store_axpby(&C[row * N + col + e], v[e], alpha, beta);
     }
-  }
+  });
 }

@@ -137,16 +137,16 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
         try:
             device = gpu_mod.detect()
             limits = gpu_mod.device_limits(device)
-            gpu_spec_name = gpu_mod.resolve_spec(cfg.gpu, device).name
+            gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device)
+            gpu_spec_name = gpu_spec.name
         except NoGPU:
             # Still check the parameters (against the named GPU's limits, or an H100's), so a
             # configuration can be validated on a machine without a GPU; then report NoGPU.
             device = None
             gpu_spec_name = cfg.gpu.name if cfg.gpu.name != "auto" else "h100_sxm"
             limits = gpu_mod.limits_from_spec(gpu_spec_name)
-        if kcfg.get("tuned") and cfg.get("use_tuned", True):
-            choice = tuned.lookup(record.kernel, gpu_spec_name, problem, set(explicit_params))
-            kcfg["params"] = {**kcfg.get("params", {}), **choice.params}
+        if tuned.applies(cfg):
+            choice = tuned.apply(kcfg, gpu_spec_name, problem, set(explicit_params))
             record.params, record.tuned_from = dict(kcfg["params"]), choice.source
         spec = build_spec(kcfg, problem, limits)
         record.entry, record.grid, record.block = spec.entry, list(spec.grid), list(spec.block)
@@ -154,7 +154,6 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
             outputs.source = expand_source(spec.source)
         if device is None:
             gpu_mod.detect()  # raises NoGPU with its message
-        gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device)
         _warn_if_spec_mismatch(gpu_spec, device)
         record.gpu, record.gpu_spec, record.device = device.name, gpu_spec.name, asdict(device)
 

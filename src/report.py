@@ -15,7 +15,8 @@ from .record import Record
 BASELINES = ("cublas_fp32", "cublas_tf32")
 
 
-def _size_key(label: str):
+def size_key(label: str):
+    """Sort key for size labels: squares ("1024") before MxNxK shapes, each by value."""
     dims = [int(x) for x in label.split("x")]
     return (len(dims), dims)
 
@@ -50,13 +51,20 @@ def row_labels(records: list[Record]) -> list[str]:
             for r in records]
 
 
-def summary_table(records: list[Record]) -> pd.DataFrame:
-    """Wide form: kernel x size, cells 'GFLOP/s' and '% of cuBLAS FP32' (or the failure)."""
+def _layout(records: list[Record]) -> tuple[list[str], list[str], dict]:
+    """The kernel x size grid both the table and the figure show: row labels (hand-written
+    kernels first, then the baselines), sizes in order, and the record of each (row, size)."""
     labels = row_labels(records)
     kernel_of = dict(zip(labels, (r.kernel for r in records)))
-    kernels = sorted(kernel_of, key=lambda label: (kernel_of[label] in BASELINES, label))
-    sizes = sorted({r.size_label for r in records}, key=_size_key)
+    rows = sorted(kernel_of, key=lambda label: (kernel_of[label] in BASELINES, label))
+    sizes = sorted({r.size_label for r in records}, key=size_key)
     cell = {(label, r.size_label): r for label, r in zip(labels, records)}
+    return rows, sizes, cell
+
+
+def summary_table(records: list[Record]) -> pd.DataFrame:
+    """Wide form: kernel x size, cells 'GFLOP/s' and '% of cuBLAS FP32' (or the failure)."""
+    kernels, sizes, cell = _layout(records)
     table = pd.DataFrame(index=pd.Index(kernels, name="kernel"))
     for size in sizes:
         gf, pct = [], []
@@ -104,11 +112,7 @@ def gflops_figure(records: list[Record]):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    labels = row_labels(records)
-    kernel_of = dict(zip(labels, (r.kernel for r in records)))
-    rows = sorted(kernel_of, key=lambda label: (kernel_of[label] in BASELINES, label))
-    sizes = sorted({r.size_label for r in records}, key=_size_key)
-    cell = {(label, r.size_label): r for label, r in zip(labels, records)}
+    rows, sizes, cell = _layout(records)
 
     fig = Figure(figsize=(max(6.0, 1.1 * len(sizes) * max(len(rows), 4) / 4 + 3), 4.5),
                  layout="constrained")

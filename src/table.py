@@ -27,7 +27,7 @@ import pandas as pd
 
 from .collect import read_runs, records_from_runs
 from .record import Record
-from .report import _size_key, row_labels, summary_table
+from .report import row_labels, size_key, summary_table
 
 CONTRACT_COLUMNS = ["kernel", "precision", "m", "n", "k", "gflops", "pct_of_cublas_fp32",
                     "pct_of_cublas_tf32", "rel_err", "status", "gpu"]
@@ -60,12 +60,12 @@ def progression_frame(records: list[Record]) -> pd.DataFrame:
     } for label, r in zip(labels, records)]
     frame = pd.DataFrame(rows, columns=CONTRACT_COLUMNS + ["backend", "alpha", "beta", "size"])
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["backend"] == BASELINE_BACKEND,
-                                                    rows[i]["kernel"], _size_key(rows[i]["size"])))
+                                                    rows[i]["kernel"], size_key(rows[i]["size"])))
     return frame.iloc[order].reset_index(drop=True)
 
 
 def size_order(frame: pd.DataFrame) -> list[str]:
-    return sorted(frame["size"].unique(), key=_size_key)
+    return sorted(frame["size"].unique(), key=size_key)
 
 
 def _uniform(runs: pd.DataFrame, column: str):

@@ -42,6 +42,7 @@ from typing import Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from . import tuned
 from .record import Record
 
 log = logging.getLogger("sgemm")
@@ -162,17 +163,11 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def tile_params_deferred(cfg: DictConfig) -> bool:
-    """A tuned kernel's tile parameters are decided in the job (conf/tuned/<gpu>.yaml for the
-    GPU it finds): they are logged with the result, as used, not as composed."""
-    return bool(cfg.kernel.get("tuned")) and bool(cfg.get("use_tuned", True))
-
-
 def job_params(cfg: DictConfig) -> dict[str, str]:
     """The composed config, flattened, plus `kernel` (the kernel's name) for the runs table;
-    without a tuned kernel's kernel.params.* (see tile_params_deferred)."""
+    without a tuned kernel's kernel.params.* (chosen in the job, see src/tuned.py)."""
     params = flatten(OmegaConf.to_container(cfg, resolve=True))
-    if tile_params_deferred(cfg):
+    if tuned.applies(cfg):  # decided in the job: logged with the result, as used
         params = {k: v for k, v in params.items() if not k.startswith("kernel.params.")}
     params["kernel"] = str(cfg.kernel.name)
     return params
@@ -329,7 +324,7 @@ class JobRun:
         self.tile_params_deferred = False
 
     def log_config(self, cfg: DictConfig) -> None:
-        self.tile_params_deferred = tile_params_deferred(cfg)
+        self.tile_params_deferred = tuned.applies(cfg)
         _log_batch(self.client, self.run_id, params=job_params(cfg))
         self.client.log_text(self.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
 

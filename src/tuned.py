@@ -17,6 +17,7 @@ from simpleeval import SimpleEval
 
 from .errors import ConfigError
 from .problem import Problem
+from .spec import FUNCTIONS
 
 TUNED_DIR = Path(__file__).resolve().parent.parent / "conf" / "tuned"
 
@@ -25,6 +26,12 @@ TUNED_DIR = Path(__file__).resolve().parent.parent / "conf" / "tuned"
 class TunedChoice:
     params: dict = field(default_factory=dict)   # the parameters to apply (explicit ones removed)
     source: str | None = None                    # e.g. "conf/tuned/h100_sxm.yaml: 17_flagship[1]"
+
+
+def applies(cfg) -> bool:
+    """Whether this job's kernel takes tuned parameters: its config says `tuned: true` and the
+    run has not turned the lookup off (`use_tuned=false`)."""
+    return bool(cfg.kernel.get("tuned")) and bool(cfg.get("use_tuned", True))
 
 
 def tuned_file(gpu_spec: str) -> Path:
@@ -44,7 +51,7 @@ def lookup(kernel: str, gpu_spec: str, problem: Problem, explicit: set[str] = fr
     for index, entry in enumerate(classes):
         when = str(entry.get("when", "True"))
         try:
-            applies = SimpleEval(names=names, functions={"min": min, "max": max}).eval(when)
+            applies = SimpleEval(names=names, functions=FUNCTIONS).eval(when)
         except Exception as exc:
             raise ConfigError(f"{path.name}: size class {kernel}[{index}] has a bad `when` "
                               f"expression {when!r}: {exc}") from exc
@@ -52,6 +59,17 @@ def lookup(kernel: str, gpu_spec: str, problem: Problem, explicit: set[str] = fr
             params = {k: v for k, v in (entry.get("params") or {}).items() if k not in explicit}
             return TunedChoice(params, f"conf/tuned/{path.name}: {kernel}[{index}] (when {when})")
     return TunedChoice()
+
+
+def apply(kernel_cfg: dict, gpu_spec: str, problem: Problem,
+          explicit: set[str] = frozenset()) -> TunedChoice:
+    """Merge the tuned parameters into a kernel config (a plain dict, changed in place) when the
+    config says `tuned: true`; return the choice (empty for an untuned kernel)."""
+    if not kernel_cfg.get("tuned"):
+        return TunedChoice()
+    choice = lookup(kernel_cfg["name"], gpu_spec, problem, explicit)
+    kernel_cfg["params"] = {**(kernel_cfg.get("params") or {}), **choice.params}
+    return choice
 
 
 def explicit_params(overrides: list[str]) -> set[str]:

@@ -73,8 +73,8 @@ def test_every_tuned_entry_is_valid_for_its_kernel_and_gpu(path):
         assert classes[-1]["when"] == "True", "the last class must catch every size"
         for size in (1024, 2048, 4096, 8192):
             problem = Problem(size, size, size, 1, 0)
-            choice = tuned.lookup(kernel, path.stem, problem)
-            merged = dict(cfg, params={**cfg["params"], **choice.params})
+            merged = dict(cfg, params=dict(cfg["params"]))
+            tuned.apply(merged, path.stem, problem)
             build_spec(merged, problem, limits_from_spec(path.stem))
 
 
@@ -89,3 +89,12 @@ def test_job_records_the_tuned_parameters_it_used(compose):
     assert record.params["split_k"] == 3
     record = run_job(compose("kernel=17_flagship", "gpu=h100_sxm", "size=1024", "use_tuned=false"))
     assert record.tuned_from is None and record.params["split_k"] == 1
+
+
+def test_apply_merges_only_into_tuned_configs():
+    untuned = {"name": "06_vectorize", "params": {"bk": 8}}
+    assert tuned.apply(untuned, "h100_sxm", LARGE) == tuned.TunedChoice()
+    assert untuned["params"] == {"bk": 8}
+    cfg = {"name": "17_flagship", "tuned": True, "params": {"bk": 99, "group_m": 8}}
+    choice = tuned.apply(cfg, "h100_sxm", LARGE, explicit={"bk"})
+    assert cfg["params"] == {"bk": 99, "group_m": 8, **choice.params} and "bk" not in choice.params

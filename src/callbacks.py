@@ -23,6 +23,8 @@ def _sweep_dir(config: DictConfig) -> Path:
 class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
+        if (sweep_dir / "tune_summary.md").is_file():
+            return  # a tuning sweep: its sweeper printed its own summary (tune_summary.md)
         records = load_records(sweep_dir)
         if not records:
             log.warning("no job records found under %s", sweep_dir)
@@ -46,8 +48,12 @@ class MlflowSweep(Callback):
 
         sweep_dir = _sweep_dir(config)
         tracking.Parent.forget(sweep_dir)  # never let jobs find an earlier sweep's parent
-        settings = tracking.Settings.from_cfg(config, Path(config.hydra.runtime.cwd),
-                                              config.hydra.job.config_name)
+        try:
+            settings = tracking.Settings.from_cfg(config, Path(config.hydra.runtime.cwd),
+                                                  config.hydra.job.config_name)
+        except tracking.TrackingUnavailable as exc:  # before any job runs: stop, no traceback
+            log.error("error [%s]: %s", exc.status, exc)
+            raise SystemExit(1) from None
         if settings.enabled:
             self.sweep = tracking.SweepRun.start(settings, sweep_dir,
                                                  list(config.hydra.overrides.task))

@@ -1,11 +1,17 @@
 """Compile step: a KernelSpec becomes something that can be launched, plus its resource report.
 
-Hand-written kernels are compiled by NVRTC through CuPy's RawModule, with the template
-instantiated through `name_expressions`. The source handed to NVRTC is the chapter with
+Hand-written kernels are compiled by NVRTC straight to a cubin for the device's architecture
+(`build_cubin`), with the template instantiated through a name expression, and the cubin is
+loaded with CuPy (RawModule(path=...)). The source handed to NVRTC is the chapter with
 kernels/common.cuh pasted in (with #line directives, so compiler messages still point at the
-original file and line): the text is self-contained, which makes CuPy's kernel cache key (the
-source and options) change whenever the header does. Modules are kept per process, and CuPy's
-on-disk kernel cache (~/.cupy/kernel_cache, or CUPY_CACHE_DIR) reuses them across processes.
+original file and line). The options are the ones CuPy's RawModule passes (ours plus -ftz=true),
+so the SASS is the same as through CuPy.
+
+Cubins are cached on disk (`<cache_dir>/cubin/`, keyed by the SHA-256 of the source, entry,
+options, architecture and NVRTC version) and modules per process. Compiling needs NVRTC, not a
+GPU, and NVRTC works on one program per thread without holding the GIL, so `precompile` builds
+many candidates at once on CPU threads (a tuning sweep does that while the GPU times the
+previous candidates); a job then finds its cubin ready.
 
 `compile_offline` builds the same text with nvcc for a named architecture, with no GPU, and
 reads ptxas's resource report: the CPU tests use it.
@@ -14,18 +20,23 @@ reads ptxas's resource report: the CPU tests use it.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import CompileFailed, LaunchFailed, OutOfMemory
 from .spec import KERNELS_DIR, KernelSpec
 
-NVRTC_OPTIONS = ("-std=c++17",)     # CuPy adds -arch for the current device and -ftz=true
+NVRTC_OPTIONS = ("-std=c++17",)     # plus -ftz=true, as CuPy's RawModule adds, and -arch
+BUILD_OPTIONS = (*NVRTC_OPTIONS, "-ftz=true")
+DEFAULT_CACHE_DIR = ".sgemm_cache"
 STATIC_SMEM_LIMIT = 48 * 1024       # above this a kernel must opt in to dynamic shared memory
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 
@@ -105,24 +116,110 @@ class NvrtcKernel:
             ) from exc
 
 
-# Compiled functions of this process, keyed by source text, entry and options. The launch
-# geometry is not part of the key: it belongs to the spec (it depends on the problem size).
-_compiled: dict[tuple, tuple] = {}
+@dataclass(frozen=True)
+class Cubin:
+    """A compiled kernel on disk: the cubin, the entry's lowered (mangled) name and how long
+    NVRTC took when it was built (a cache hit keeps that figure)."""
+
+    path: str
+    lowered_name: str
+    arch: str
+    compile_seconds: float
+    source_sha256: str
 
 
-def compile_kernel(spec: KernelSpec):
-    """NVRTC-compile a chapter kernel (cached per process), or build a cuBLAS baseline."""
+def _nvrtc():
+    from cupy_backends.cuda.libs import nvrtc
+
+    return nvrtc
+
+
+def nvrtc_version() -> str:
+    return "%d.%d" % _nvrtc().getVersion()
+
+
+def build_cubin(source_text: str, entry: str, arch: str, cache_dir: Path | str,
+                name: str = "kernel") -> Cubin:
+    """NVRTC: `source_text` with `entry` instantiated -> a cubin for `arch` ("sm_90", "sm_90a"),
+    or the cached one. Raises CompileFailed with NVRTC's log (file and line) on an error.
+    Safe to call from many threads at once: each builds its own program, and files are
+    written under a private name and renamed into place."""
+    nvrtc = _nvrtc()
+    options = (*BUILD_OPTIONS, f"-arch={arch}")
+    source_sha = hashlib.sha256(source_text.encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([source_sha, entry, options, nvrtc_version()]).encode()).hexdigest()
+    directory = Path(cache_dir) / "cubin" / key[:2]
+    meta_path, cubin_path = directory / f"{key}.json", directory / f"{key}.cubin"
+    if meta_path.is_file() and cubin_path.is_file():
+        try:
+            return Cubin(**json.loads(meta_path.read_text()))
+        except (ValueError, TypeError):
+            pass  # unreadable: build again
+    start = time.perf_counter()
+    program = nvrtc.createProgram(source_text, "kernel.cu", [], [])
+    try:
+        nvrtc.addNameExpression(program, entry)
+        try:
+            nvrtc.compileProgram(program, list(options))
+        except nvrtc.NVRTCError as exc:
+            raise CompileFailed(
+                f"kernel {name} ({entry}) failed to compile with NVRTC ({exc}); its log:\n"
+                f"{_text(nvrtc.getProgramLog(program)).strip()}") from None
+        binary = nvrtc.getCUBIN(program)
+        lowered = _text(nvrtc.getLoweredName(program, entry))
+    finally:
+        nvrtc.destroyProgram(program)
+    cubin = Cubin(path=str(cubin_path.resolve()), lowered_name=lowered, arch=arch,
+                  compile_seconds=time.perf_counter() - start, source_sha256=source_sha)
+    directory.mkdir(parents=True, exist_ok=True)
+    private = f".{os.getpid()}.{id(cubin)}.tmp"
+    tmp = cubin_path.with_name(cubin_path.name + private)
+    tmp.write_bytes(binary if isinstance(binary, bytes) else bytes(binary))
+    tmp.replace(cubin_path)
+    tmp = meta_path.with_name(meta_path.name + private)
+    tmp.write_text(json.dumps(asdict(cubin)) + "\n")
+    tmp.replace(meta_path)  # last: a meta file means its cubin is whole
+    return cubin
+
+
+def _text(value) -> str:
+    return (value.decode() if isinstance(value, bytes) else str(value)).rstrip("\0")
+
+
+def precompile(jobs, arch: str, cache_dir: Path | str, threads: int | None = None,
+               executor: ThreadPoolExecutor | None = None) -> list[Future]:
+    """Build the cubins of many (name, source_text, entry) on CPU threads, in order; returns
+    the futures (each a Cubin or a CompileFailed). Pass an executor to keep building in the
+    background while the caller goes on."""
+    pool = executor or ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1,
+                                          thread_name_prefix="nvrtc")
+    return [pool.submit(build_cubin, text, entry, arch, cache_dir, name)
+            for name, text, entry in jobs]
+
+
+def device_arch() -> str:
+    """The current device's architecture, as NVRTC names it (sm_90 for Hopper)."""
+    import cupy as cp
+
+    return "sm_" + cp.cuda.Device().compute_capability
+
+
+# Loaded functions of this process, keyed by cubin (the launch geometry belongs to the spec).
+_loaded: dict[tuple, tuple] = {}
+
+
+def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
+    """Compile (or find cached) and load a chapter kernel, or build a cuBLAS baseline."""
     if spec.backend == "cublas":
         from .cublas import CublasGemm
 
         return CublasGemm(spec)
 
-    source_text = expand_source(spec.source)
-    key = (hashlib.sha256(source_text.encode()).hexdigest(), spec.entry, NVRTC_OPTIONS,
-           spec.dynamic_smem_bytes)
-    if key not in _compiled:
-        _compiled[key] = _build(spec, source_text, key[0])
-    function, report = _compiled[key]
+    cubin = build_cubin(expand_source(spec.source), spec.entry, device_arch(), cache_dir, spec.name)
+    key = (cubin.path, cubin.lowered_name, spec.dynamic_smem_bytes)
+    if key not in _loaded:
+        _loaded[key] = _load(spec, cubin)
+    function, report = _loaded[key]
     if spec.threads > report.max_threads_per_block:
         raise LaunchFailed(
             f"kernel {spec.name} ({spec.entry}) cannot launch {spec.threads} threads per block: "
@@ -133,19 +230,16 @@ def compile_kernel(spec: KernelSpec):
     return NvrtcKernel(spec, function, report)
 
 
-def _build(spec: KernelSpec, source_text: str, sha256: str):
+def _load(spec: KernelSpec, cubin: Cubin):
     import cupy as cp
 
-    start = time.perf_counter()
     try:
-        module = cp.RawModule(code=source_text, options=NVRTC_OPTIONS, name_expressions=[spec.entry])
-        function = module.get_function(spec.entry)
+        module = cp.RawModule(path=cubin.path)
+        function = module.get_function(cubin.lowered_name)
         function.attributes  # forces the load; resource errors surface here, not at launch
-    except cp.cuda.compiler.CompileException as exc:
-        raise CompileFailed(
-            f"kernel {spec.name} ({spec.entry}) failed to compile with NVRTC; its log:\n"
-            f"{exc.get_message() if hasattr(exc, 'get_message') else exc}"
-        ) from exc
+    except cp.cuda.driver.CUDADriverError as exc:
+        raise LaunchFailed(f"kernel {spec.name} ({spec.entry}) could not be loaded from its "
+                           f"cubin ({cubin.arch}): {exc}") from exc
     if spec.dynamic_smem_bytes > STATIC_SMEM_LIMIT:
         function.max_dynamic_shared_size_bytes = spec.dynamic_smem_bytes  # the opt-in
     report = ResourceReport(
@@ -154,8 +248,8 @@ def _build(spec: KernelSpec, source_text: str, sha256: str):
         dynamic_smem_bytes=spec.dynamic_smem_bytes,
         local_bytes=int(function.local_size_bytes),
         max_threads_per_block=int(function.max_threads_per_block),
-        compile_seconds=time.perf_counter() - start,
-        source_sha256=sha256,
+        compile_seconds=cubin.compile_seconds,
+        source_sha256=cubin.source_sha256,
     )
     return function, report
 

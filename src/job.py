@@ -1,7 +1,10 @@
 """One Hydra job, step by step: config -> spec -> compile -> verify -> time -> record.
 
 Every expected failure (errors.LabError) ends the job with its status and message in the
-record; the caller decides what that means for the process (run.py).
+record; the caller decides what that means for the process (run.py). A job normally runs in a
+worker process (src/worker.py), which relays `progress` after each step to its launcher.
+With `resume=true`, a job whose exact measurement is in the cache (src/measurements.py) is
+not run again: its record is the cached one, marked `from_cache`.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import gpu as gpu_mod
 from . import tuned
-from .compile import ResourceReport, compile_kernel, expand_source
+from .compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel, expand_source
 from .errors import InternalError, LabError, LaunchFailed, NoGPU, VerificationFailed
+from .measurements import Cache
+from .measurements import key as measurement_key
 from .problem import Problem, make_inputs
 from .record import Record
 from .spec import KernelSpec, build_spec
@@ -47,12 +52,17 @@ def _bench_key(bench: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in bench.items()))
 
 
+def _no_progress(step: str, record: Record) -> None:
+    pass
+
+
 def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, record: Record,
-                     outputs: JobOutputs | None = None):
+                     outputs: JobOutputs | None = None, progress=_no_progress,
+                     cache_dir: str = DEFAULT_CACHE_DIR):
     """Compile, verify on fresh inputs, then time: fills `record`, returns GFLOP/s."""
     import cupy as cp
 
-    kernel = compile_kernel(spec)
+    kernel = compile_kernel(spec, cache_dir)
     if kernel.report is not None:
         if outputs is not None:
             outputs.resources = kernel.report
@@ -65,8 +75,10 @@ def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, re
     tolerance = float(bench["tolerance"][spec.precision])
     record.tolerance = tolerance
     try:
+        progress("compiled", record)
         checked = verify(kernel, problem, inputs, tolerance, spec.name)
         record.rel_err = checked.rel_err
+        progress("verified", record)
 
         flush = None
         if bench["flush_l2"]:
@@ -85,6 +97,8 @@ def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, re
             max_seconds=float(bench["max_seconds"]),
             between=between if (flush is not None or problem.beta != 0.0) else None,
             read_clock=lambda: gpu_mod.sm_clock_mhz(device),
+            max_clock_mhz=device.max_sm_clock_mhz,
+            throttle_threshold=bench.get("throttle_threshold"),
         )
     except cp.cuda.runtime.CUDARuntimeError as exc:
         raise LaunchFailed(f"kernel {spec.name} faulted while being timed: {exc}") from exc
@@ -98,6 +112,8 @@ def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, re
     record.samples = timing.samples
     record.sm_clock_mhz_before = timing.sm_clock_mhz_before
     record.sm_clock_mhz_after = timing.sm_clock_mhz_after
+    record.samples_throttled = timing.samples_throttled
+    record.sample_clock_mhz = list(timing.sample_clock_mhz)
     record.gflops = problem.flops / (timing.median_ms * 1e-3) / 1e9
     return record.gflops
 
@@ -107,7 +123,7 @@ def baseline_gflops(which: str, problem: Problem, bench: dict, device) -> float 
     key = (which, problem, _bench_key(bench))
     if key not in _baseline_gflops:
         spec = build_spec(OmegaConf.load(KERNEL_CONF_DIR / f"{which}.yaml"), problem, {})
-        scratch = _new_record(spec.name, spec.precision, spec.backend, vars(problem))
+        scratch = new_record(spec.name, spec.precision, spec.backend, vars(problem))
         try:
             _baseline_gflops[key] = _verify_and_time(spec, problem, bench, device, scratch)
         except LabError as exc:
@@ -116,7 +132,7 @@ def baseline_gflops(which: str, problem: Problem, bench: dict, device) -> float 
     return _baseline_gflops[key]
 
 
-def _new_record(kernel: str, precision: str, backend: str, problem: dict, **extra) -> Record:
+def new_record(kernel: str, precision: str, backend: str, problem: dict, **extra) -> Record:
     """`problem` holds m, n, k, alpha, beta as given (possibly invalid: they are recorded as is)."""
     return Record(kernel=kernel, precision=precision, backend=backend,
                   **{key: problem[key] for key in ("m", "n", "k", "alpha", "beta")},
@@ -124,12 +140,13 @@ def _new_record(kernel: str, precision: str, backend: str, problem: dict, **extr
 
 
 def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
-            explicit_params: set[str] = frozenset()) -> Record:
+            explicit_params: set[str] = frozenset(), progress=_no_progress) -> Record:
     """Run one job; `outputs`, if given, receives what the tracking step logs besides the record;
-    `explicit_params`: kernel.params.* names set on the command line (they beat tuned values)."""
+    `explicit_params`: kernel.params.* names set on the command line (they beat tuned values);
+    `progress(step, record)` is called after each step (the worker relays it to its launcher)."""
     kcfg = OmegaConf.to_container(cfg.kernel, resolve=True)
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
-    record = _new_record(
+    record = new_record(
         str(kcfg.get("name")), str(kcfg.get("precision")), str(kcfg.get("backend")), cfg,
         params=dict(kcfg.get("params") or {}), bench=bench)
     try:
@@ -156,8 +173,21 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
             gpu_mod.detect()  # raises NoGPU with its message
         _warn_if_spec_mismatch(gpu_spec, device)
         record.gpu, record.gpu_spec, record.device = device.name, gpu_spec.name, asdict(device)
+        progress("spec", record)
 
-        gflops = _verify_and_time(spec, problem, bench, device, record, outputs)
+        cache_dir = str(cfg.get("cache_dir") or DEFAULT_CACHE_DIR)
+        cache = Cache(cache_dir)
+        digest = measurement_key(spec, problem, bench, device,
+                                 source_sha256(outputs.source if outputs else None, spec))
+        if cfg.get("resume"):
+            cached = cache.get(digest)
+            if cached is not None:
+                cached.from_cache = True
+                return cached
+
+        gflops = _verify_and_time(spec, problem, bench, device, record, outputs, progress,
+                                  cache_dir)
+        progress("timed", record)
         if spec.backend == "cublas":
             _baseline_gflops[(spec.name, problem, _bench_key(bench))] = gflops
         fp32 = baseline_gflops("cublas_fp32", problem, bench, device)
@@ -167,18 +197,29 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
         record.pct_of_cublas_tf32 = 100.0 * gflops / tf32 if tf32 else None
         peak = gpu_spec.peak_tflops(spec.precision)
         record.pct_of_peak = 100.0 * gflops / (peak * 1e3) if peak else None
+        cache.put(digest, record)
     except LabError as exc:
-        _mark_failed(record, exc)
+        mark_failed(record, exc)
     except Exception as exc:  # a bug, not bad input: record it so a sweep goes on
         if cfg.get("debug"):
             raise
-        _mark_failed(record, InternalError(
+        mark_failed(record, InternalError(
             f"internal error while running {record.kernel} (a bug in sgemm-lab; rerun with "
             f"debug=true for the traceback): {type(exc).__name__}: {exc}"))
     return record
 
 
-def _mark_failed(record: Record, exc: LabError) -> None:
+def source_sha256(source_text: str | None, spec: KernelSpec) -> str | None:
+    """SHA-256 of the exact text handed to NVRTC (None for a cuBLAS baseline)."""
+    import hashlib
+
+    if spec.source is None:
+        return None
+    text = source_text if source_text is not None else expand_source(spec.source)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def mark_failed(record: Record, exc: LabError) -> None:
     record.status = exc.status
     record.error = str(exc)
     if isinstance(exc, VerificationFailed):

@@ -45,6 +45,8 @@ class Record:
     samples: int | None = None
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
+    samples_throttled: int | None = None   # samples left out: SM clock below the throttle threshold
+    sample_clock_mhz: list | None = None   # the SM clock during each kept sample (clock64 / globaltimer)
     # against the baselines measured in the same process, same shape and protocol
     cublas_fp32_gflops: float | None = None
     cublas_tf32_gflops: float | None = None
@@ -64,6 +66,7 @@ class Record:
     device: dict = field(default_factory=dict)
     bench: dict = field(default_factory=dict)
     timestamp: str | None = None
+    from_cache: bool = False          # resume=true reused this verified measurement (same key)
 
     @property
     def ok(self) -> bool:
@@ -96,11 +99,15 @@ class Record:
             first = (self.error or "").splitlines()[0] if self.error else ""
             return f"{head}  {self.status.upper():<20} {first}"
         parts = [f"{self.gflops:>10,.1f} GFLOP/s", f"{self.time_ms_median:9.4f} ms"]
+        if self.samples_throttled:
+            parts.append(f"{self.samples_throttled} throttled samples left out")
         if self.pct_of_cublas_fp32 is not None:
             parts.append(f"{self.pct_of_cublas_fp32:6.1f}% of cuBLAS FP32")
         parts.append(f"rel_err {self.rel_err:.1e}")
         if self.registers is not None:
             parts.append(f"{self.registers} regs, {self.local_bytes} B local")
+        if self.from_cache:
+            parts.append(f"(cached, measured {self.timestamp})")
         return head + "  " + "  ".join(parts)
 
 

@@ -1,7 +1,8 @@
 """Entry point: `python -m src.run [-m] [overrides]`. Thin on purpose: job.run_job does the work.
 
 A single run exits non-zero when its job fails; in a sweep (-m) a failed job is recorded and the
-sweep goes on, and callbacks.SweepSummary prints the table at the end. Each job is an MLflow run
+sweep goes on (the job ran in a worker process, src/worker.py, so even a fault or a hang costs
+only that job), and callbacks.SweepSummary prints the table at the end. Each job is an MLflow run
 (tracking.hydra_job_run), nested under the sweep's run (callbacks.MlflowSweep) in a sweep.
 """
 
@@ -16,26 +17,31 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from .job import JobOutputs, run_job
-from .tracking import Terminated, hydra_job_run
+from .tracking import Terminated, TrackingUnavailable, hydra_job_run
 from .tuned import explicit_params
+from .worker import run_isolated
 
 log = logging.getLogger("sgemm")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> dict:
+    """One job; returns its record as a dict (what a sweeper, e.g. the tuning one, reads)."""
     hc = HydraConfig.get()
-    with hydra_job_run(cfg) as tracked:
-        outputs = JobOutputs()
-        record = run_job(cfg, outputs, explicit_params(list(hc.overrides.task)))
-        record.write(Path(hc.runtime.output_dir))
-        tracked.log_result(record, outputs)
+    try:
+        with hydra_job_run(cfg) as tracked:
+            record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)))
+            record.write(Path(hc.runtime.output_dir))
+            tracked.log_result(record, outputs)
+    except TrackingUnavailable as exc:  # raised before the job ran: nothing to record
+        log.error("error [%s]: %s", exc.status, exc)
+        sys.exit(1)
     if record.ok or hc.mode == RunMode.MULTIRUN:
         log.info(record.console_line())  # a sweep goes on; its summary lists the failures
     else:
         log.error("error [%s]: %s", record.status, record.error)
         sys.exit(1)
+    return record.to_dict()
 
 
 if __name__ == "__main__":

@@ -83,11 +83,13 @@ def _check(rules, names: dict[str, Any], kernel: str, error_cls, what: str, hint
         rule, why = (item["rule"], item.get("why", "")) if isinstance(item, dict) else (item, "")
         if not _evaluate(rule, names, kernel):
             values = ", ".join(f"{n}={names[n]}" for n in _names_in(str(rule)))
-            raise error_cls(
+            error = error_cls(
                 f"{what} for kernel {kernel}: rule `{rule}` is false with {values}"
                 + (f" ({why})" if why else "")
                 + f". {hint}"
             )
+            error.rule = str(rule)  # which rule: a tuning sweep counts its pruned candidates by it
+            raise error
 
 
 def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str, int]) -> KernelSpec:
@@ -135,7 +137,7 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
     block = tuple(int(_evaluate(e, names, name)) for e in launch.get("block", ()))
     if not grid or not block:
         raise ConfigError(f"kernel {name}: launch.grid and launch.block must be given.")
-    source = KERNELS_DIR / cfg["source"]
+    source = (KERNELS_DIR / cfg["source"]).resolve()
     if not source.is_file():
         raise ConfigError(f"kernel {name}: source {source} does not exist.")
     try:

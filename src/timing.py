@@ -15,6 +15,12 @@ from typing import Callable
 
 import numpy as np
 
+from .errors import LabError
+
+
+class Throttled(LabError):
+    status = "failed_throttled"
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -25,20 +31,69 @@ class Timing:
     samples: int
     sm_clock_mhz_before: int | None
     sm_clock_mhz_after: int | None
+    samples_throttled: int = 0
+    sample_clock_mhz: tuple[float, ...] = ()   # the SM clock during each kept sample
 
     @property
     def rel_iqr(self) -> float:
         return self.iqr_ms / self.median_ms
 
 
-def summarize(times_ms, clock_before=None, clock_after=None) -> Timing:
+def summarize(times_ms, clock_before=None, clock_after=None, clocks_mhz=None,
+              throttled: int = 0) -> Timing:
     t = np.asarray(times_ms, dtype=np.float64)
     q1, q3 = np.percentile(t, [25, 75])
     return Timing(
         median_ms=float(np.median(t)), min_ms=float(t.min()), max_ms=float(t.max()),
         iqr_ms=float(q3 - q1), samples=int(t.size),
         sm_clock_mhz_before=clock_before, sm_clock_mhz_after=clock_after,
+        samples_throttled=throttled,
+        sample_clock_mhz=tuple(round(float(c), 1) for c in clocks_mhz) if clocks_mhz is not None else (),
     )
+
+
+def keep_unthrottled(times_ms, clocks_mhz, floor_mhz: float | None):
+    """(times, clocks, flagged): the samples whose SM clock is at least `floor_mhz`."""
+    if floor_mhz is None or clocks_mhz is None:
+        return list(times_ms), clocks_mhz, 0
+    kept = [(t, c) for t, c in zip(times_ms, clocks_mhz) if c >= floor_mhz]
+    return [t for t, _ in kept], [c for _, c in kept], len(times_ms) - len(kept)
+
+
+_PROBE_SOURCE = r"""
+extern "C" __global__ void sgemm_lab_clock_probe(unsigned long long* out, int slot) {
+    unsigned long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    out[2 * slot] = ns;
+    out[2 * slot + 1] = (unsigned long long)clock64();
+}
+"""
+
+
+class ClockProbe:
+    """The SM clock during each sample: (cycles after - before) / (ns after - before)."""
+
+    def __init__(self, batch: int):
+        import cupy as cp
+
+        self._kernel = cp.RawKernel(_PROBE_SOURCE, "sgemm_lab_clock_probe")
+        self._stamps = cp.zeros(4 * batch, dtype=cp.uint64)
+
+    def before(self, i: int) -> None:
+        import numpy as np
+
+        self._kernel((1,), (1,), (self._stamps, np.int32(2 * i)))
+
+    def after(self, i: int) -> None:
+        import numpy as np
+
+        self._kernel((1,), (1,), (self._stamps, np.int32(2 * i + 1)))
+
+    def read(self, count: int) -> list[float]:
+        s = self._stamps[: 4 * count].get().astype(np.int64).reshape(count, 2, 2)
+        ns = s[:, 1, 0] - s[:, 0, 0]
+        cycles = s[:, 1, 1] - s[:, 0, 1]
+        return [float(c) / float(n) * 1e3 if n > 0 else float("nan") for n, c in zip(ns, cycles)]
 
 
 class L2Flush:
@@ -62,9 +117,11 @@ class L2Flush:
 def measure(launch: Callable[[], None], *, warmup: int, min_samples: int, max_samples: int,
             target_rel_iqr: float, max_seconds: float,
             between: Callable[[], None] | None = None,
-            read_clock: Callable[[], int | None] = lambda: None) -> Timing:
+            read_clock: Callable[[], int | None] = lambda: None,
+            max_clock_mhz: float | None = None, throttle_threshold: float | None = None) -> Timing:
     """Time `launch` (one kernel launch on the current stream). `between` runs untimed before
-    every sample (L2 flush, input restore)."""
+    every sample (L2 flush, input restore). With `max_clock_mhz` and `throttle_threshold`,
+    samples taken below threshold x max clock are flagged and left out (see the module doc)."""
     import cupy as cp
 
     for _ in range(max(warmup, 0)):
@@ -75,21 +132,41 @@ def measure(launch: Callable[[], None], *, warmup: int, min_samples: int, max_sa
 
     batch = max(1, min(min_samples, max_samples))
     pool = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(batch)]
+    floor = (max_clock_mhz * throttle_threshold
+             if max_clock_mhz and throttle_threshold is not None else None)
+    probe = ClockProbe(batch)
     times: list[float] = []
+    clocks: list[float] = []
+    taken = 0
     clock_before = read_clock()
     started = time.perf_counter()
-    while len(times) < max_samples:
-        todo = min(batch, max_samples - len(times))
-        for start, stop in pool[:todo]:
+    while taken < max_samples:
+        todo = min(batch, max_samples - taken)
+        for i, (start, stop) in enumerate(pool[:todo]):
             if between:
                 between()
+            probe.before(i)
             start.record()
             launch()
             stop.record()
+            probe.after(i)
         pool[todo - 1][1].synchronize()
+        taken += todo
         times.extend(cp.cuda.get_elapsed_time(s, e) for s, e in pool[:todo])
-        if len(times) >= min_samples:
-            t = summarize(times)
-            if t.rel_iqr <= target_rel_iqr or time.perf_counter() - started >= max_seconds:
+        clocks.extend(probe.read(todo))
+        kept, _, _ = keep_unthrottled(times, clocks, floor)
+        out_of_time = time.perf_counter() - started >= max_seconds
+        if len(kept) >= min_samples:
+            if summarize(kept).rel_iqr <= target_rel_iqr or out_of_time:
                 break
-    return summarize(times, clock_before, read_clock())
+        elif out_of_time and taken >= min_samples:
+            break  # a throttled GPU: stop at the time limit with what was kept
+    kept, kept_clocks, flagged = keep_unthrottled(times, clocks, floor)
+    if not kept:
+        raise Throttled(
+            f"every one of {taken} timed samples ran with the SM clock below "
+            f"{throttle_threshold:.0%} of its maximum {max_clock_mhz:.0f} MHz (median "
+            f"{float(np.median(clocks)):.0f} MHz; rule: samples on a throttled GPU are left out, "
+            f"bench.throttle_threshold). The GPU is power- or heat-limited or shared: check "
+            f"nvidia-smi -q -d PERFORMANCE.")
+    return summarize(kept, clock_before, read_clock(), kept_clocks, flagged)

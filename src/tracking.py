@@ -43,6 +43,7 @@ from typing import Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from . import tuned
+from .errors import LabError
 from .record import Record
 
 log = logging.getLogger("sgemm")
@@ -62,7 +63,7 @@ METRICS = (
     "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak",
     "cublas_fp32_gflops", "cublas_tf32_gflops", "rel_err", "tolerance",
     "registers", "static_smem_bytes", "dynamic_smem_bytes", "local_bytes", "compile_seconds",
-    "sm_clock_mhz_before", "sm_clock_mhz_after",
+    "sm_clock_mhz_before", "sm_clock_mhz_after", "samples_throttled",
 )
 # Fields of Record.device logged as tags, with the GPU's name.
 DEVICE_TAGS = ("compute_capability", "driver", "cuda_runtime", "nvrtc", "cupy")
@@ -79,6 +80,26 @@ def resolve_tracking_uri(configured: str | None, root: Path) -> str:
     path = sqlite_path(uri)
     if path is not None and not path.is_absolute():
         uri = "sqlite:///" + str((root / path).resolve())
+    return uri
+
+
+# Where MLflow can keep runs: its file and database stores, a tracking server, Databricks.
+SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+
+
+class TrackingUnavailable(LabError):
+    status = "tracking_error"
+
+
+def check_tracking_uri(uri: str) -> str:
+    """`uri` if MLflow can store runs there; else TrackingUnavailable naming the rule."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme and scheme not in SCHEMES:
+        raise TrackingUnavailable(
+            f"MLflow cannot track runs at {uri!r}: its scheme {scheme!r} is not one MLflow stores "
+            f"runs in (rule: the tracking URI's scheme is one of {', '.join(SCHEMES)}, or a "
+            f"plain path). Set mlflow.tracking_uri=... or $MLFLOW_TRACKING_URI (the config wins), "
+            f"or turn tracking off with mlflow.enabled=false.")
     return uri
 
 
@@ -105,9 +126,11 @@ class Settings:
     def from_cfg(cls, cfg: DictConfig, root: Path, config_name: str | None = None) -> "Settings":
         """From the config's `mlflow` block; `root` anchors the default store (the original cwd)."""
         block = cfg.get("mlflow") or {}
+        enabled = bool(block.get("enabled", True))
+        uri = resolve_tracking_uri(block.get("tracking_uri"), root)
         return cls(
-            enabled=bool(block.get("enabled", True)),
-            tracking_uri=resolve_tracking_uri(block.get("tracking_uri"), root),
+            enabled=enabled,
+            tracking_uri=check_tracking_uri(uri) if enabled else uri,
             experiment_name=block.get("experiment_name") or default_experiment_name(config_name),
             log_ptx=bool(block.get("log_ptx", False)),
         )
@@ -445,6 +468,28 @@ def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
         yield job
 
 
+def log_reused_job(sweep_dir: Path, record: Record, run_name: str) -> str | None:
+    """A trial the tuning sweeper took from the measurement cache instead of running: a
+    FINISHED child run of the sweep's run with the record's params, metrics and record.json,
+    tagged from_cache. None when the sweep is not tracked."""
+    parent = Parent.read(sweep_dir)
+    if parent is None:
+        return None
+    mlflow_client = client(parent.tracking_uri)
+    run = mlflow_client.create_run(parent.experiment_id, run_name=run_name, tags={
+        **context_tags(), "kind": "job", "mlflow.parentRunId": parent.run_id,
+        "from_cache": "true"})
+    params = {"kernel": record.kernel, "m": str(record.m), "n": str(record.n), "k": str(record.k),
+              "alpha": str(record.alpha), "beta": str(record.beta),
+              **flatten({"kernel": {"params": record.params}})}
+    _log_batch(mlflow_client, run.info.run_id, params=params, metrics=record_metrics(record),
+               tags=record_tags(record))
+    mlflow_client.log_text(run.info.run_id, json.dumps(record.to_dict(), indent=2, default=str)
+                           + "\n", "record.json")
+    mlflow_client.set_terminated(run.info.run_id, FINISHED if record.ok else FAILED)
+    return run.info.run_id
+
+
 # --- a sweep --------------------------------------------------------------------------------------
 
 def child_runs(mlflow_client, parent: Parent) -> list:
@@ -457,6 +502,21 @@ def child_runs(mlflow_client, parent: Parent) -> list:
         token = page.token
         if not token:
             return runs
+
+
+def tuning_tags(summaries: list[dict]) -> dict[str, str]:
+    """A tuning sweep's counts and best result, as tags of its run (summed over its problems;
+    the best is the first problem's)."""
+    tags = {f"tune_{name}": str(sum(s[name] for s in summaries))
+            for name in ("pruned", "measured", "from_cache", "ok", "failed_compile",
+                         "failed_verification", "failed_other")}
+    if summaries:
+        tags["tune_strategy"] = summaries[0]["strategy"]
+        best = summaries[0].get("best")
+        if best:
+            tags["tune_best_gflops"] = f"{best['gflops']:.1f}"
+            tags["tune_best_params"] = json.dumps(best["params"], sort_keys=True)
+    return tags
 
 
 class SweepRun:
@@ -516,6 +576,13 @@ class SweepRun:
                 mlflow_client.log_figure(run_id, gflops_figure(records), "gflops.png")
             else:
                 log.warning("no job records under %s: no summary logged to MLflow", self.sweep_dir)
+            tuning = self.sweep_dir / "tune_summary.json"
+            if tuning.is_file():  # a tuning sweep (hydra_plugins/sgemm_lab/tune_sweeper.py)
+                mlflow_client.log_text(run_id, (self.sweep_dir / "tune_summary.md").read_text(),
+                                       "tune_summary.md")
+                summaries = json.loads(tuning.read_text())
+                mlflow_client.log_dict(run_id, summaries, "tune_summary.json")
+                counts.update(tuning_tags(summaries))
             _log_batch(mlflow_client, run_id, tags=counts)
         except BaseException:
             self.close_unfinished()

@@ -72,6 +72,25 @@ def test_unknown_kernel_lists_the_choices(tmp_path):
     assert "Traceback" not in output
 
 
+def test_unknown_gpu_lists_the_choices(tmp_path):
+    proc = run_cli(tmp_path, "gpu=b200", "mlflow.enabled=false")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Could not find 'gpu/b200'" in output
+    for name in ("auto", "h100_sxm", "h200", "a100"):
+        assert name in output
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_tracking_uri_mlflow_cannot_use_is_one_clear_error(tmp_path, sweep):
+    proc = run_cli(tmp_path, *(["-m"] if sweep else []), "size=128", "mlflow.tracking_uri=ftp://x")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert "error [tracking_error]" in output and "scheme 'ftp'" in output
+    assert "mlflow.enabled=false" in output and "Traceback" not in output
+    assert not list(tmp_path.rglob("record.json"))  # stopped before any job ran
+
+
 def test_sweep_records_every_job_and_goes_on_after_failures(tmp_path, tracking_uri):
     """A sweep over every kernel config plus a bad-parameter job: every job leaves a record
     (ok on a GPU machine, no_gpu without one), the bad one is invalid_params, the summary is
@@ -157,16 +176,13 @@ def test_a_sweep_under_another_launcher_nests_jobs_from_other_processes(tmp_path
     assert parent.data.tags["jobs"] == "2"
 
 
-# `python -m src.run ...` with a job that takes long (as a GPU job does) in place of run_job.
+# `python -m src.run ...` whose worker process takes long per job (as a GPU job does).
 SLOW_JOB = """
-import runpy, time
-import src.job
+import runpy
+import src.worker
+import tests.fault_jobs
 
-def slow_job(cfg, outputs=None, explicit_params=frozenset()):
-    print("job started", flush=True)
-    time.sleep(120)
-
-src.job.run_job = slow_job
+src.worker._serve = tests.fault_jobs.slow_serve
 runpy.run_module("src.run", run_name="__main__", alter_sys=True)
 """
 
@@ -184,9 +200,10 @@ def test_sigterm_mid_sweep_leaves_runs_killed_not_running(tmp_path, tracking_uri
         lines = []
         for line in proc.stdout:  # bounded by the process: it sleeps 120 s at most per job
             lines.append(line)
-            if line.strip() == "job started":
+            if line.startswith("job started in worker "):
                 break
-        assert lines and lines[-1].strip() == "job started", "".join(lines)
+        assert lines and lines[-1].startswith("job started in worker "), "".join(lines)
+        worker_pid = int(lines[-1].split()[-1])
         proc.send_signal(signal.SIGTERM)
         output = "".join(lines) + proc.communicate(timeout=60)[0]
     finally:
@@ -199,3 +216,5 @@ def test_sigterm_mid_sweep_leaves_runs_killed_not_running(tmp_path, tracking_uri
     assert len(parents) == 1 and len(jobs) == 1, output  # the sweep stopped in its first job
     assert parents[0].info.status == "KILLED" and jobs[0].info.status == "KILLED"
     assert parents[0].data.tags["jobs_killed"] == "1"
+    with pytest.raises(ProcessLookupError):  # the job's worker process went with its launcher
+        os.kill(worker_pid, 0)

@@ -78,3 +78,65 @@ def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
     with pytest.raises(CompileFailed) as info:
         compile_offline(spec, "sm_90")
     assert "99_broken.cu(5)" in str(info.value) and "undefined_symbol" in str(info.value)
+
+
+def _nvrtc_missing() -> str | None:
+    try:
+        from src.compile import nvrtc_version
+
+        nvrtc_version()
+        return None
+    except Exception as exc:  # no libnvrtc: pip install nvidia-cuda-nvrtc (the [test] extra)
+        return f"NVRTC not loadable ({type(exc).__name__})"
+
+
+needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None, reason=str(_nvrtc_missing()))
+H100 = limits_from_spec("h100_sxm")
+
+
+def _spec(name: str, conf_dir=CONF_DIR, **params) -> KernelSpec:
+    cfg = OmegaConf.to_container(OmegaConf.load(conf_dir / "kernel" / f"{name}.yaml"))
+    cfg["params"].update(params)
+    return build_spec(cfg, Problem(4096, 4096, 4096, 1.0, 0.0), H100)
+
+
+@needs_nvrtc
+def test_nvrtc_builds_a_cubin_once_and_reuses_it(tmp_path):
+    from src.compile import build_cubin
+
+    spec = _spec("10_warptiling")
+    text = expand_source(spec.source)
+    first = build_cubin(text, spec.entry, "sm_90", tmp_path, spec.name)
+    data = open(first.path, "rb").read()
+    assert data[:4] == b"\x7fELF" and first.lowered_name.startswith("_Z")
+    assert "sgemm_warptiling" in first.lowered_name and first.compile_seconds > 0
+    again = build_cubin(text, spec.entry, "sm_90", tmp_path, spec.name)
+    assert again == first  # from the cache: same file, same recorded compile time
+    other = build_cubin(text, spec.entry, "sm_80", tmp_path, spec.name)
+    assert other.path != first.path  # the architecture is part of the key
+
+
+@needs_nvrtc
+def test_nvrtc_compile_error_shows_the_log_with_file_and_line(tmp_path):
+    from src.compile import build_cubin
+
+    spec = _spec("broken_compile", conf_dir=CONF_DIR.parent / "tests" / "conf")
+    with pytest.raises(CompileFailed) as failed:
+        build_cubin(expand_source(spec.source), spec.entry, "sm_90", tmp_path, spec.name)
+    message = str(failed.value)
+    assert "kernel broken_compile (broken_compile) failed to compile with NVRTC" in message
+    assert "tests/kernels/broken_compile.cu(7)" in message and "undeclared_value" in message
+    assert not list(tmp_path.rglob("*.cubin"))  # nothing cached for a failure
+
+
+@needs_nvrtc
+def test_precompile_builds_candidates_on_threads(tmp_path):
+    from src.compile import Cubin, precompile
+
+    variants = [_spec("10_warptiling", bk=bk, tm=tm) for bk in (8, 16) for tm in (4, 8)]
+    jobs = [(s.name, expand_source(s.source), s.entry) for s in variants]
+    jobs.append(("broken", "this is not C++", "nothing"))
+    results = [f.exception() or f.result() for f in precompile(jobs, "sm_90", tmp_path, threads=2)]
+    built = results[:-1]
+    assert all(isinstance(r, Cubin) for r in built) and len({r.path for r in built}) == 4
+    assert isinstance(results[-1], CompileFailed)

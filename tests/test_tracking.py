@@ -26,7 +26,7 @@ from mlflow import MlflowClient  # noqa: E402
 from src import tracking  # noqa: E402
 from src.compile import expand_source  # noqa: E402
 from src.errors import VerificationFailed  # noqa: E402
-from src.job import JobOutputs, _mark_failed, run_job  # noqa: E402
+from src.job import JobOutputs, mark_failed, run_job  # noqa: E402
 from src.spec import KERNELS_DIR  # noqa: E402
 from tests.conftest import ROOT, compose_config, load_jsonl  # noqa: E402
 from tests.replay import (composed, all_runs, artifact, artifact_names, config_of,  # noqa: E402
@@ -221,7 +221,7 @@ def test_a_single_run_is_one_run_without_parent(progression, tracking_uri):
 
 def test_failed_verification_is_failed_with_its_error_and_no_gflops(progression, tracking_uri, tmp_path):
     record = next(r for r in progression if r.kernel == "06_vectorize")
-    _mark_failed(record, VerificationFailed(
+    mark_failed(record, VerificationFailed(
         "kernel 06_vectorize failed verification: normwise relative error 1.000e-03 ...", rel_err=1e-3))
     run_id = replay_job(record, tracking_uri, "wrong")
     client = MlflowClient(tracking_uri)

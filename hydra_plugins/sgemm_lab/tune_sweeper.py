@@ -1,0 +1,274 @@
+"""The tuning sweeper: `python -m src.run -m +tune=<kernel>` (conf/tune/) searches a kernel's
+tile parameters, exhaustively (`tune.strategy=grid`) or with Optuna's TPE (`tune.strategy=tpe
+tune.trials=N`), and can write the best into conf/tuned/<gpu>.yaml (`tune.write_back=true`).
+
+Why our own sweeper, not hydra-optuna-sweeper: that plugin pins optuna < 3, which does not work
+with current SQLAlchemy (MLflow needs a current one), and it has no notion of candidates that
+are invalid by construction, of a measurement cache or of compiling ahead. This one is small and
+runs on current Optuna (imported only for tpe):
+
+1. Other sweep arguments (e.g. `size=1024,4096`) expand as in Hydra's basic sweeper; each
+   combination is tuned on its own.
+2. Every candidate is checked against the kernel's constraints with the GPU's limits; broken
+   ones are pruned (counted per rule) and never compiled (src/tune.py).
+3. With `resume=true` (the tune configs' default), a candidate whose exact measurement is in the
+   cache (src/measurements.py) is not run again: its record is reused and logged as such.
+4. The rest are compiled on CPU threads ahead of time (NVRTC, src/compile.precompile) while the
+   launcher runs them one by one as ordinary jobs: the GPU times one kernel at a time.
+5. The summary (counts of pruned / failed to compile / failed verification / ok, the top ten)
+   goes to the console and tune_summary.md/.json in the sweep directory, which the sweep's
+   MLflow run (src/callbacks.MlflowSweep) picks up; every trial is a child run of it.
+"""
+
+# (no `from __future__ import annotations`: Hydra execs plugin modules outside sys.modules,
+# where dataclasses cannot resolve string annotations)
+
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("sgemm")
+SUMMARY_JSON = "tune_summary.json"
+SUMMARY_MD = "tune_summary.md"
+
+
+@dataclass
+class TuneSweeperConf:
+    _target_: str = "hydra_plugins.sgemm_lab.tune_sweeper.TuneSweeper"
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="tune", node=TuneSweeperConf,
+                             provider="sgemm_lab")
+
+
+class TuneSweeper(Sweeper):
+    def __init__(self) -> None:
+        self.config: DictConfig | None = None
+        self.hydra_context = None
+        self.launcher = None
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    # --- Hydra's entry ---------------------------------------------------------------------
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from src import tune
+
+        settings = tune.Settings.from_cfg(self.config.get("tune"))
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        combos = BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)[0]
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        threads = settings.compile_threads or None
+        summaries = []
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nvrtc") as executor:
+            try:
+                for combo in combos:
+                    summaries.append(self._tune(settings, list(combo), sweep_dir, executor))
+            finally:
+                executor.shutdown(wait=False, cancel_futures=True)
+        self._write(sweep_dir, summaries)
+        return summaries
+
+    # --- one problem --------------------------------------------------------------------------
+
+    def _tune(self, settings, combo: list[str], sweep_dir: Path, executor) -> dict:
+        from src import gpu as gpu_mod
+        from src import tune
+        from src.compile import expand_source, precompile
+        from src.errors import NoGPU
+        from src.measurements import Cache
+        from src.problem import Problem
+
+        started = time.perf_counter()
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, combo)
+        kernel_cfg = OmegaConf.to_container(cfg.kernel, resolve=True)
+        bench = OmegaConf.to_container(cfg.bench, resolve=True)
+        problem = Problem.from_cfg(cfg)
+        try:
+            device = gpu_mod.detect()
+            limits = gpu_mod.device_limits(device)
+            gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device).name
+            arch = "sm_" + device.compute_capability.replace(".", "")
+        except NoGPU as exc:  # prune and report anyway; every launched job will say no_gpu
+            log.warning("tuning without a GPU: %s", exc)
+            device, arch = None, None
+            gpu_spec = cfg.gpu.name if cfg.gpu.name != "auto" else "h100_sxm"
+            limits = gpu_mod.limits_from_spec(gpu_spec)
+        cache = Cache(cfg.cache_dir)
+        resume = bool(cfg.get("resume"))
+        source_text = expand_source((Path(tune.__file__).parent.parent / "kernels" /
+                                     kernel_cfg["source"]).resolve())
+
+        state = _State(combo=combo, problem=problem, kernel=kernel_cfg["name"])
+
+        def compile_ahead(specs):
+            if arch is not None:
+                precompile([(s.name, source_text, s.entry) for s in specs], arch, cfg.cache_dir,
+                           executor=executor)
+
+        def evaluate(batch):
+            return self._evaluate(batch, state, cache if (resume and device) else None, bench,
+                                  device, source_text, sweep_dir)
+
+        if settings.strategy == "grid":
+            candidates = tune.grid(settings.space)
+            pruning = tune.prune(kernel_cfg, candidates, problem, limits)
+            state.pruned.update(pruning.pruned)
+            state.considered = len(candidates)
+            log.info("tune %s at %s: %d candidates, %d pruned by the constraints, %d to measure",
+                     state.kernel, problem.label, len(candidates), pruning.pruned_total,
+                     len(pruning.valid))
+            compile_ahead([spec for _, spec in pruning.valid])
+            chunk = max(settings.batch, 32)
+            for start in range(0, len(pruning.valid), chunk):
+                evaluate(pruning.valid[start:start + chunk])
+        else:
+            self._tpe(settings, kernel_cfg, problem, limits, state, compile_ahead, evaluate)
+
+        data = tune.summary(settings, state.kernel, problem, state.records, state.pruned,
+                            state.considered, state.cached, time.perf_counter() - started,
+                            device.name if device else None)
+        data["gpu_spec"] = gpu_spec
+        data["overrides"] = combo
+        if settings.write_back:
+            self._write_back(settings, data, gpu_spec)
+        return data
+
+    def _tpe(self, settings, kernel_cfg, problem, limits, state, compile_ahead, evaluate) -> None:
+        from src import tune
+
+        search = tune.TpeSearch(settings.space, settings.seed)
+        max_asks = 50 * settings.trials
+        asks = 0
+        while len(state.records) < settings.trials and asks < max_asks:
+            batch, repeats = [], []
+            wanted = min(settings.batch, settings.trials - len(state.records))
+            while len(batch) < wanted and asks < max_asks:
+                trial, params = search.ask()
+                asks += 1
+                state.considered += 1
+                verdict = tune.check(kernel_cfg, params, problem, limits)
+                if isinstance(verdict, str):
+                    state.pruned[verdict] += 1
+                    search.tell(trial, None, pruned=True)
+                    continue
+                key = tune.params_key(params)
+                if key in state.seen or any(tune.params_key(p) == key for _, p, _ in batch):
+                    repeats.append((trial, key))  # asked again: told the known result, not re-run
+                    continue
+                batch.append((trial, params, verdict))
+            compile_ahead([spec for _, _, spec in batch])
+            records = evaluate([(params, spec) for _, params, spec in batch])
+            for (trial, _, _), record in zip(batch, records):
+                search.tell(trial, record.gflops if record.ok else None)
+            for trial, key in repeats:
+                known = state.seen[key]
+                search.tell(trial, known.gflops if known.ok else None)
+
+    # --- measuring a batch ------------------------------------------------------------------
+
+    def _evaluate(self, batch, state, cache, bench, device, source_text, sweep_dir):
+        import hashlib
+
+        from src import tune
+        from src.job import mark_failed
+        from src.measurements import key as measurement_key
+        from src.record import Record
+        from src.tracking import log_reused_job
+        from src.worker import WorkerCrashed
+
+        source_sha = hashlib.sha256(source_text.encode()).hexdigest()
+        out: list = [None] * len(batch)
+        launch = []
+        for i, (params, spec) in enumerate(batch):
+            if cache is not None:
+                hit = cache.get(measurement_key(spec, state.problem, bench, device, source_sha))
+                if hit is not None:
+                    hit.from_cache = True
+                    name = f"{self.job_idx}_{state.kernel}_{state.problem.m}x{state.problem.n}x{state.problem.k}"
+                    self.job_idx += 1
+                    hit.write(sweep_dir / name)
+                    log_reused_job(sweep_dir, hit, name)
+                    state.cached += 1
+                    out[i] = hit
+                    continue
+            launch.append(i)
+        if launch:
+            overrides = [state.combo + tune.overrides_for(batch[i][0]) for i in launch]
+            returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+            self.job_idx += len(launch)
+            for i, ret in zip(launch, returns):
+                try:
+                    out[i] = Record.from_dict(ret.return_value)
+                except Exception as exc:  # the job raised instead of returning its record
+                    record = Record(kernel=state.kernel, precision="fp32", backend="nvrtc",
+                                    m=state.problem.m, n=state.problem.n, k=state.problem.k,
+                                    alpha=state.problem.alpha, beta=state.problem.beta,
+                                    params=dict(batch[i][0]))
+                    mark_failed(record, WorkerCrashed(f"the job raised: {type(exc).__name__}: {exc}"))
+                    out[i] = record
+        for (params, _), record in zip(batch, out):
+            state.records.append(record)
+            state.seen[tune.params_key(params)] = record
+        return out
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def _write_back(self, settings, data: dict, gpu_spec: str) -> None:
+        from src import tune
+        from src.tuned import tuned_file
+
+        if data["best"] is None:
+            log.warning("nothing verified: conf/tuned/%s.yaml left as it was", gpu_spec)
+            return
+        path = tuned_file(gpu_spec)
+        tune.write_back(path, data["kernel"], settings.size_class, data["best"]["params"],
+                        tune.measured_note(data, settings.size_class))
+        data["written_to"] = str(path)
+        log.info("best parameters for %s (when %s) written to %s", data["kernel"],
+                 settings.size_class, path)
+
+    def _write(self, sweep_dir: Path, summaries: list[dict]) -> None:
+        from src import tune
+
+        text = "\n".join(tune.summary_markdown(data) for data in summaries)
+        for data in summaries:
+            if data.get("written_to"):
+                text += f"\nwritten to {data['written_to']}\n"
+        (sweep_dir / SUMMARY_MD).write_text(text)
+        (sweep_dir / SUMMARY_JSON).write_text(json.dumps(summaries, indent=2, default=str) + "\n")
+        print("\n" + text, flush=True)
+
+
+class _State:
+    """What one problem's tuning has seen so far."""
+
+    def __init__(self, combo, problem, kernel):
+        from collections import Counter
+
+        self.combo = combo
+        self.problem = problem
+        self.kernel = kernel
+        self.records: list = []
+        self.seen: dict = {}
+        self.pruned: Counter = Counter()
+        self.considered = 0
+        self.cached = 0

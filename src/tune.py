@@ -1,0 +1,263 @@
+"""Tuning step: a kernel's search space -> candidates pruned by its constraints -> measured by a
+strategy (exhaustive grid or Optuna TPE) -> the best per GPU and size class, written back to
+conf/tuned/<gpu>.yaml.
+
+The space is data (`tune.space` in conf/tune/<kernel>.yaml: parameter -> values) and so are
+the rules: a candidate is checked against the kernel config's own constraints and size
+constraints (src/spec.py) with the GPU's limits before anything is compiled. A candidate that
+breaks one is pruned and counted under the rule it broke; it costs microseconds, not a compile.
+
+The sweeper plugin (hydra_plugins/sgemm_lab/tune_sweeper.py) drives this module: it launches
+the surviving candidates as ordinary Hydra jobs (each verified and timed by src/job.py in the
+worker process), reuses measurements already in the cache when `resume=true`, and hands the
+records back here for the summary and the write-back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import InvalidParams, UnsupportedSize
+from .problem import Problem
+from .record import Record
+from .spec import KernelSpec, build_spec
+
+STRATEGIES = ("grid", "tpe")
+FAILURE_GROUPS = {  # how the summary counts a measured candidate, by its record's status
+    "ok": "ok",
+    "failed_compile": "failed_compile",
+    "failed_verification": "failed_verification",
+}
+
+
+@dataclass
+class Settings:
+    space: dict[str, list]
+    strategy: str = "grid"
+    trials: int | None = None        # tpe: how many candidates to measure
+    batch: int = 8                   # candidates asked and compiled ahead per launch
+    seed: int = 0
+    compile_threads: int | None = None
+    write_back: bool = False
+    size_class: str = "True"         # the `when` the written-back entry gets
+
+    @classmethod
+    def from_cfg(cls, block) -> "Settings":
+        data = dict(block or {})
+        space = {str(k): list(v) for k, v in dict(data.get("space") or {}).items()}
+        if not space or any(not values for values in space.values()):
+            raise InvalidParams("a tuning sweep needs tune.space: each tunable parameter with a "
+                                "non-empty list of values (see conf/tune/).")
+        strategy = str(data.get("strategy", "grid"))
+        if strategy not in STRATEGIES:
+            raise InvalidParams(f"tune.strategy must be one of {', '.join(STRATEGIES)}, got "
+                                f"{strategy!r}.")
+        trials = data.get("trials")
+        if strategy == "tpe" and (not isinstance(trials, int) or trials <= 0):
+            raise InvalidParams(f"tune.strategy=tpe needs tune.trials, the number of candidates "
+                                f"to measure (a positive integer), got {trials!r}.")
+        return cls(space=space, strategy=strategy, trials=trials,
+                   batch=int(data.get("batch") or 8), seed=int(data.get("seed") or 0),
+                   compile_threads=data.get("compile_threads"),
+                   write_back=bool(data.get("write_back", False)),
+                   size_class=str(data.get("size_class", "True")))
+
+
+def grid(space: dict[str, list]) -> list[dict]:
+    """Every combination, in the space's order (the last parameter varies fastest)."""
+    names = list(space)
+    return [dict(zip(names, values)) for values in itertools.product(*space.values())]
+
+
+def space_size(space: dict[str, list]) -> int:
+    total = 1
+    for values in space.values():
+        total *= len(values)
+    return total
+
+
+@dataclass
+class Pruning:
+    """The verdict on candidates before compiling: a spec for each valid one, a count per rule."""
+
+    valid: list[tuple[dict, KernelSpec]] = field(default_factory=list)
+    pruned: Counter = field(default_factory=Counter)
+
+    @property
+    def pruned_total(self) -> int:
+        return sum(self.pruned.values())
+
+
+def check(kernel_cfg: dict, params: dict, problem: Problem, limits: dict) -> KernelSpec | str:
+    """The candidate's spec, or the rule it breaks."""
+    cfg = {**kernel_cfg, "params": {**(kernel_cfg.get("params") or {}), **params}}
+    try:
+        return build_spec(cfg, problem, limits)
+    except (InvalidParams, UnsupportedSize) as exc:
+        return getattr(exc, "rule", None) or str(exc).split(":", 1)[0]
+
+
+def prune(kernel_cfg: dict, candidates: list[dict], problem: Problem, limits: dict) -> Pruning:
+    result = Pruning()
+    for params in candidates:
+        verdict = check(kernel_cfg, params, problem, limits)
+        if isinstance(verdict, KernelSpec):
+            result.valid.append((params, verdict))
+        else:
+            result.pruned[verdict] += 1
+    return result
+
+
+def overrides_for(params: dict) -> list[str]:
+    return [f"kernel.params.{name}={value}" for name, value in params.items()]
+
+
+def params_key(params: dict) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+# --- model-based search ------------------------------------------------------------------------
+
+class TpeSearch:
+    """Optuna's TPE sampler over the space (every parameter categorical), driven by ask and
+    tell: the sweeper asks for a batch, prunes, measures, and tells each result. A pruned
+    candidate is told PRUNED (TPE counts it among the bad ones and learns to avoid its
+    region), a failed one FAIL, a measured one its GFLOP/s. Optuna is imported only here."""
+
+    def __init__(self, space: dict[str, list], seed: int, startup: int = 10):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._optuna = optuna
+        self.space = space
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup,
+                                             multivariate=True, constant_liar=True)
+        self.study = optuna.create_study(direction="maximize", sampler=sampler)
+
+    def ask(self):
+        trial = self.study.ask()
+        params = {name: trial.suggest_categorical(name, values)
+                  for name, values in self.space.items()}
+        return trial, params
+
+    def tell(self, trial, gflops: float | None, pruned: bool = False) -> None:
+        state = self._optuna.trial.TrialState
+        if pruned:
+            self.study.tell(trial, state=state.PRUNED)
+        elif gflops is None:
+            self.study.tell(trial, state=state.FAIL)
+        else:
+            self.study.tell(trial, gflops)
+
+
+# --- summary and write-back ------------------------------------------------------------------------
+
+def group(record: Record) -> str:
+    return FAILURE_GROUPS.get(record.status, "failed_other")
+
+
+def summary(settings: Settings, kernel: str, problem: Problem, records: list[Record],
+            pruned: Counter, candidates: int, cached: int, seconds: float,
+            gpu: str | None) -> dict:
+    """What a tuning sweep found, as plain data (tune_summary.json)."""
+    counts = Counter(group(r) for r in records)
+    ok = sorted((r for r in records if r.ok), key=lambda r: r.gflops, reverse=True)
+    best = ok[0] if ok else None
+    return {
+        "kernel": kernel, "gpu": gpu, "m": problem.m, "n": problem.n, "k": problem.k,
+        "strategy": settings.strategy, "seed": settings.seed,
+        "space_size": space_size(settings.space), "candidates_considered": candidates,
+        "pruned": int(sum(pruned.values())), "pruned_by_rule": dict(pruned.most_common()),
+        "measured": len(records), "from_cache": cached,
+        "ok": counts["ok"], "failed_compile": counts["failed_compile"],
+        "failed_verification": counts["failed_verification"],
+        "failed_other": counts["failed_other"],
+        "seconds": round(seconds, 1),
+        "best": None if best is None else {
+            "params": best.params, "gflops": best.gflops,
+            "pct_of_cublas_fp32": best.pct_of_cublas_fp32, "registers": best.registers,
+        },
+        "top": [{"params": r.params, "gflops": r.gflops, "pct_of_cublas_fp32": r.pct_of_cublas_fp32}
+                for r in ok[:10]],
+    }
+
+
+def summary_markdown(data: dict) -> str:
+    size = (str(data["m"]) if data["m"] == data["n"] == data["k"]
+            else f"{data['m']}x{data['n']}x{data['k']}")
+    lines = [
+        f"# Tuning {data['kernel']} at {size} on {data['gpu'] or 'unknown GPU'} ({data['strategy']})",
+        "",
+        f"- space: {data['space_size']:,} combinations; considered {data['candidates_considered']:,}",
+        f"- pruned before compiling: {data['pruned']:,}",
+    ]
+    for rule, count in data["pruned_by_rule"].items():
+        lines.append(f"    - {count:,}: `{rule}`")
+    lines += [
+        f"- measured: {data['measured']:,} ({data['from_cache']:,} from the cache)",
+        f"- ok: {data['ok']:,}; failed to compile: {data['failed_compile']:,}; failed "
+        f"verification: {data['failed_verification']:,}; other failures: {data['failed_other']:,}",
+        f"- wall time: {data['seconds']:.1f} s",
+        "",
+    ]
+    if data["top"]:
+        names = list(data["top"][0]["params"])
+        lines.append("| rank | " + " | ".join(names) + " | GFLOP/s | % of cuBLAS FP32 |")
+        lines.append("|" + "---|" * (len(names) + 3))
+        for rank, row in enumerate(data["top"], start=1):
+            pct = row["pct_of_cublas_fp32"]
+            lines.append(f"| {rank} | " + " | ".join(str(row["params"][n]) for n in names)
+                         + f" | {row['gflops']:,.1f} | {'' if pct is None else f'{pct:.1f}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_back(path: Path, kernel: str, when: str, params: dict, measured: str) -> None:
+    """Put `params` for `kernel`'s size class `when` into a tuned file, keeping everything else
+    (comments included: ruamel.yaml round-trips the file). An existing entry with the same
+    `when` is replaced; a new one goes before the kernel's catch-all ("True") entry."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    yaml = YAML()
+    yaml.width = 200
+    if path.is_file():
+        data = yaml.load(path.read_text()) or CommentedMap()
+    else:
+        data = CommentedMap()
+        data.yaml_set_start_comment(
+            f"Tuned tile parameters for gpu spec {path.stem}, written by the tuning sweeper\n"
+            f"(hydra_plugins/sgemm_lab/tune_sweeper.py). Per kernel, size classes in order: the\n"
+            f"first whose `when` (over m, n, k) holds applies.")
+    kernels = data.setdefault("kernels", CommentedMap())
+    classes = kernels.setdefault(kernel, CommentedSeq())
+    flow = CommentedMap(params)
+    flow.fa.set_flow_style()
+    entry = CommentedMap([("when", when), ("params", flow), ("measured", measured)])
+    for index, existing in enumerate(classes):
+        if str(existing.get("when")) == when:
+            classes[index] = entry
+            break
+    else:
+        catch_all = next((i for i, e in enumerate(classes) if str(e.get("when")) == "True"), None)
+        classes.insert(len(classes) if catch_all is None else catch_all, entry)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".yaml.tmp")
+    with tmp.open("w") as handle:
+        yaml.dump(data, handle)
+    tmp.replace(path)
+
+
+def measured_note(data: dict, when: str) -> str:
+    best = data["best"]
+    pct = best.get("pct_of_cublas_fp32")
+    size = (str(data["m"]) if data["m"] == data["n"] == data["k"]
+            else f"{data['m']}x{data['n']}x{data['k']}")
+    day = datetime.now(timezone.utc).date().isoformat()
+    return (f"{best['gflops']:,.0f} GFLOP/s at {size}"
+            + (f" ({pct:.1f}% of cuBLAS FP32)" if pct is not None else "")
+            + f"; {data['strategy']} search, best of {data['ok']} measured, {day}")

@@ -1,0 +1,253 @@
+"""Isolation step: a job's GPU work runs in a worker process, so a kernel that faults or hangs
+takes down only its own job.
+
+A CUDA fault (illegal address, misaligned access, launch failure) is sticky: it poisons the
+CUDA context of the process it happened in, and every later CUDA call there fails. A hang
+(a kernel that never returns) blocks its process for good. So the launching process never
+touches the GPU itself: it hands each job to a worker (`multiprocessing`, spawned, never
+forked, since a CUDA context does not survive a fork) and waits for it.
+
+- A healthy job: the worker answers with the record and stays up for the next job, keeping
+  its CUDA context, compiled modules and cuBLAS baselines (the cost per job is one pickled
+  config out and one pickled record back; the first job pays for the worker's start).
+- A fault: the worker answers with the failed record, says its context is poisoned and exits;
+  the next job starts a fresh worker.
+- A hang: the worker reports each step it finishes (spec, compiled, verified, timed); when no
+  step finishes within `isolation.timeout_s` the launching process kills it, records the job
+  as failed_timeout (with the last step reached) and the next job starts a fresh worker.
+- A crash (the worker died: a segfault, the OOM killer): recorded as failed_crash.
+- Ctrl-C or SIGTERM in the launching process: the worker is killed with it (the worker
+  ignores SIGINT itself, so a terminal's Ctrl-C reaches the launcher, which decides).
+
+`isolation.mode=inline` runs the job in the launching process instead (no worker), as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+from .errors import ConfigError, LabError
+from .record import Record
+
+log = logging.getLogger("sgemm")
+
+MODES = ("process", "inline")
+
+
+class JobTimeout(LabError):
+    status = "failed_timeout"
+
+
+class WorkerCrashed(LabError):
+    status = "failed_crash"
+
+
+@dataclass(frozen=True)
+class Isolation:
+    mode: str = "process"
+    timeout_s: float = 120.0
+
+    @classmethod
+    def from_cfg(cls, cfg) -> "Isolation":
+        section = cfg.get("isolation") or {}
+        mode = str(section.get("mode", "process"))
+        timeout = section.get("timeout_s", 120)
+        if mode not in MODES:
+            raise ConfigError(f"isolation.mode must be one of {', '.join(MODES)}, got {mode!r}.")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigError(f"isolation.timeout_s must be a positive number of seconds, got "
+                             f"{timeout!r}.")
+        return cls(mode=mode, timeout_s=float(timeout))
+
+
+# --- the worker's side ----------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends SIGKILL to this worker when its launcher dies, even by SIGKILL."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass  # elsewhere the worker still ends when its pipe closes (EOFError below)
+
+
+def _context_healthy() -> bool:
+    """False when this process's CUDA context is poisoned by a fault (sticky errors)."""
+    try:
+        import cupy as cp
+
+        cp.cuda.runtime.deviceSynchronize()
+        cp.cuda.runtime.getLastError()
+        return True
+    except Exception:
+        return False
+
+
+def _serve(conn) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and kills us
+    _die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from omegaconf import OmegaConf
+
+    from .job import JobOutputs, run_job
+
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        container, explicit = message
+        cfg = OmegaConf.create(container)
+        outputs = JobOutputs()
+
+        def progress(step: str, record: Record) -> None:
+            conn.send(("progress", step, record.to_dict()))
+
+        record = run_job(cfg, outputs, explicit, progress=progress)
+        # A failed launch may have left the context poisoned; a fault always does. A job that
+        # never reached the GPU (bad input, no GPU) cannot have hurt it.
+        healthy = record.gpu is None or (record.status != "failed_launch" and _context_healthy())
+        conn.send(("done", record.to_dict(), outputs, healthy))
+        if not healthy:
+            return
+
+
+# --- the launcher's side --------------------------------------------------------------------
+
+class Worker:
+    """One worker process, started when first needed and replaced after a fault or hang."""
+
+    def __init__(self, target=None) -> None:
+        self._target = target  # None: _serve (tests pass stand-ins that hang or crash)
+        self._ctx = multiprocessing.get_context("spawn")
+        self._process = None
+        self._conn = None
+        self.started = 0  # how many worker processes this launcher has started
+
+    def _start(self) -> None:
+        parent_conn, child_conn = self._ctx.Pipe()
+        self._process = self._ctx.Process(target=self._target or _serve, args=(child_conn,), daemon=True,
+                                          name="sgemm-worker")
+        self._process.start()
+        child_conn.close()
+        self._conn = parent_conn
+        self.started += 1
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    def stop(self, kill: bool = False) -> None:
+        """End the worker: politely (it finishes its loop) or, for a hang, with SIGKILL."""
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if process is None:
+            return
+        if not kill and process.is_alive():
+            try:
+                conn.send(None)
+                process.join(timeout=10)
+            except (OSError, BrokenPipeError):
+                pass
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=30)
+        conn.close()
+
+    def run(self, container: dict, explicit: set[str], timeout_s: float, fallback: Record):
+        """Run one job (its resolved config as a plain dict) in the worker; return (record,
+        outputs). `fallback` is the record to fail when the worker never reports one."""
+        from .job import JobOutputs
+
+        if not self.alive:
+            if self._process is not None:
+                self.stop(kill=True)
+            self._start()
+        last = fallback
+        step = "start"
+        try:
+            self._conn.send((container, set(explicit)))
+            while True:
+                if not self._conn.poll(timeout_s):
+                    self.stop(kill=True)
+                    return _failed(last, JobTimeout(
+                        f"kernel {last.kernel} made no progress for {timeout_s:g} s after step "
+                        f"`{step}` (rule: each step of a job, compile, verify or time, ends within "
+                        f"isolation.timeout_s); probably a hang. Its worker process was killed; "
+                        f"the next job runs in a fresh one.")), JobOutputs()
+                try:
+                    message = self._conn.recv()
+                except (EOFError, OSError):
+                    code = self._process.exitcode if self._process is not None else None
+                    self._process.join(timeout=5) if self._process is not None else None
+                    code = self._process.exitcode if self._process is not None else code
+                    self.stop(kill=True)
+                    return _failed(last, WorkerCrashed(
+                        f"the worker process running kernel {last.kernel} died after step "
+                        f"`{step}` (exit code {code}; a negative code is the signal that killed "
+                        f"it) without reporting a result. The next job runs in a fresh worker.")
+                    ), JobOutputs()
+                if message[0] == "progress":
+                    _, step, data = message
+                    last = Record.from_dict(data)
+                    continue
+                _, data, outputs, healthy = message
+                if not healthy:
+                    self.stop()
+                return Record.from_dict(data), outputs
+        except BaseException:  # Ctrl-C, SIGTERM (tracking.Terminated): the job dies with us
+            self.stop(kill=True)
+            raise
+
+
+def _failed(record: Record, exc: LabError) -> Record:
+    from .job import mark_failed
+
+    mark_failed(record, exc)
+    return record
+
+
+_worker: Worker | None = None
+
+
+def shared_worker() -> Worker:
+    """The launching process's worker (one per process; a sweep's jobs share it)."""
+    global _worker
+    if _worker is None:
+        _worker = Worker()
+        atexit.register(_worker.stop, kill=True)
+    return _worker
+
+
+def run_isolated(cfg, explicit: set[str]):
+    """Run a job as `cfg.isolation` says: returns (record, outputs), whatever the kernel does."""
+    from omegaconf import OmegaConf
+
+    from .job import JobOutputs, new_record, run_job
+
+    try:
+        isolation = Isolation.from_cfg(cfg)
+    except ConfigError as exc:
+        record = new_record(str(cfg.kernel.get("name")), str(cfg.kernel.get("precision")),
+                            str(cfg.kernel.get("backend")), cfg)
+        return _failed(record, exc), JobOutputs()
+    if isolation.mode == "inline":
+        outputs = JobOutputs()
+        return run_job(cfg, outputs, explicit), outputs
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container.pop("hydra", None)
+    fallback = new_record(str(cfg.kernel.get("name")), str(cfg.kernel.get("precision")),
+                          str(cfg.kernel.get("backend")), cfg)
+    start = time.perf_counter()
+    result = shared_worker().run(container, explicit, isolation.timeout_s, fallback)
+    log.debug("job in worker %d took %.3f s", os.getpid(), time.perf_counter() - start)
+    return result

@@ -1,0 +1,73 @@
+"""Stand-ins for the worker's serve loop (src/worker.py), for CPU tests of isolation: they speak
+the worker's protocol but, in place of a GPU job, hang, crash, poison themselves or sleep. Spawned
+worker processes import them by name from here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from src.record import Record
+
+
+def _record(container: dict, **fields) -> Record:
+    return Record(kernel=container["kernel"]["name"], precision="fp32", backend="nvrtc",
+                  m=container["m"], n=container["n"], k=container["k"], alpha=1.0, beta=0.0,
+                  **fields)
+
+
+def _jobs(conn):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        yield message[0]
+
+
+def ok_serve(conn):
+    """Every job ok; the record carries this worker's pid (to tell workers apart)."""
+    for container in _jobs(conn):
+        conn.send(("done", _record(container, gflops=1.0, entry=str(os.getpid())).to_dict(),
+                   None, True))
+
+
+def hang_serve(conn):
+    """Jobs of kernel `hang` report one step, then never answer; the others are ok."""
+    for container in _jobs(conn):
+        if container["kernel"]["name"] == "hang":
+            conn.send(("progress", "compiled", _record(container, registers=40).to_dict()))
+            while True:
+                time.sleep(1)
+        conn.send(("done", _record(container, gflops=1.0, entry=str(os.getpid())).to_dict(),
+                   None, True))
+
+
+def crash_serve(conn):
+    """Jobs of kernel `crash` kill their worker with SIGSEGV; the others are ok."""
+    for container in _jobs(conn):
+        if container["kernel"]["name"] == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        conn.send(("done", _record(container, gflops=1.0, entry=str(os.getpid())).to_dict(),
+                   None, True))
+
+
+def poisoned_serve(conn):
+    """Every job fails as a fault does: the worker reports its context poisoned and exits."""
+    for container in _jobs(conn):
+        record = _record(container, status="failed_launch", error="illegal address",
+                         entry=str(os.getpid()))
+        conn.send(("done", record.to_dict(), None, False))
+        return
+
+
+def slow_serve(conn):
+    """Every job takes two minutes, as a long GPU job does; says so on stdout when it starts."""
+    for container in _jobs(conn):
+        print(f"job started in worker {os.getpid()}", flush=True)
+        time.sleep(120)
+        conn.send(("done", _record(container, gflops=1.0).to_dict(), None, True))

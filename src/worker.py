@@ -83,8 +83,7 @@ def _context_healthy() -> bool:
     try:
         import cupy as cp
 
-        cp.cuda.runtime.deviceSynchronize()
-        cp.cuda.runtime.getLastError()
+        cp.cuda.runtime.deviceSynchronize()  # a sticky error raises here, and on every call
         return True
     except Exception:
         return False
@@ -141,6 +140,8 @@ class Worker:
         child_conn.close()
         self._conn = parent_conn
         self.started += 1
+        log.info("job worker process %d started%s", self._process.pid,
+                 "" if self.started == 1 else f" (replacing a failed one, {self.started} so far)")
 
     @property
     def alive(self) -> bool:

@@ -102,3 +102,23 @@ def test_a_problem_larger_than_free_memory_says_how_much_it_needs(tmp_path):
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "error [out_of_memory]" in output, output
     assert "GiB are free" in output and "need" in output and "Traceback" not in output
+
+
+@pytest.mark.gpu
+def test_healthy_gpu_jobs_share_one_worker(compose):
+    """After a verified GPU job the worker's context is healthy: the next job reuses it."""
+    from omegaconf import OmegaConf
+
+    from src.job import new_record
+    from src.worker import Worker
+
+    cfg = compose("kernel=06_vectorize", "size=256", "bench=quick")
+    container = OmegaConf.to_container(cfg, resolve=True)
+    worker = Worker()
+    try:
+        for _ in range(2):
+            record, _ = worker.run(container, set(), 120, new_record("06_vectorize", "fp32", "nvrtc", cfg))
+            assert record.ok, record.error
+        assert worker.started == 1
+    finally:
+        worker.stop()

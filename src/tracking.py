@@ -570,19 +570,20 @@ class SweepRun:
         run_id = self.parent.run_id
         try:
             counts = self._count(mlflow_client)
-            if records:
-                mlflow_client.log_table(run_id, summary_frame(records), "summary_table.json")
-                mlflow_client.log_text(run_id, summary_markdown(records), "summary.md")
-                mlflow_client.log_figure(run_id, gflops_figure(records), "gflops.png")
-            else:
-                log.warning("no job records under %s: no summary logged to MLflow", self.sweep_dir)
             tuning = self.sweep_dir / "tune_summary.json"
-            if tuning.is_file():  # a tuning sweep (hydra_plugins/sgemm_lab/tune_sweeper.py)
+            if tuning.is_file():  # a tuning sweep (hydra_plugins/sgemm_lab/tune_sweeper.py):
+                # its own summary stands for the kernel x size table and figure
                 mlflow_client.log_text(run_id, (self.sweep_dir / "tune_summary.md").read_text(),
                                        "tune_summary.md")
                 summaries = json.loads(tuning.read_text())
                 mlflow_client.log_dict(run_id, summaries, "tune_summary.json")
                 counts.update(tuning_tags(summaries))
+            elif records:
+                mlflow_client.log_table(run_id, summary_frame(records), "summary_table.json")
+                mlflow_client.log_text(run_id, summary_markdown(records), "summary.md")
+                mlflow_client.log_figure(run_id, gflops_figure(records), "gflops.png")
+            else:
+                log.warning("no job records under %s: no summary logged to MLflow", self.sweep_dir)
             _log_batch(mlflow_client, run_id, tags=counts)
         except BaseException:
             self.close_unfinished()

@@ -2,7 +2,7 @@
 # Acceptance run for the tuning sweeper (issue 6) on the GPU box, for kernel 10 at SIZE (4096):
 #   1. the full grid, on an empty measurement cache, with write-back to conf/tuned/<gpu>.yaml;
 #   2. the same grid again (every candidate a cache hit): time and best compared;
-#   3. TPE with a quarter of the grid's measured candidates, measuring afresh (resume=false).
+#   3. TPE with a fifth of the grid's measured candidates, measuring afresh (resume=false).
 # Prints a table last; summaries and the written tuned file go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ run tune_grid tune.write_back=true
 cp conf/tuned/*.yaml "$out/" 2>/dev/null
 run tune_again
 grid_measured=$(python3 -c "import json; print(json.load(open('$out/tune_grid.json'))[0]['measured'])")
-run tune_tpe tune.strategy=tpe tune.trials=$((grid_measured / 4)) resume=false
+run tune_tpe tune.strategy=tpe tune.trials=$((grid_measured / 5)) resume=false
 python3 - "$out" <<'PY'
 import json, sys
 from pathlib import Path

@@ -140,15 +140,17 @@ def new_record(kernel: str, precision: str, backend: str, problem: dict, **extra
 
 
 def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
-            explicit_params: set[str] = frozenset(), progress=_no_progress) -> Record:
+            explicit_params: set[str] = frozenset(), progress=_no_progress,
+            run_id: str | None = None) -> Record:
     """Run one job; `outputs`, if given, receives what the tracking step logs besides the record;
     `explicit_params`: kernel.params.* names set on the command line (they beat tuned values);
-    `progress(step, record)` is called after each step (the worker relays it to its launcher)."""
+    `progress(step, record)` is called after each step (the worker relays it to its launcher);
+    `run_id`: the job's MLflow run, kept in the record (and so in the measurement cache)."""
     kcfg = OmegaConf.to_container(cfg.kernel, resolve=True)
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
     record = new_record(
         str(kcfg.get("name")), str(kcfg.get("precision")), str(kcfg.get("backend")), cfg,
-        params=dict(kcfg.get("params") or {}), bench=bench)
+        params=dict(kcfg.get("params") or {}), bench=bench, mlflow_run_id=run_id)
     try:
         problem = Problem.from_cfg(cfg)
         try:

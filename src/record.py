@@ -67,6 +67,7 @@ class Record:
     bench: dict = field(default_factory=dict)
     timestamp: str | None = None
     from_cache: bool = False          # resume=true reused this verified measurement (same key)
+    mlflow_run_id: str | None = None  # the MLflow run of the job that measured it
 
     @property
     def ok(self) -> bool:

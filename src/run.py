@@ -30,7 +30,8 @@ def main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
     try:
         with hydra_job_run(cfg) as tracked:
-            record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)))
+            record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)),
+                                           tracked.run_id)
             record.write(Path(hc.runtime.output_dir))
             tracked.log_result(record, outputs)
     except TrackingUnavailable as exc:  # raised before the job ran: nothing to record

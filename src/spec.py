@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +55,27 @@ class KernelSpec:
         return total
 
 
-def _names_in(expr: str) -> list[str]:
+@lru_cache(maxsize=4096)
+def _parsed(expr: str):
+    """The expression's syntax tree, parsed once per process (a tuning sweep checks thousands
+    of candidates against the same few dozen rules)."""
     try:
-        tree = ast.parse(expr, mode="eval")
+        return ast.parse(expr.strip(), mode="eval").body
     except SyntaxError as exc:
         raise ConfigError(f"malformed expression {expr!r} in a kernel config: {exc.msg}") from exc
+
+
+@lru_cache(maxsize=4096)
+def _names_tuple(expr: str) -> tuple[str, ...]:
     seen: list[str] = []
-    for node in ast.walk(tree):
+    for node in ast.walk(_parsed(expr)):
         if isinstance(node, ast.Name) and node.id not in FUNCTIONS and node.id not in seen:
             seen.append(node.id)
-    return seen
+    return tuple(seen)
+
+
+def _names_in(expr: str) -> list[str]:
+    return list(_names_tuple(expr))
 
 
 def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
@@ -75,7 +87,8 @@ def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
             f"kernel {kernel}: expression {expr!r} uses {', '.join(missing)}, which is neither a "
             f"parameter, a derived value, m/n/k nor a device limit ({', '.join(sorted(names))})."
         )
-    return SimpleEval(names=names, functions=FUNCTIONS).eval(str(expr))
+    return SimpleEval(names=names, functions=FUNCTIONS).eval(str(expr),
+                                                             previously_parsed=_parsed(str(expr)))
 
 
 def _check(rules, names: dict[str, Any], kernel: str, error_cls, what: str, hint: str) -> None:

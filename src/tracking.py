@@ -468,28 +468,6 @@ def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
         yield job
 
 
-def log_reused_job(sweep_dir: Path, record: Record, run_name: str) -> str | None:
-    """A trial the tuning sweeper took from the measurement cache instead of running: a
-    FINISHED child run of the sweep's run with the record's params, metrics and record.json,
-    tagged from_cache. None when the sweep is not tracked."""
-    parent = Parent.read(sweep_dir)
-    if parent is None:
-        return None
-    mlflow_client = client(parent.tracking_uri)
-    run = mlflow_client.create_run(parent.experiment_id, run_name=run_name, tags={
-        **context_tags(), "kind": "job", "mlflow.parentRunId": parent.run_id,
-        "from_cache": "true"})
-    params = {"kernel": record.kernel, "m": str(record.m), "n": str(record.n), "k": str(record.k),
-              "alpha": str(record.alpha), "beta": str(record.beta),
-              **flatten({"kernel": {"params": record.params}})}
-    _log_batch(mlflow_client, run.info.run_id, params=params, metrics=record_metrics(record),
-               tags=record_tags(record))
-    mlflow_client.log_text(run.info.run_id, json.dumps(record.to_dict(), indent=2, default=str)
-                           + "\n", "record.json")
-    mlflow_client.set_terminated(run.info.run_id, FINISHED if record.ok else FAILED)
-    return run.info.run_id
-
-
 # --- a sweep --------------------------------------------------------------------------------------
 
 def child_runs(mlflow_client, parent: Parent) -> list:
@@ -517,6 +495,21 @@ def tuning_tags(summaries: list[dict]) -> dict[str, str]:
             tags["tune_best_gflops"] = f"{best['gflops']:.1f}"
             tags["tune_best_params"] = json.dumps(best["params"], sort_keys=True)
     return tags
+
+
+def trials_frame(records: list[Record]):
+    """One row per trial of a tuning sweep: its tile parameters, status, figures, whether it was
+    reused from the cache, and the MLflow run that measured it (this sweep's child, or the
+    earlier sweep's run for a reused measurement)."""
+    import pandas as pd
+
+    rows = []
+    for r in records:
+        rows.append({**{f"param.{k}": v for k, v in r.params.items()}, "status": r.status,
+                     "gflops": r.gflops, "pct_of_cublas_fp32": r.pct_of_cublas_fp32,
+                     "registers": r.registers, "from_cache": r.from_cache,
+                     "measured_at": r.timestamp, "mlflow_run_id": r.mlflow_run_id})
+    return pd.DataFrame(rows)
 
 
 class SweepRun:
@@ -577,6 +570,8 @@ class SweepRun:
                                        "tune_summary.md")
                 summaries = json.loads(tuning.read_text())
                 mlflow_client.log_dict(run_id, summaries, "tune_summary.json")
+                if records:  # every trial, measured now (a child run) or reused from the cache
+                    mlflow_client.log_table(run_id, trials_frame(records), "tune_trials.json")
                 counts.update(tuning_tags(summaries))
             elif records:
                 mlflow_client.log_table(run_id, summary_frame(records), "summary_table.json")

@@ -222,9 +222,12 @@ def write_back(path: Path, kernel: str, when: str, params: dict, measured: str) 
     `when` is replaced; a new one goes before the kernel's catch-all ("True") entry."""
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
     yaml = YAML()
     yaml.width = 200
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)  # the hand-written files' layout
     if path.is_file():
         data = yaml.load(path.read_text()) or CommentedMap()
     else:
@@ -237,9 +240,11 @@ def write_back(path: Path, kernel: str, when: str, params: dict, measured: str) 
     classes = kernels.setdefault(kernel, CommentedSeq())
     flow = CommentedMap(params)
     flow.fa.set_flow_style()
-    entry = CommentedMap([("when", when), ("params", flow), ("measured", measured)])
+    entry = CommentedMap([("when", DoubleQuotedScalarString(when)), ("params", flow),
+                          ("measured", DoubleQuotedScalarString(measured))])
     for index, existing in enumerate(classes):
         if str(existing.get("when")) == when:
+            entry["when"] = existing["when"]  # as it was written, quotes and all
             classes[index] = entry
             break
     else:

@@ -104,14 +104,14 @@ def _serve(conn) -> None:
             return
         if message is None:
             return
-        container, explicit = message
+        container, explicit, run_id = message
         cfg = OmegaConf.create(container)
         outputs = JobOutputs()
 
         def progress(step: str, record: Record) -> None:
             conn.send(("progress", step, record.to_dict()))
 
-        record = run_job(cfg, outputs, explicit, progress=progress)
+        record = run_job(cfg, outputs, explicit, progress=progress, run_id=run_id)
         # A failed launch may have left the context poisoned; a fault always does. A job that
         # never reached the GPU (bad input, no GPU) cannot have hurt it.
         healthy = record.gpu is None or (record.status != "failed_launch" and _context_healthy())
@@ -164,7 +164,8 @@ class Worker:
         process.join(timeout=30)
         conn.close()
 
-    def run(self, container: dict, explicit: set[str], timeout_s: float, fallback: Record):
+    def run(self, container: dict, explicit: set[str], timeout_s: float, fallback: Record,
+            run_id: str | None = None):
         """Run one job (its resolved config as a plain dict) in the worker; return (record,
         outputs). `fallback` is the record to fail when the worker never reports one."""
         from .job import JobOutputs
@@ -176,7 +177,7 @@ class Worker:
         last = fallback
         step = "start"
         try:
-            self._conn.send((container, set(explicit)))
+            self._conn.send((container, set(explicit), run_id))
             while True:
                 if not self._conn.poll(timeout_s):
                     self.stop(kill=True)
@@ -229,8 +230,9 @@ def shared_worker() -> Worker:
     return _worker
 
 
-def run_isolated(cfg, explicit: set[str]):
-    """Run a job as `cfg.isolation` says: returns (record, outputs), whatever the kernel does."""
+def run_isolated(cfg, explicit: set[str], run_id: str | None = None):
+    """Run a job as `cfg.isolation` says: returns (record, outputs), whatever the kernel does.
+    `run_id`: the job's MLflow run, recorded with the result."""
     from omegaconf import OmegaConf
 
     from .job import JobOutputs, new_record, run_job
@@ -239,16 +241,16 @@ def run_isolated(cfg, explicit: set[str]):
         isolation = Isolation.from_cfg(cfg)
     except ConfigError as exc:
         record = new_record(str(cfg.kernel.get("name")), str(cfg.kernel.get("precision")),
-                            str(cfg.kernel.get("backend")), cfg)
+                            str(cfg.kernel.get("backend")), cfg, mlflow_run_id=run_id)
         return _failed(record, exc), JobOutputs()
     if isolation.mode == "inline":
         outputs = JobOutputs()
-        return run_job(cfg, outputs, explicit), outputs
+        return run_job(cfg, outputs, explicit, run_id=run_id), outputs
     container = OmegaConf.to_container(cfg, resolve=True)
     container.pop("hydra", None)
     fallback = new_record(str(cfg.kernel.get("name")), str(cfg.kernel.get("precision")),
-                          str(cfg.kernel.get("backend")), cfg)
+                          str(cfg.kernel.get("backend")), cfg, mlflow_run_id=run_id)
     start = time.perf_counter()
-    result = shared_worker().run(container, explicit, isolation.timeout_s, fallback)
+    result = shared_worker().run(container, explicit, isolation.timeout_s, fallback, run_id)
     log.debug("job in worker %d took %.3f s", os.getpid(), time.perf_counter() - start)
     return result

@@ -26,7 +26,7 @@ def _jobs(conn):
             return
         if message is None:
             return
-        yield message[0]
+        yield message[0]  # (config, explicit params, MLflow run id)
 
 
 def ok_serve(conn):

@@ -12,12 +12,14 @@ runs on current Optuna (imported only for tpe):
 2. Every candidate is checked against the kernel's constraints with the GPU's limits; broken
    ones are pruned (counted per rule) and never compiled (src/tune.py).
 3. With `resume=true` (the tune configs' default), a candidate whose exact measurement is in the
-   cache (src/measurements.py) is not run again: its record is reused and logged as such.
+   cache (src/measurements.py) is not run again: its record is reused (marked from_cache, with
+   the MLflow run that measured it) and written to the sweep directory like a job's.
 4. The rest are compiled on CPU threads ahead of time (NVRTC, src/compile.precompile) while the
    launcher runs them one by one as ordinary jobs: the GPU times one kernel at a time.
 5. The summary (counts of pruned / failed to compile / failed verification / ok, the top ten)
    goes to the console and tune_summary.md/.json in the sweep directory, which the sweep's
-   MLflow run (src/callbacks.MlflowSweep) picks up; every trial is a child run of it.
+   MLflow run (src/callbacks.MlflowSweep) picks up with a table of every trial
+   (tune_trials.json); each trial measured by this sweep is a child run of it.
 """
 
 # (no `from __future__ import annotations`: Hydra execs plugin modules outside sys.modules,
@@ -70,8 +72,13 @@ class TuneSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         from src import tune
+        from src.errors import LabError
 
-        settings = tune.Settings.from_cfg(self.config.get("tune"))
+        try:
+            settings = tune.Settings.from_cfg(self.config.get("tune"))
+        except LabError as exc:  # a bad tuning config: say which rule, no traceback
+            log.error("error [%s]: %s", exc.status, exc)
+            raise SystemExit(1) from None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         combos = BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)[0]
         sweep_dir = Path(self.config.hydra.sweep.dir)
@@ -192,7 +199,6 @@ class TuneSweeper(Sweeper):
         from src.job import mark_failed
         from src.measurements import key as measurement_key
         from src.record import Record
-        from src.tracking import log_reused_job
         from src.worker import WorkerCrashed
 
         source_sha = hashlib.sha256(source_text.encode()).hexdigest()
@@ -205,8 +211,8 @@ class TuneSweeper(Sweeper):
                     hit.from_cache = True
                     name = f"{self.job_idx}_{state.kernel}_{state.problem.m}x{state.problem.n}x{state.problem.k}"
                     self.job_idx += 1
-                    hit.write(sweep_dir / name)
-                    log_reused_job(sweep_dir, hit, name)
+                    hit.write(sweep_dir / name)  # the sweep's record; its MLflow run is the
+                    # one that measured it (hit.mlflow_run_id), listed in the sweep run's trials
                     state.cached += 1
                     out[i] = hit
                     continue

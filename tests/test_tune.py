@@ -1,0 +1,180 @@
+"""The tuning step (src/tune.py) and its sweeper (hydra_plugins/sgemm_lab/tune_sweeper.py):
+search spaces as config, pruning by the kernel's own rules, the strategies, the summary and the
+write-back into conf/tuned/. The GPU test runs a small tuning sweep twice."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from omegaconf import OmegaConf
+
+from src import tune, tuned
+from src.errors import InvalidParams
+from src.gpu import limits_from_spec
+from src.problem import Problem
+from src.spec import KernelSpec
+from tests.conftest import CONF_DIR
+from tests.test_cli import run_cli, tracked_runs
+
+H100 = limits_from_spec("h100_sxm")
+P4096 = Problem(4096, 4096, 4096, 1.0, 0.0)
+
+
+def kernel_cfg(name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml"))
+
+
+def tune_cfg(name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "tune" / f"{name}.yaml"))["tune"]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF_DIR / "tune").glob("*.yaml")))
+def test_every_tune_config_names_a_tunable_kernel_and_its_parameters(name):
+    settings = tune.Settings.from_cfg(tune_cfg(name))
+    kernel = kernel_cfg(name)
+    assert set(settings.space) == set(kernel["params"])  # the whole space, nothing unknown
+    assert settings.strategy in ("grid", "tpe") and (settings.strategy == "grid" or settings.trials)
+
+
+def test_pruning_counts_each_candidate_once_under_the_rule_it_breaks():
+    settings = tune.Settings.from_cfg(tune_cfg("10_warptiling"))
+    kernel = kernel_cfg("10_warptiling")
+    candidates = tune.grid(settings.space)
+    assert len(candidates) == tune.space_size(settings.space) >= 300  # "several hundred"
+    pruning = tune.prune(kernel, candidates, P4096, H100)
+    assert len(pruning.valid) + pruning.pruned_total == len(candidates)
+    assert pruning.valid and pruning.pruned_total
+    rules = {item["rule"] for item in kernel["constraints"] + kernel["size_constraints"]}
+    assert set(pruning.pruned) <= rules
+    for params, spec in pruning.valid[:50]:
+        assert isinstance(spec, KernelSpec) and spec.params == {**kernel["params"], **params}
+    # every pruned candidate really breaks the rule it is counted under
+    valid = {tune.params_key(p) for p, _ in pruning.valid}
+    broken = [c for c in candidates if tune.params_key(c) not in valid]
+    for params in broken[::97]:
+        assert tune.check(kernel, params, P4096, H100) in pruning.pruned
+    # the committed tuned choice is a candidate that survives
+    choice = tuned.lookup("10_warptiling", "h100_sxm", P4096).params
+    assert tune.params_key(choice) in valid
+
+
+@pytest.mark.parametrize("block,needle", [
+    ({}, "needs tune.space"),
+    ({"space": {"bm": []}}, "needs tune.space"),
+    ({"space": {"bm": [64]}, "strategy": "anneal"}, "tune.strategy must be one of grid, tpe"),
+    ({"space": {"bm": [64]}, "strategy": "tpe"}, "needs tune.trials"),
+])
+def test_bad_tuning_settings_name_the_rule(block, needle):
+    with pytest.raises(InvalidParams, match=needle):
+        tune.Settings.from_cfg(block)
+
+
+def test_tpe_asks_within_the_space_and_learns_from_what_it_is_told():
+    """A synthetic objective (no GPU): peaked at one corner of a 3 x 3 x 3 x 3 space; after
+    asks and tells, TPE's best is the peak and it asked only values from the space."""
+    pytest.importorskip("optuna")
+    space = {"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 2, 3], "d": [1, 2, 3]}
+    search = tune.TpeSearch(space, seed=0, startup=8)
+    best = 0.0
+    for _ in range(40):
+        trial, params = search.ask()
+        assert all(params[k] in space[k] for k in space)
+        if params["d"] == 1:  # a "constraint": never measured
+            search.tell(trial, None, pruned=True)
+            continue
+        value = 100.0 - sum((params[k] - 3) ** 2 for k in "abc") - params["d"]
+        best = max(best, value)
+        search.tell(trial, value)
+    assert best == 100.0 - 2  # a=b=c=3, d=2
+    pruned = [t for t in search.study.trials if t.state.name == "PRUNED"]
+    assert pruned and all(t.params["d"] == 1 for t in pruned)
+
+
+def test_write_back_replaces_its_size_class_and_keeps_the_rest(tmp_path):
+    path = tmp_path / "h100_sxm.yaml"
+    shutil.copy(CONF_DIR / "tuned" / "h100_sxm.yaml", path)
+    before = path.read_text()
+    new = {"bm": 64, "bn": 128, "bk": 16, "wm": 32, "wn": 64, "wniter": 2, "tm": 4, "tn": 4,
+           "threads": 128}
+    tune.write_back(path, "10_warptiling", "True", new, "1 GFLOP/s at 4096; test")
+    after = path.read_text()
+    assert after.count("  10_warptiling:") == 1 and "1 GFLOP/s at 4096; test" in after
+    # everything but the 10_warptiling entry is as it was, comments included
+    strip = [l for l in before.splitlines() if "10_warptiling" not in l]
+    for line in strip:
+        if line.strip().startswith("#"):
+            assert line in after
+    data = OmegaConf.to_container(OmegaConf.load(path))["kernels"]
+    original = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "tuned" / "h100_sxm.yaml"))["kernels"]
+    assert data["10_warptiling"] == [{"when": "True", "params": new,
+                                      "measured": "1 GFLOP/s at 4096; test"}]
+    assert {k: v for k, v in data.items() if k != "10_warptiling"} == \
+        {k: v for k, v in original.items() if k != "10_warptiling"}
+    # a new size class goes before the catch-all, and the lookup finds it for its sizes
+    small = dict(new, bm=32)
+    tune.write_back(path, "10_warptiling", "m * n <= 1024 * 1024", small, "small")
+    classes = OmegaConf.to_container(OmegaConf.load(path))["kernels"]["10_warptiling"]
+    assert [c["when"] for c in classes] == ["m * n <= 1024 * 1024", "True"]
+
+
+def test_write_back_creates_a_file_for_a_new_gpu(tmp_path):
+    path = tmp_path / "h200.yaml"
+    tune.write_back(path, "10_warptiling", "True", {"bm": 128}, "x")
+    assert OmegaConf.to_container(OmegaConf.load(path)) == {
+        "kernels": {"10_warptiling": [{"when": "True", "params": {"bm": 128}, "measured": "x"}]}}
+    assert path.read_text().startswith("# Tuned tile parameters for gpu spec h200")
+
+
+SMALL_SPACE = ["tune.space.bm=[128]", "tune.space.bn=[64,128]", "tune.space.bk=[16]",
+               "tune.space.wniter=[2]", "tune.space.tn=[4]", "tune.space.threads=[128]"]
+
+
+def test_a_tuning_sweep_prunes_runs_and_summarizes(tmp_path, tracking_uri):
+    """The sweeper end to end on any machine: pruned candidates never become jobs; every other
+    one is a job (no_gpu without a GPU); the summary counts them; MLflow has the sweep's run
+    with a child per job, the trials table and the counts."""
+    proc = run_cli(tmp_path, "-m", "+tune=10_warptiling", "size=256", *SMALL_SPACE,
+                   "bench=quick", f"cache_dir={tmp_path}/cache", MLFLOW_TRACKING_URI=tracking_uri)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sweep = tmp_path / "sweep"
+    data = json.loads((sweep / "tune_summary.json").read_text())[0]
+    records = [json.loads(p.read_text()) for p in sweep.glob("*/record.json")]
+    assert data["space_size"] == data["candidates_considered"] == 2 * 3 * 3 * 2  # bn wm wn tm
+    assert data["pruned"] + data["measured"] == 36 and data["measured"] == len(records) > 0
+    assert data["pruned"] == sum(data["pruned_by_rule"].values()) > 0
+    assert data["ok"] + data["failed_compile"] + data["failed_verification"] + \
+        data["failed_other"] == data["measured"]
+    assert "# Tuning 10_warptiling at 256" in proc.stdout
+    assert (sweep / "tune_summary.md").read_text() in proc.stdout
+    parents, jobs = tracked_runs(tracking_uri)
+    assert len(parents) == 1 and len(jobs) == len(records)
+    tags = parents[0].data.tags
+    assert tags["tune_measured"] == str(len(records)) and tags["tune_pruned"] == str(data["pruned"])
+    assert tags["tune_strategy"] == "grid"
+
+
+def test_a_bad_tuning_config_is_one_clear_error(tmp_path):
+    proc = run_cli(tmp_path, "-m", "+tune=10_warptiling", "tune.strategy=tpe", "mlflow.enabled=false")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "error [invalid_params]" in output and "tune.trials" in output
+    assert "Traceback" not in output
+
+
+@pytest.mark.gpu
+def test_a_tuning_sweep_run_again_reuses_every_measurement(tmp_path, tracking_uri):
+    common = ["-m", "+tune=10_warptiling", "size=512", *SMALL_SPACE, "bench=quick",
+              f"cache_dir={tmp_path}/cache"]
+    first = run_cli(tmp_path / "a", *common, MLFLOW_TRACKING_URI=tracking_uri)
+    again = run_cli(tmp_path / "b", *common, MLFLOW_TRACKING_URI=tracking_uri)
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    a = json.loads((tmp_path / "a" / "sweep" / "tune_summary.json").read_text())[0]
+    b = json.loads((tmp_path / "b" / "sweep" / "tune_summary.json").read_text())[0]
+    assert a["ok"] == a["measured"] > 0 and a["from_cache"] == 0
+    assert b["from_cache"] == b["measured"] == a["measured"]
+    assert b["best"] == a["best"] and b["top"] == a["top"]
+    parents, jobs = tracked_runs(tracking_uri)
+    assert len(parents) == 2 and len(jobs) == a["measured"]  # reused trials are not re-logged
+    cached = [json.loads(p.read_text()) for p in (tmp_path / "b" / "sweep").glob("*/record.json")]
+    assert {r["mlflow_run_id"] for r in cached} == {job.info.run_id for job in jobs}

@@ -162,9 +162,11 @@ def build_cubin(source_text: str, entry: str, arch: str, cache_dir: Path | str,
         try:
             nvrtc.compileProgram(program, list(options))
         except nvrtc.NVRTCError as exc:
+            log = _text(nvrtc.getProgramLog(program)).strip()
+            first = next((line for line in log.splitlines() if "error" in line), str(exc))
             raise CompileFailed(
-                f"kernel {name} ({entry}) failed to compile with NVRTC ({exc}); its log:\n"
-                f"{_text(nvrtc.getProgramLog(program)).strip()}") from None
+                f"kernel {name} ({entry}) failed to compile with NVRTC: {first.strip()}\n"
+                f"NVRTC's log ({exc}):\n{log}") from None
         binary = nvrtc.getCUBIN(program)
         lowered = _text(nvrtc.getLoweredName(program, entry))
     finally:

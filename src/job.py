@@ -71,6 +71,7 @@ def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, re
                 setattr(record, key, value)
 
     inputs = make_inputs(problem, bench.get("seed"))
+    faulted: list = []
     record.seed = inputs.seed
     tolerance = float(bench["tolerance"][spec.precision])
     record.tolerance = tolerance
@@ -101,10 +102,15 @@ def _verify_and_time(spec: KernelSpec, problem: Problem, bench: dict, device, re
             throttle_threshold=bench.get("throttle_threshold"),
         )
     except cp.cuda.runtime.CUDARuntimeError as exc:
+        faulted.append(inputs)
         raise LaunchFailed(f"kernel {spec.name} faulted while being timed: {exc}") from exc
+    except LaunchFailed:
+        faulted.append(inputs)
+        raise
     finally:
-        inputs = None  # drop the device arrays (the closures above are done with them)
-        cp.get_default_memory_pool().free_all_blocks()
+        if not faulted:  # a faulted context cannot free memory: its worker exits instead
+            inputs = None  # drop the device arrays (the closures above are done with them)
+            cp.get_default_memory_pool().free_all_blocks()
     record.time_ms_median = timing.median_ms
     record.time_ms_min = timing.min_ms
     record.time_ms_max = timing.max_ms

@@ -117,7 +117,10 @@ def _serve(conn) -> None:
         healthy = record.gpu is None or (record.status != "failed_launch" and _context_healthy())
         conn.send(("done", record.to_dict(), outputs, healthy))
         if not healthy:
-            return
+            # Leave now: Python's shutdown would free device memory in the poisoned context,
+            # and CuPy would print an error for every buffer.
+            conn.close()
+            os._exit(0)
 
 
 # --- the launcher's side --------------------------------------------------------------------

@@ -125,6 +125,7 @@ def test_nvrtc_compile_error_shows_the_log_with_file_and_line(tmp_path):
         build_cubin(expand_source(spec.source), spec.entry, "sm_90", tmp_path, spec.name)
     message = str(failed.value)
     assert "kernel broken_compile (broken_compile) failed to compile with NVRTC" in message
+    assert "tests/kernels/broken_compile.cu(7): error" in message.splitlines()[0]  # the console line
     assert "tests/kernels/broken_compile.cu(7)" in message and "undeclared_value" in message
     assert not list(tmp_path.rglob("*.cubin"))  # nothing cached for a failure
 

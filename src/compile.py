@@ -34,8 +34,10 @@ from pathlib import Path
 from .errors import CompileFailed, LaunchFailed, OutOfMemory
 from .spec import KERNELS_DIR, KernelSpec
 
-NVRTC_OPTIONS = ("-std=c++17",)     # plus -ftz=true, as CuPy's RawModule adds, and -arch
-BUILD_OPTIONS = (*NVRTC_OPTIONS, "-ftz=true")
+NVRTC_OPTIONS = ("-std=c++17",)
+# What CuPy's RawModule adds to them (17's device lambdas need the execution-space default), then
+# build_cubin's -arch: the same SASS as through CuPy.
+BUILD_OPTIONS = (*NVRTC_OPTIONS, "-ftz=true", "--device-as-default-execution-space")
 DEFAULT_CACHE_DIR = ".sgemm_cache"
 STATIC_SMEM_LIMIT = 48 * 1024       # above this a kernel must opt in to dynamic shared memory
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
@@ -264,8 +266,7 @@ def nvrtc_ptx(source_text: str, entry: str, compute_capability: str) -> str:
     """
     from cupy_backends.cuda.libs import nvrtc
 
-    options = [*NVRTC_OPTIONS, "-ftz=true", "--device-as-default-execution-space",
-               "-arch=compute_" + compute_capability.replace(".", "")]
+    options = [*BUILD_OPTIONS, "-arch=compute_" + compute_capability.replace(".", "")]
     program = nvrtc.createProgram(source_text, "kernel.cu", [], [])
     try:
         nvrtc.addNameExpression(program, entry)

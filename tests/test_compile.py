@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+from src import tuned
 from src.compile import compile_offline, expand_source, nvcc_path
 from src.errors import CompileFailed
 from src.gpu import limits_from_spec
@@ -92,6 +93,7 @@ def _nvrtc_missing() -> str | None:
 
 needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None, reason=str(_nvrtc_missing()))
 H100 = limits_from_spec("h100_sxm")
+P4096 = Problem(4096, 4096, 4096, 1.0, 0.0)
 
 
 def _spec(name: str, conf_dir=CONF_DIR, **params) -> KernelSpec:
@@ -141,3 +143,17 @@ def test_precompile_builds_candidates_on_threads(tmp_path):
     built = results[:-1]
     assert all(isinstance(r, Cubin) for r in built) and len({r.path for r in built}) == 4
     assert isinstance(results[-1], CompileFailed)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_builds_with_nvrtc_as_the_runner_does(name, tmp_path):
+    """The runner's own path (NVRTC -> cubin for sm_90, src/compile.build_cubin) for every
+    chapter at its configured (tuned where it is tuned) parameters."""
+    from src.compile import build_cubin
+
+    cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml"))
+    tuned.apply(cfg, "h100_sxm", P4096)
+    spec = build_spec(cfg, P4096, H100)
+    cubin = build_cubin(expand_source(spec.source), spec.entry, "sm_90", tmp_path, spec.name)
+    assert open(cubin.path, "rb").read(4) == b"\x7fELF"

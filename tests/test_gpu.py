@@ -55,8 +55,8 @@ def test_wrong_kernel_is_caught(compose, tmp_path, monkeypatch):
 
     real = compile_mod.compile_kernel
 
-    def off_by_one_alpha(spec):
-        kernel = real(spec)
+    def off_by_one_alpha(spec, *args):
+        kernel = real(spec, *args)
 
         class Wrong:
             report = kernel.report

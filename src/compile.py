@@ -29,6 +29,7 @@ import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import CompileFailed, LaunchFailed, OutOfMemory
@@ -130,6 +131,25 @@ class Cubin:
     source_sha256: str
 
 
+@lru_cache(maxsize=None)
+def cuda_include_options() -> tuple[str, ...]:
+    """`-I` for the CUDA toolkit's headers (<mma.h> for the WMMA chapter), found where CuPy
+    looks ($CUDA_PATH, $CUDA_HOME, CuPy's CUDA path, /usr/local/cuda); empty if none has them.
+    NVRTC itself ships no such headers."""
+    candidates = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME")]
+    try:
+        from cupy._environment import get_cuda_path
+
+        candidates.append(get_cuda_path())
+    except Exception:
+        pass
+    candidates.append("/usr/local/cuda")
+    for root in candidates:
+        if root and (Path(root) / "include" / "mma.h").is_file():
+            return (f"-I{Path(root) / 'include'}",)
+    return ()
+
+
 def _nvrtc():
     from cupy_backends.cuda.libs import nvrtc
 
@@ -147,7 +167,7 @@ def build_cubin(source_text: str, entry: str, arch: str, cache_dir: Path | str,
     Safe to call from many threads at once: each builds its own program, and files are
     written under a private name and renamed into place."""
     nvrtc = _nvrtc()
-    options = (*BUILD_OPTIONS, f"-arch={arch}")
+    options = (*BUILD_OPTIONS, *cuda_include_options(), f"-arch={arch}")
     source_sha = hashlib.sha256(source_text.encode()).hexdigest()
     key = hashlib.sha256(json.dumps([source_sha, entry, options, nvrtc_version()]).encode()).hexdigest()
     directory = Path(cache_dir) / "cubin" / key[:2]
@@ -266,7 +286,8 @@ def nvrtc_ptx(source_text: str, entry: str, compute_capability: str) -> str:
     """
     from cupy_backends.cuda.libs import nvrtc
 
-    options = [*BUILD_OPTIONS, "-arch=compute_" + compute_capability.replace(".", "")]
+    options = [*BUILD_OPTIONS, *cuda_include_options(),
+               "-arch=compute_" + compute_capability.replace(".", "")]
     program = nvrtc.createProgram(source_text, "kernel.cu", [], [])
     try:
         nvrtc.addNameExpression(program, entry)

@@ -26,7 +26,7 @@ OPS = re.compile(r"\b((?:LDGSTS|LDG|STG|LDS|STS|LDL|STL)(?:\.[A-Z0-9]+)*)")
 
 gpu = sys.argv[1] if len(sys.argv) > 1 else "h100_sxm"
 problem = Problem(4096, 4096, 4096, 1, 0)
-print(f"{'kernel':<26} {'regs':>4} {'FFMA':>5}  memory instructions in SASS (sm_90)")
+print(f"{'kernel':<26} {'regs':>4} {'FFMA':>5} {'HMMA':>5}  memory instructions in SASS (sm_90)")
 for path in sorted(CONF.glob("[0-9][0-9]_*.yaml")):
     cfg = OmegaConf.to_container(OmegaConf.load(path))
     apply_tuned(cfg, gpu, problem)
@@ -38,5 +38,6 @@ for path in sorted(CONF.glob("[0-9][0-9]_*.yaml")):
                               text=True, check=True).stdout
     counts = collections.Counter(OPS.findall(sass))
     ffma = len(re.findall(r"\bFFMA\b", sass))
+    hmma = len(re.findall(r"\bHMMA\.", sass))
     text = ", ".join(f"{op} x{n}" for op, n in sorted(counts.items()))
-    print(f"{spec.name:<26} {report['registers']:>4} {ffma:>5}  {text}")
+    print(f"{spec.name:<26} {report['registers']:>4} {ffma:>5} {hmma:>5}  {text}")

@@ -102,7 +102,9 @@ class Record:
         parts = [f"{self.gflops:>10,.1f} GFLOP/s", f"{self.time_ms_median:9.4f} ms"]
         if self.samples_throttled:
             parts.append(f"{self.samples_throttled} throttled samples left out")
-        if self.pct_of_cublas_fp32 is not None:
+        if self.precision == "tf32" and self.pct_of_cublas_tf32 is not None:
+            parts.append(f"{self.pct_of_cublas_tf32:6.1f}% of cuBLAS TF32")  # same precision
+        elif self.pct_of_cublas_fp32 is not None:
             parts.append(f"{self.pct_of_cublas_fp32:6.1f}% of cuBLAS FP32")
         parts.append(f"rel_err {self.rel_err:.1e}")
         if self.registers is not None:

@@ -127,7 +127,9 @@ def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
     for size in size_order(frame):
         here = ok[ok["size"] == size]
         group: dict = {}
-        mine = here[here.backend != BASELINE_BACKEND]
+        # the best hand-written kernel per precision: FP32 against cuBLAS FP32 and the FFMA
+        # ceiling, TF32 (tensor cores) against cuBLAS TF32
+        mine = here[(here.backend != BASELINE_BACKEND) & (here.precision == "fp32")]
         if len(mine):
             best = mine.loc[mine.gflops.idxmax()]
             group["best_kernel"] = best.kernel
@@ -136,6 +138,13 @@ def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
                 group["best_pct_of_cublas_fp32"] = best.pct_of_cublas_fp32
             if ceilings:
                 group["best_pct_of_ffma_peak"] = round(100 * best.gflops / ceilings["ffma_gflops"], 2)
+        tensor = here[(here.backend != BASELINE_BACKEND) & (here.precision == "tf32")]
+        if len(tensor):
+            best = tensor.loc[tensor.gflops.idxmax()]
+            group["best_tf32_kernel"] = best.kernel
+            group["best_tf32_gflops"] = best.gflops
+            if pd.notna(best.pct_of_cublas_tf32):
+                group["best_tf32_pct_of_cublas_tf32"] = best.pct_of_cublas_tf32
         for baseline in ("cublas_fp32", "cublas_tf32"):
             row = here[here.kernel == baseline]
             if len(row):

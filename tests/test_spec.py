@@ -119,14 +119,24 @@ VIOLATIONS = [
     ("18_wmma_tf32", dict(bk=64), SQUARE, "smem_bytes <= 48 * 1024"),
     ("18_wmma_tf32", dict(wm=128, wn=64, threads=64), SQUARE, "fragments <= 16"),
     ("18_wmma_tf32", dict(), Problem(4096, 4096, 4100, 1, 0), "m % bm == 0"),
+    ("19_mma_tf32", dict(wm=24), SQUARE, "wm % 16 == 0 and wn % 8 == 0"),
+    ("19_mma_tf32", dict(bk=16), SQUARE, "bk % 32 == 0 and bn % 32 == 0"),
+    ("19_mma_tf32", dict(bm=96), SQUARE, "bm % wm == 0"),
+    ("19_mma_tf32", dict(threads=128), SQUARE, "warps * 32 == threads"),
+    ("19_mma_tf32", dict(bm=32, bn=64, wm=16, wn=8, threads=512), SQUARE, "(bm * bk) % (4 * threads) == 0"),
+    ("19_mma_tf32", dict(stages=1), SQUARE, "stages >= 2"),
+    ("19_mma_tf32", dict(bm=256, bn=256, wm=32, wn=32, threads=2048), SQUARE, "threads <= max_threads_per_block"),
+    ("19_mma_tf32", dict(stages=8), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("19_mma_tf32", dict(wm=128, wn=64, threads=64), SQUARE, "accumulators <= 128"),
+    ("19_mma_tf32", dict(), Problem(4096, 4096, 4100, 1, 0), "m % bm == 0"),
 ]
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
-# The same holds for the later chapters with tn % 4 (07-12) and for 18 (bn a multiple of 16). 17's counts are positive integers
+# The same holds for the later chapters with tn % 4 (07-12) and for 18 and 19 (bn a multiple of 16 or 32). 17's counts are positive integers
 # before any rule is checked (every tile parameter must be), so its `>= 1` rule is a second guard.
 UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     "06_vectorize", "07_bank_linearize", "08_bank_padding", "09_autotuned", "10_warptiling",
-    "11_double_buffer", "12_cp_async", "18_wmma_tf32")} | {
+    "11_double_buffer", "12_cp_async", "18_wmma_tf32", "19_mma_tf32")} | {
     ("17_flagship", "group_m >= 1 and split_k >= 1 and min_blocks >= 1")}
 
 

@@ -127,24 +127,19 @@ def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
     for size in size_order(frame):
         here = ok[ok["size"] == size]
         group: dict = {}
-        # the best hand-written kernel per precision: FP32 against cuBLAS FP32 and the FFMA
-        # ceiling, TF32 (tensor cores) against cuBLAS TF32
-        mine = here[(here.backend != BASELINE_BACKEND) & (here.precision == "fp32")]
-        if len(mine):
+        # the best hand-written kernel per precision, against cuBLAS in that precision: FP32
+        # (keys best_*, also against the FFMA ceiling) and TF32 on tensor cores (best_tf32_*)
+        for precision, prefix in (("fp32", "best_"), ("tf32", "best_tf32_")):
+            mine = here[(here.backend != BASELINE_BACKEND) & (here.precision == precision)]
+            if not len(mine):
+                continue
             best = mine.loc[mine.gflops.idxmax()]
-            group["best_kernel"] = best.kernel
-            group["best_gflops"] = best.gflops
-            if pd.notna(best.pct_of_cublas_fp32):
-                group["best_pct_of_cublas_fp32"] = best.pct_of_cublas_fp32
-            if ceilings:
+            group[f"{prefix}kernel"] = best.kernel
+            group[f"{prefix}gflops"] = best.gflops
+            if pd.notna(best[f"pct_of_cublas_{precision}"]):
+                group[f"{prefix}pct_of_cublas_{precision}"] = best[f"pct_of_cublas_{precision}"]
+            if precision == "fp32" and ceilings:
                 group["best_pct_of_ffma_peak"] = round(100 * best.gflops / ceilings["ffma_gflops"], 2)
-        tensor = here[(here.backend != BASELINE_BACKEND) & (here.precision == "tf32")]
-        if len(tensor):
-            best = tensor.loc[tensor.gflops.idxmax()]
-            group["best_tf32_kernel"] = best.kernel
-            group["best_tf32_gflops"] = best.gflops
-            if pd.notna(best.pct_of_cublas_tf32):
-                group["best_tf32_pct_of_cublas_tf32"] = best.pct_of_cublas_tf32
         for baseline in ("cublas_fp32", "cublas_tf32"):
             row = here[here.kernel == baseline]
             if len(row):

@@ -1,6 +1,7 @@
 """Report step: the kernel x size summary of a set of records, printed and written as CSV/Markdown.
 
-One row per kernel, one column group per size (GFLOP/s and % of cuBLAS FP32). A failed job
+One row per kernel, one column group per size (GFLOP/s and % of cuBLAS in the kernel's own
+precision: FP32 kernels against cuBLAS FP32, TF32 kernels, marked "of TF32", against cuBLAS TF32). A failed job
 shows its status in place of a figure.
 """
 
@@ -62,8 +63,17 @@ def _layout(records: list[Record]) -> tuple[list[str], list[str], dict]:
     return rows, sizes, cell
 
 
+def _pct_cell(r: Record) -> str:
+    """% of cuBLAS in the record's own precision: a tensor-core (TF32) kernel is compared with
+    cuBLAS TF32, not with the FP32 SIMT baseline it would dwarf."""
+    if r.precision == "tf32":
+        return "" if r.pct_of_cublas_tf32 is None else f"{r.pct_of_cublas_tf32:.1f}% of TF32"
+    return "" if r.pct_of_cublas_fp32 is None else f"{r.pct_of_cublas_fp32:.1f}%"
+
+
 def summary_table(records: list[Record]) -> pd.DataFrame:
-    """Wide form: kernel x size, cells 'GFLOP/s' and '% of cuBLAS FP32' (or the failure)."""
+    """Wide form: kernel x size, cells 'GFLOP/s' and '% cuBLAS' (or the failure): FP32 kernels
+    against cuBLAS FP32; TF32 kernels against cuBLAS TF32, marked 'of TF32'."""
     kernels, sizes, cell = _layout(records)
     table = pd.DataFrame(index=pd.Index(kernels, name="kernel"))
     for size in sizes:
@@ -78,9 +88,9 @@ def summary_table(records: list[Record]) -> pd.DataFrame:
                 pct.append("")
             else:
                 gf.append(f"{r.gflops:,.1f}")
-                pct.append("" if r.pct_of_cublas_fp32 is None else f"{r.pct_of_cublas_fp32:.1f}%")
+                pct.append(_pct_cell(r))
         table[f"{size} GFLOP/s"] = gf
-        table[f"{size} % cuBLAS FP32"] = pct
+        table[f"{size} % cuBLAS"] = pct
     return table
 
 

@@ -5,7 +5,7 @@
 - progression.csv, the contract other tools read: one row per kernel and size, baselines
   included, columns CONTRACT_COLUMNS. `status` is ok or the failure; a failed row has empty
   gflops and percentages (rel_err stays when verification measured one).
-- progression.md: the kernel x size table (GFLOP/s and % of cuBLAS FP32 per size, the form of
+- progression.md: the kernel x size table (GFLOP/s and % of cuBLAS per size, the form of
   the sweep summary), headed by the GPU and the date of the run, then the failed jobs' errors.
 - metrics.json, for `dvc metrics show/diff`: job counts, the measured ceilings, and per size the
   best hand-written kernel (its GFLOP/s, % of cuBLAS FP32 and % of the measured FFMA ceiling)
@@ -105,7 +105,8 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -
                 if (value := _uniform(runs, column)) is not None]
     lines.append(", ".join(versions) + (". " if versions else "") + _protocol(runs) + ".")
     lines.append(f"{len(records)} jobs: {len(records) - len(failed)} ok, {len(failed)} failed. "
-                 "GFLOP/s = 2·M·N·K / median time; % of cuBLAS FP32 measured in the same process.")
+                 "GFLOP/s = 2·M·N·K / median time; % cuBLAS: against cuBLAS in the kernel's precision "
+                 "(FP32, or TF32 where marked), measured in the same process.")
     if (line := _ceilings_line(ceilings)) is not None:
         lines.append(line)
     lines += ["", summary_table(records).to_markdown(disable_numparse=True)]

@@ -28,11 +28,7 @@ from .record import Record
 from .spec import KernelSpec, build_spec
 
 STRATEGIES = ("grid", "tpe")
-FAILURE_GROUPS = {  # how the summary counts a measured candidate, by its record's status
-    "ok": "ok",
-    "failed_compile": "failed_compile",
-    "failed_verification": "failed_verification",
-}
+COUNTED_STATUSES = ("ok", "failed_compile", "failed_verification")  # the rest: failed_other
 
 
 @dataclass
@@ -158,7 +154,8 @@ class TpeSearch:
 # --- summary and write-back ------------------------------------------------------------------------
 
 def group(record: Record) -> str:
-    return FAILURE_GROUPS.get(record.status, "failed_other")
+    """How the summary counts a measured candidate, by its record's status."""
+    return record.status if record.status in COUNTED_STATUSES else "failed_other"
 
 
 def summary(settings: Settings, kernel: str, problem: Problem, records: list[Record],

@@ -83,9 +83,9 @@ class TuneSweeper(Sweeper):
         combos = BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)[0]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        threads = settings.compile_threads or None
         summaries = []
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nvrtc") as executor:
+        with ThreadPoolExecutor(max_workers=settings.compile_threads,
+                                thread_name_prefix="nvrtc") as executor:
             try:
                 for combo in combos:
                     summaries.append(self._tune(settings, list(combo), sweep_dir, executor))
@@ -103,6 +103,7 @@ class TuneSweeper(Sweeper):
         from src.errors import NoGPU
         from src.measurements import Cache
         from src.problem import Problem
+        from src.spec import KERNELS_DIR
 
         started = time.perf_counter()
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, combo)
@@ -121,8 +122,7 @@ class TuneSweeper(Sweeper):
             limits = gpu_mod.limits_from_spec(gpu_spec)
         cache = Cache(cfg.cache_dir)
         resume = bool(cfg.get("resume"))
-        source_text = expand_source((Path(tune.__file__).parent.parent / "kernels" /
-                                     kernel_cfg["source"]).resolve())
+        source_text = expand_source((KERNELS_DIR / kernel_cfg["source"]).resolve())
 
         state = _State(combo=combo, problem=problem, kernel=kernel_cfg["name"])
 
@@ -193,15 +193,13 @@ class TuneSweeper(Sweeper):
     # --- measuring a batch ------------------------------------------------------------------
 
     def _evaluate(self, batch, state, cache, bench, device, source_text, sweep_dir):
-        import hashlib
-
         from src import tune
-        from src.job import mark_failed
+        from src.job import mark_failed, source_sha256
         from src.measurements import key as measurement_key
         from src.record import Record
         from src.worker import WorkerCrashed
 
-        source_sha = hashlib.sha256(source_text.encode()).hexdigest()
+        source_sha = source_sha256(source_text, batch[0][1]) if batch else None
         out: list = [None] * len(batch)
         launch = []
         for i, (params, spec) in enumerate(batch):

@@ -82,7 +82,9 @@ class NvrtcKernel:
 
     A kernel whose config names `launch.workspace_bytes` takes one more argument, a zeroed
     device buffer of that size (split-K partials and tickets), allocated once per job; the
-    kernel leaves its tickets zeroed for the next launch.
+    kernel leaves its tickets zeroed for the next launch. A kernel whose config lists
+    `launch.tensor_maps` takes one TMA descriptor per entry after that, encoded for the arrays
+    of the launch (and kept for the next launch on the same arrays).
     """
 
     def __init__(self, spec: KernelSpec, function, report: ResourceReport):
@@ -90,6 +92,7 @@ class NvrtcKernel:
         self.function = function
         self.report = report
         self.workspace = None
+        self._maps: dict[tuple, tuple] = {}
         if spec.workspace_bytes is not None:
             import cupy as cp
 
@@ -109,6 +112,8 @@ class NvrtcKernel:
         args = (np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), a, b, np.float32(beta), c)
         if self.workspace is not None:
             args += (self.workspace,)
+        if self.spec.tensor_maps:
+            args += self._tensor_maps(a, b)
         try:
             self.function(self.spec.grid, self.spec.block, args,
                           shared_mem=self.spec.dynamic_smem_bytes)
@@ -117,6 +122,15 @@ class NvrtcKernel:
                 f"launch of kernel {self.spec.name} ({self.spec.entry}, grid={self.spec.grid}, "
                 f"block={self.spec.block}, dynamic smem={self.spec.dynamic_smem_bytes} B) failed: {exc}"
             ) from exc
+
+    def _tensor_maps(self, a, b) -> tuple:
+        from .tensor_maps import encode
+
+        key = (a.data.ptr, a.shape, b.data.ptr, b.shape)
+        if key not in self._maps:
+            arrays = {"a": a, "b": b}
+            self._maps = {key: tuple(encode(tm, arrays[tm.matrix]) for tm in self.spec.tensor_maps)}
+        return self._maps[key]
 
 
 @dataclass(frozen=True)
@@ -239,7 +253,8 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
 
         return CublasGemm(spec)
 
-    cubin = build_cubin(expand_source(spec.source), spec.entry, device_arch(), cache_dir, spec.name)
+    cubin = build_cubin(expand_source(spec.source), spec.entry, spec.arch or device_arch(),
+                        cache_dir, spec.name)
     key = (cubin.path, cubin.lowered_name, spec.dynamic_smem_bytes)
     if key not in _loaded:
         _loaded[key] = _load(spec, cubin)
@@ -317,6 +332,15 @@ def nvcc_path() -> str | None:
     return shutil.which("nvcc")
 
 
+def nvcc_arch_options(arch: str) -> list[str]:
+    """nvcc's flags for `arch`. An arch-specific target (sm_90a) is spelled as -gencode: nvcc
+    13.0's -arch=sm_90a shorthand also runs a plain sm_90 pass, which rejects wgmma."""
+    if arch.endswith("a"):
+        number = arch[len("sm_"):]
+        return [f"-gencode=arch=compute_{number},code={arch}"]
+    return [f"-arch={arch}"]
+
+
 def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = None) -> dict:
     """Build the spec's exact source and instantiation with nvcc for `arch`; return ptxas's report.
 
@@ -332,7 +356,7 @@ def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = 
         unit.write_text(expand_source(spec.source)
                         + f"\nstatic auto* const sgemm_lab_entry = &{spec.entry};\n")
         out = cubin if cubin is not None else Path(tmp) / "unit.cubin"
-        cmd = [nvcc, *NVRTC_OPTIONS, "-ftz=true", "-cubin", f"-arch={arch}", "-Xptxas", "-v",
+        cmd = [nvcc, *NVRTC_OPTIONS, "-ftz=true", "-cubin", *nvcc_arch_options(arch), "-Xptxas", "-v",
                "-diag-suppress", "177", "-o", str(out), str(unit)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

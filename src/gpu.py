@@ -132,7 +132,14 @@ def device_limits(device: Device) -> dict[str, int]:
         "max_threads_per_block": device.max_threads_per_block,
         "max_smem_per_block": device.max_smem_per_block,
         "sms": device.sms,
+        "compute_capability": _cc(device.compute_capability),
     }
+
+
+def _cc(text: str) -> int:
+    """"9.0" -> 90, as kernel constraints compare it (sm_90a code runs on 9.0 only)."""
+    major, minor = str(text).split(".")
+    return int(major) * 10 + int(minor)
 
 
 def limits_from_spec(spec_name: str) -> dict[str, int]:
@@ -142,6 +149,7 @@ def limits_from_spec(spec_name: str) -> dict[str, int]:
         "max_threads_per_block": 1024,
         "max_smem_per_block": int(data["max_smem_per_block_kb"]) * 1024,
         "sms": int(data["sms"]),
+        "compute_capability": _cc(data["compute_capability"]),
     }
 
 

@@ -19,6 +19,7 @@ from simpleeval import SimpleEval
 
 from .errors import ConfigError, InvalidParams, UnsupportedSize
 from .problem import Problem
+from .tensor_maps import TensorMapSpec, check as check_tensor_maps
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
 BACKENDS = ("nvrtc", "cublas")
@@ -46,6 +47,8 @@ class KernelSpec:
     dynamic_smem_bytes: int = 0
     workspace_bytes: int | None = None  # None: the kernel takes no workspace argument
     compute_type: str | None = None   # cuBLAS baselines only
+    arch: str | None = None           # a fixed target (e.g. sm_90a for wgmma); None: the device's
+    tensor_maps: tuple[TensorMapSpec, ...] = ()  # TMA descriptors passed after C (tensor_maps.py)
 
     @property
     def threads(self) -> int:
@@ -159,6 +162,15 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         raise ConfigError(f"kernel {name}: entry {cfg['entry']!r} names {exc}, neither a parameter "
                           f"nor a derived value.") from None
     workspace = launch.get("workspace_bytes")
+    tensor_maps = tuple(
+        TensorMapSpec(matrix=str(tm.get("matrix")),
+                      box=tuple(int(_evaluate(e, names, name)) for e in tm.get("box", ())),
+                      swizzle=int(tm.get("swizzle", 0)), element=str(tm.get("element", "f32")))
+        for tm in launch.get("tensor_maps") or ())
+    if any(len(tm.box) != 2 for tm in tensor_maps):
+        raise ConfigError(f"kernel {name}: every launch.tensor_maps entry needs a 2-element box "
+                          f"[inner, outer].")
+    check_tensor_maps(tensor_maps, name)
     return KernelSpec(
         name=name,
         backend=backend,
@@ -171,4 +183,6 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         block=block,
         dynamic_smem_bytes=int(_evaluate(launch.get("dynamic_smem_bytes", 0), names, name)),
         workspace_bytes=None if workspace is None else int(_evaluate(workspace, names, name)),
+        arch=cfg.get("arch"),
+        tensor_maps=tensor_maps,
     )

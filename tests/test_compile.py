@@ -28,6 +28,10 @@ def default_spec(name: str) -> KernelSpec:
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_chapter_compiles_without_spills(name, arch):
     spec = default_spec(name)
+    if spec.arch is not None:  # a fixed target (20: sm_90a) is built for that target only
+        if arch != "sm_90":
+            pytest.skip(f"{name} is built for {spec.arch} only")
+        arch = spec.arch
     report = compile_offline(spec, arch)
     assert report["spill_store_bytes"] == 0 and report["spill_load_bytes"] == 0, report["log"]
     assert report["stack_bytes"] == 0, report["log"]
@@ -155,5 +159,29 @@ def test_chapter_builds_with_nvrtc_as_the_runner_does(name, tmp_path):
     cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml"))
     tuned.apply(cfg, "h100_sxm", P4096)
     spec = build_spec(cfg, P4096, H100)
-    cubin = build_cubin(expand_source(spec.source), spec.entry, "sm_90", tmp_path, spec.name)
+    cubin = build_cubin(expand_source(spec.source), spec.entry, spec.arch or "sm_90", tmp_path,
+                        spec.name)
     assert open(cubin.path, "rb").read(4) == b"\x7fELF"
+
+
+@needs_nvcc
+def test_sm90a_chapter_has_wgmma_setmaxnreg_and_no_spills():
+    """20 at its configured parameters: nvcc builds it for sm_90a (the -gencode form; -arch=sm_90a
+    would also run a plain sm_90 pass that rejects wgmma), the PTX has the instructions the
+    chapter is about, and ptxas spills nothing."""
+    spec = default_spec("20_wgmma_tf32")
+    report = compile_offline(spec, spec.arch)
+    assert report["arch"] == "sm_90a"
+    assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
+    assert "C7508" not in report["log"], "ptxas ignored setmaxnreg"
+    text = expand_source(spec.source)
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier.try_wait",
+                        "setmaxnreg.inc", "setmaxnreg.dec", "cvt.rna.tf32.f32"):
+        assert instruction in text
+
+
+def test_nvcc_spells_arch_specific_targets_as_gencode():
+    from src.compile import nvcc_arch_options
+
+    assert nvcc_arch_options("sm_90") == ["-arch=sm_90"]
+    assert nvcc_arch_options("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]

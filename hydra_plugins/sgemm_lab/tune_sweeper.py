@@ -114,7 +114,8 @@ class TuneSweeper(Sweeper):
             device = gpu_mod.detect()
             limits = gpu_mod.device_limits(device)
             gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device).name
-            arch = "sm_" + device.compute_capability.replace(".", "")
+            # a chapter with a fixed target (20: sm_90a) is built for it, else for the device
+            arch = kernel_cfg.get("arch") or "sm_" + device.compute_capability.replace(".", "")
         except NoGPU as exc:  # prune and report anyway; every launched job will say no_gpu
             log.warning("tuning without a GPU: %s", exc)
             device, arch = None, None

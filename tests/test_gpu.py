@@ -41,6 +41,26 @@ def test_flagship_any_shape_alpha_beta(compose, shape, split_k):
     assert record.rel_err <= record.tolerance and record.params["split_k"] == split_k
 
 
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4100, 332), (17, 36, 4), (1, 4, 4),
+                                   (333, 1500, 4092), (4096, 4096, 4096)])
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_wgmma_any_tile_alpha_beta(compose, shape, in_flight):
+    """20's TMA zero-fills outside the matrix and its epilogue is predicated: sizes that are not
+    multiples of its 256 x 128 x 32 tile (N and K multiples of 4), with alpha and beta, with one
+    or two wgmma groups in flight."""
+    m, n, k = shape
+    record = run_job(compose("kernel=20_wgmma_tf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", f"kernel.params.in_flight={in_flight}", *QUICK),
+                     explicit_params={"in_flight"})
+    assert record.status == "ok", record.error
+    assert record.rel_err <= record.tolerance and record.local_bytes == 0
+
+
+def test_wgmma_refuses_unaligned_rows(compose):
+    record = run_job(compose("kernel=20_wgmma_tf32", "m=64", "n=66", "k=64", *QUICK))
+    assert record.status == "unsupported_size" and "n % 4 == 0 and k % 4 == 0" in record.error
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_kernel_alpha_beta(compose, kernel):
     """beta != 0 reads C (random, not NaN) and alpha scales the product."""

@@ -129,6 +129,12 @@ VIOLATIONS = [
     ("19_mma_tf32", dict(stages=8), SQUARE, "smem_bytes <= max_smem_per_block"),
     ("19_mma_tf32", dict(wm=128, wn=64, threads=64), SQUARE, "accumulators <= 128"),
     ("19_mma_tf32", dict(), Problem(4096, 4096, 4100, 1, 0), "m % bm == 0"),
+    ("20_wgmma_tf32", dict(bm=192), SQUARE, "bm == 128 or bm == 256"),
+    ("20_wgmma_tf32", dict(bn=192), SQUARE, "bn == 64 or bn == 128"),
+    ("20_wgmma_tf32", dict(in_flight=3), SQUARE, "in_flight == 1 or in_flight == 2"),
+    ("20_wgmma_tf32", dict(stages=2), SQUARE, "stages >= in_flight + 1"),
+    ("20_wgmma_tf32", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("20_wgmma_tf32", dict(), Problem(4096, 4098, 4096, 1, 0), "n % 4 == 0 and k % 4 == 0"),
 ]
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
@@ -137,7 +143,10 @@ VIOLATIONS = [
 UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     "06_vectorize", "07_bank_linearize", "08_bank_padding", "09_autotuned", "10_warptiling",
     "11_double_buffer", "12_cp_async", "18_wmma_tf32", "19_mma_tf32")} | {
-    ("17_flagship", "group_m >= 1 and split_k >= 1 and min_blocks >= 1")}
+    ("17_flagship", "group_m >= 1 and split_k >= 1 and min_blocks >= 1"),
+    ("20_wgmma_tf32", "group_m >= 1"),              # parameters are positive integers already
+    ("20_wgmma_tf32", "compute_capability == 90"),  # H100 limits: test_sm90a_chapter_needs_hopper
+}
 
 
 @pytest.mark.parametrize("kernel,params,problem,rule", VIOLATIONS,
@@ -214,3 +223,12 @@ def test_problem_scalars_must_be_numbers():
         Problem.from_cfg(dict(m=1, n=1, k=1, alpha="x", beta=0.0))
     p = Problem.from_cfg(dict(m=2, n=3, k=4, alpha=1, beta=0))
     assert p.flops == 2 * 2 * 3 * 4 and p.label == "2x3x4"
+
+
+def test_sm90a_chapter_needs_hopper():
+    """20 is built for sm_90a, which runs on compute capability 9.0 only: an A100 is refused
+    before anything is compiled, with the rule named."""
+    with pytest.raises(InvalidParams, match=r"compute_capability == 90.*compute_capability=80"):
+        build_spec(kernel_cfg("20_wgmma_tf32"), SQUARE, limits_from_spec("a100"))
+    spec = build_spec(kernel_cfg("20_wgmma_tf32"), SQUARE, H100)
+    assert spec.arch == "sm_90a"

@@ -1,0 +1,332 @@
+// 20 wgmma_tf32: Hopper's own tensor-core path. Operands move global -> shared through the
+// tensor memory accelerator (TMA: cp.async.bulk.tensor with a tensor map, completion counted on
+// an mbarrier), one producer warpgroup keeps a STAGES-deep ring of tiles full, and consumer
+// warpgroups multiply with wgmma (warpgroup MMA, m64nNk8 TF32) into register accumulators.
+//
+// What changed from 19 and why:
+// - mma.sync is a warp-wide m16n8k8 that the SM issues from registers loaded by the warp itself;
+//   on Hopper it does not reach the tensor cores' rate (19 peaked at 35% of cuBLAS TF32). wgmma is issued by a warpgroup
+//   (4 warps, 128 threads) for a 64 x N x 8 product (N up to 256), reads its B operand straight
+//   from shared memory through a matrix descriptor and runs asynchronously: the warps go on
+//   while it works, and wait on a commit group only when they need the result.
+// - Copies are TMA: one thread describes a whole tile (tensor map + coordinates) instead of 256
+//   threads each copying 16 bytes (19's cp.async). The TMA writes the tile 128-byte swizzled
+//   (CU_TENSOR_MAP_SWIZZLE_128B), the layout wgmma reads without bank conflicts, and fills
+//   elements outside the matrix with zeros, which is all the edge handling the K loop needs:
+//   any M, N, K (with N and K multiples of 4, the TMA's 16-byte row-stride rule).
+// - Warp specialization: warpgroup 0 only issues TMA copies (setmaxnreg.dec gives its registers
+//   away); the consumer warpgroups only wait, multiply and release (setmaxnreg.inc takes them).
+//   A full/empty mbarrier pair per stage hands each tile from producer to consumers and back.
+// - TF32 wgmma reads both operands K-major only (no transpose for 32-bit types), and B (K x N,
+//   row-major) is N-major. So the kernel computes the transposed product, C^T = B^T A^T:
+//   wgmma's "A" (64 x 8 per instruction) is a slice of B^T taken from registers, which the
+//   consumer loads from the TMA's B tile itself; wgmma's "B" is a tile of A, which in row-major
+//   A is already K-major in shared memory. The accumulators hold C^T; the epilogue writes them
+//   back transposed.
+// - Register fragments of B^T are loaded with one LDS.64 per two values: D row g of a warp is
+//   column n(g) of C and row g + 8 is n(g) + 1, a free permutation of C's columns that makes
+//   each lane's two values adjacent. n(g) walks the 16-byte chunks {0,1,4,5} or {2,3,6,7} of a
+//   128-byte row, which the swizzle (chunk ^ (k % 8)) spreads over all 32 banks for the four
+//   k rows a load touches: conflict-free.
+// - Two wgmma groups in flight per consumer (IN_FLIGHT = 2): tile kt is issued before the wait
+//   for tile kt - 1, so a warpgroup never leaves the tensor cores idle while it loads fragments
+//   (measured on the H100: 96.8% of cuBLAS TF32 at 4096 against 91.8% with one). The register
+//   fragments of a group in flight are kept live (`keep`) so the compiler cannot reuse them.
+// - FP32 -> TF32, rounded both ways: the register operand (B) with cvt.rna.tf32.f32 as in 18 and
+//   19; the shared-memory operand (A) by the TMA itself, whose tensor map has the TF32 element
+//   type. With an FP32 map the tensor cores would use A's top 19 bits (truncation): rel_err 4.2e-4
+//   at 4096 against 2.6e-4 rounded, which is cuBLAS TF32's.
+// - Tried and left out: pairs of CTAs in a cluster sharing the A tile through TMA multicast
+//   (half the A traffic from L2) verified but ran at 40-45% of cuBLAS TF32 on the H100.
+//
+// Tile hierarchy: block tile BM x BN x 32 (BM rows of C from A, BN columns of C from B; 32 k =
+// one 128-byte swizzle row) -> consumer warpgroup tile BM x 64 (one wgmma m64nBMk8 per 8 k, in
+// transposed form: 64 columns of C by BM rows) -> warp 16 columns of C -> lane 2 columns x BM/4
+// rows (BM/2 accumulators).
+#include "common.cuh"
+
+typedef unsigned long long u64;  // NVRTC has no <cstdint>
+
+// A CUtensorMap (driver API), encoded on the host (src/tensor_maps.py) and passed by value.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// --- mbarriers: a phase completes when its arrivals and its expected TMA bytes are all in ---
+__device__ __forceinline__ void mbar_init(u64* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(u64* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Wait until the phase with this parity has completed (a fresh barrier counts the phase before
+// its first, parity 1, as complete: that is how the producer's first pass finds every stage free).
+__device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  }
+}
+
+// --- TMA: a 2-D box of the tensor map at (x = inner coordinate, y = outer) into shared memory --
+__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, u64* bar, int x,
+                                            int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(smem_addr(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+
+// --- wgmma ------------------------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+// Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: rows of 128 bytes (32
+// floats of k), groups of 8 rows 1024 bytes apart (stride byte offset), tile 1024-byte aligned.
+// Moving along k inside the swizzle row is a plain byte offset on the start address.
+__device__ __forceinline__ u64 smem_desc_k_sw128(unsigned addr) {
+  return static_cast<u64>((addr & 0x3FFFF) >> 4)  // start address / 16
+         | (1ull << 16)                                 // leading byte offset: unused (K-major SW128)
+         | (static_cast<u64>(1024 >> 4) << 32)     // stride byte offset / 16
+         | (1ull << 62);                                // layout: 128-byte swizzle
+}
+
+// D (64 x N, FP32, N / 2 registers per lane) += A (64 x 8 TF32, 4 registers per lane) * B (8 x N
+// TF32 in shared memory, descriptor). Lane (warp w, g = lane / 4, t = lane % 4) supplies A rows
+// 16w + g (a[0], a[2]) and 16w + g + 8 (a[1], a[3]) at k = t (a[0], a[1]) and t + 4 (a[2], a[3]),
+// and holds D(16w + g, 8j + 2t + {0, 1}) in d[4j + {0, 1}], D(16w + g + 8, ...) in d[4j + {2, 3}].
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float* d, const unsigned* a, u64 desc_b);
+
+#define ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define ACC16(d, i) ACC4(d, i), ACC4(d, i + 4), ACC4(d, i + 8), ACC4(d, i + 12)
+#define ACC64(d) ACC16(d, 0), ACC16(d, 16), ACC16(d, 32), ACC16(d, 48)
+#define ACC128(d) ACC64(d), ACC16(d, 64), ACC16(d, 80), ACC16(d, 96), ACC16(d, 112)
+
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float* d, const unsigned* a, u64 desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+      : ACC64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
+      : "memory");
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<256>(float* d, const unsigned* a, u64 desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+      "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+      "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+      "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+      "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+      "}, {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
+      : ACC128(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
+      : "memory");
+}
+
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT>
+__global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
+    sgemm_wgmma_tf32(int M, int N, int K, float alpha, const float* __restrict__ A,
+                     const float* __restrict__ B, float beta, float* __restrict__ C,
+                     const __grid_constant__ TensorMap tmap_a,
+                     const __grid_constant__ TensorMap tmap_b) {
+  constexpr int BK = 32;                       // floats of k per stage: one 128-byte swizzle row
+  constexpr int CONSUMERS = BN / 64;           // consumer warpgroups, 64 columns of C each
+  constexpr int A_STAGE = BM * BK * 4;         // bytes: BM rows of A, 128 bytes each
+  constexpr int B_BOX = BK * 32 * 4;           // bytes: one TMA box of B, 32 k rows x 32 columns
+  constexpr int B_STAGE = (BN / 32) * B_BOX;
+  // Registers per thread after the hand-over: the producer keeps few, the consumers take the rest
+  // of the 64K (multiples of 8).
+  constexpr int PRODUCER_REGS = 40;
+  constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 232 : 240;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // 128-byte swizzled tiles must start 1024-byte aligned (the swizzle repeats every 8 rows).
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* a_tiles = smem;                          // STAGES x A_STAGE
+  unsigned char* b_tiles = smem + STAGES * A_STAGE;       // STAGES x B_STAGE
+  u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_STAGE);  // tile landed
+  u64* empty = full + STAGES;                                           // tile consumed
+
+  // Tile order as in 17: groups of GROUP_M block rows walked column by column, for L2 reuse.
+  const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
+  const int group_tiles = GROUP_M * tiles_n;
+  const int first_m = (blockIdx.x / group_tiles) * GROUP_M;
+  const int rows_here = min(tiles_m - first_m, GROUP_M);
+  const int m0 = (first_m + (blockIdx.x % group_tiles) % rows_here) * BM;
+  const int n0 = ((blockIdx.x % group_tiles) / rows_here) * BN;
+  const int k_tiles = CEIL_DIV(K, BK);
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);                   // the producer's arrive, plus the TMA's bytes
+      mbar_init(&empty[s], CONSUMERS * 4);      // one arrive per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // Producer warpgroup: one thread walks K, refilling each stage as soon as it is released.
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (threadIdx.x == 0) {
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % STAGES;
+        mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
+        mbar_arrive_expect_tx(&full[s], A_STAGE + B_STAGE);
+        tma_load_2d(a_tiles + s * A_STAGE, &tmap_a, &full[s], kt * BK, m0);
+#pragma unroll
+        for (int i = 0; i < BN / 32; ++i)
+          tma_load_2d(b_tiles + s * B_STAGE + i * B_BOX, &tmap_b, &full[s], n0 + 32 * i, kt * BK);
+      }
+    }
+  } else {
+    // Consumer warpgroup c: columns n0 + 64c .. n0 + 64c + 63 of C, all BM rows.
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int c = threadIdx.x / 128 - 1;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int box = 2 * c + warp / 2;           // which 32-column box of the B tile
+    const int chunk = 2 * (warp % 2) + (g >> 2) + 4 * ((g >> 1) & 1);  // 16-byte chunk of n(g)
+    // Byte offsets of this lane's two LDS.64 in a box, for k rows t and t + 4 of each 8-k step
+    // (the swizzle moves chunk `chunk` of row k to chunk ^ (k % 8)).
+    const unsigned frag_lo = t * 128 + ((chunk ^ t) << 4) + (g & 1) * 8;
+    const unsigned frag_hi = (t + 4) * 128 + ((chunk ^ (t + 4)) << 4) + (g & 1) * 8;
+
+    float d[BM / 2];
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) d[i] = 0.0f;
+
+    auto release = [&](int s) {  // stage s back to the producer
+      if (lane == 0) mbar_arrive(&empty[s]);
+    };
+    // Wait for k tile kt, load its B^T fragments into `frag` and issue its wgmmas as one group.
+    auto issue = [&](int kt, unsigned (&frag)[BK / 8][4]) {
+      const int s = kt % STAGES;
+      mbar_wait(&full[s], (kt / STAGES) & 1);
+      const unsigned char* b_box = b_tiles + s * B_STAGE + box * B_BOX;
+#pragma unroll
+      for (int ks = 0; ks < BK / 8; ++ks) {
+        const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
+        const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
+        frag[ks][0] = to_tf32(lo.x);   // row g:     (k = t,     n(g))
+        frag[ks][1] = to_tf32(lo.y);   // row g + 8: (k = t,     n(g) + 1)
+        frag[ks][2] = to_tf32(hi.x);   // row g:     (k = t + 4, n(g))
+        frag[ks][3] = to_tf32(hi.y);   // row g + 8: (k = t + 4, n(g) + 1)
+      }
+      const unsigned a_tile = smem_addr(a_tiles + s * A_STAGE);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < BK / 8; ++ks)
+        wgmma_rs<BM>(d, frag[ks], smem_desc_k_sw128(a_tile + ks * 32));
+      wgmma_commit();
+    };
+    // A wgmma reads its register fragments while it runs: they must keep their registers until
+    // its group has completed. The empty asm makes them live up to here, so the compiler cannot
+    // hand those registers to the next tile's fragments earlier.
+    auto keep = [](unsigned (&frag)[BK / 8][4]) {
+#pragma unroll
+      for (int ks = 0; ks < BK / 8; ++ks)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[ks][i]));
+    };
+
+    unsigned frag0[BK / 8][4], frag1[BK / 8][4];
+    if (IN_FLIGHT == 1) {  // issue a tile, wait for it, release it
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        issue(kt, frag0);
+        wgmma_wait<0>();
+        release(kt % STAGES);
+      }
+    } else {  // two groups in flight: tile kt is issued before tile kt - 1 is waited for
+      int kt = 0;
+      for (; kt + 1 < k_tiles; kt += 2) {
+        issue(kt, frag0);
+        wgmma_wait<1>();
+        keep(frag1);
+        if (kt > 0) release((kt - 1) % STAGES);
+        issue(kt + 1, frag1);
+        wgmma_wait<1>();
+        keep(frag0);
+        release(kt % STAGES);
+      }
+      if (kt < k_tiles) {
+        issue(kt, frag0);
+        wgmma_wait<1>();
+        keep(frag1);
+        if (kt > 0) release((kt - 1) % STAGES);
+      }
+      wgmma_wait<0>();
+      keep(frag0);
+      keep(frag1);
+      release((k_tiles - 1) % STAGES);
+    }
+
+    // Epilogue: d[4j + {0, 2}] are C(m0 + 8j + 2t, n .. n + 1), d[4j + {1, 3}] the next row.
+    // N is a multiple of 4, so a column pair is in or out as a whole.
+    const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
+    if (n < N) {
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j) {
+        const int m = m0 + 8 * j + 2 * t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (m + h < M) {
+            float2* p = reinterpret_cast<float2*>(C + (size_t)(m + h) * N + n);
+            float2 v = make_float2(alpha * d[4 * j + h], alpha * d[4 * j + h + 2]);
+            if (beta != 0.0f) {
+              const float2 old = *p;
+              v.x += beta * old.x;
+              v.y += beta * old.y;
+            }
+            *p = v;
+          }
+        }
+      }
+    }
+  }
+}

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from src import gpu as gpu_mod  # noqa: E402
@@ -59,11 +60,11 @@ def main() -> int:
     parser.add_argument("--bench", default="default")
     args = parser.parse_args()
 
-    base = OmegaConf.to_container(OmegaConf.load(CONF / "kernel" / f"{args.kernel}.yaml"))
-    bench = OmegaConf.to_container(OmegaConf.load(CONF / "bench" / f"{args.bench}.yaml"))
-    if "defaults" in bench:
-        bench = {**OmegaConf.to_container(OmegaConf.load(CONF / "bench" / "default.yaml")),
-                 **{k: v for k, v in bench.items() if k != "defaults"}}
+    # The kernel and protocol as the runner composes them (bench files may extend `default`).
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("config", [f"kernel={args.kernel}", f"bench={args.bench}"])
+    base = OmegaConf.to_container(cfg.kernel, resolve=True)
+    bench = OmegaConf.to_container(cfg.bench, resolve=True)
     device = gpu_mod.detect()
     limits = gpu_mod.device_limits(device)
     print(f"device: {device.name} (cc {device.compute_capability}, driver {device.driver})")

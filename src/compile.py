@@ -170,6 +170,25 @@ def _nvrtc():
     return nvrtc
 
 
+def _cubin_bytes(nvrtc, program) -> bytes:
+    """The program's whole cubin. CuPy's getCUBIN drops the last byte (it treats the buffer as a
+    NUL-terminated string): the driver still loads that, but cuobjdump and nvdisasm reject it as
+    an invalid ELF file. cuda-bindings reads the same program handle with its real size."""
+    try:
+        from cuda.bindings import nvrtc as bindings
+
+        handle = bindings.nvrtcProgram(program)
+        err, size = bindings.nvrtcGetCUBINSize(handle)
+        buffer = bytearray(size)
+        if err == bindings.nvrtcResult.NVRTC_SUCCESS and \
+                bindings.nvrtcGetCUBIN(handle, buffer)[0] == bindings.nvrtcResult.NVRTC_SUCCESS:
+            return bytes(buffer)
+    except ImportError:
+        pass
+    binary = nvrtc.getCUBIN(program)
+    return binary if isinstance(binary, bytes) else bytes(binary)
+
+
 def nvrtc_version() -> str:
     return "%d.%d" % _nvrtc().getVersion()
 
@@ -203,7 +222,7 @@ def build_cubin(source_text: str, entry: str, arch: str, cache_dir: Path | str,
             raise CompileFailed(
                 f"kernel {name} ({entry}) failed to compile with NVRTC: {first.strip()}\n"
                 f"NVRTC's log ({exc}):\n{log}") from None
-        binary = nvrtc.getCUBIN(program)
+        binary = _cubin_bytes(nvrtc, program)
         lowered = _text(nvrtc.getLoweredName(program, entry))
     finally:
         nvrtc.destroyProgram(program)
@@ -212,7 +231,7 @@ def build_cubin(source_text: str, entry: str, arch: str, cache_dir: Path | str,
     directory.mkdir(parents=True, exist_ok=True)
     private = f".{os.getpid()}.{id(cubin)}.tmp"
     tmp = cubin_path.with_name(cubin_path.name + private)
-    tmp.write_bytes(binary if isinstance(binary, bytes) else bytes(binary))
+    tmp.write_bytes(binary)
     tmp.replace(cubin_path)
     tmp = meta_path.with_name(meta_path.name + private)
     tmp.write_text(json.dumps(asdict(cubin)) + "\n")

@@ -123,6 +123,25 @@ def test_nvrtc_builds_a_cubin_once_and_reuses_it(tmp_path):
 
 
 @needs_nvrtc
+def test_cached_cubin_is_a_whole_elf_file(tmp_path):
+    """The cached cubin is the whole ELF image, so cuobjdump and nvdisasm can read it: its
+    program-header and section-header tables lie inside the file. (CuPy's getCUBIN returns one
+    byte less than NVRTC's size; the driver loads that, the disassemblers do not.)"""
+    import struct
+
+    from src.compile import build_cubin
+
+    spec = _spec("21_ffma_hopper")
+    cubin = build_cubin(expand_source(spec.source), spec.entry, "sm_90", tmp_path, spec.name)
+    data = open(cubin.path, "rb").read()
+    assert data[:4] == b"\x7fELF" and data[4] == 2  # 64-bit ELF
+    e_phoff, e_shoff = struct.unpack_from("<QQ", data, 0x20)
+    e_phentsize, e_phnum, e_shentsize, e_shnum = struct.unpack_from("<HHHH", data, 0x36)
+    assert e_phnum > 0 and e_phoff + e_phnum * e_phentsize <= len(data)
+    assert e_shoff + e_shnum * e_shentsize <= len(data)
+
+
+@needs_nvrtc
 def test_nvrtc_compile_error_shows_the_log_with_file_and_line(tmp_path):
     from src.compile import build_cubin
 

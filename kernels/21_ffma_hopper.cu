@@ -1,0 +1,267 @@
+// 21 FFMA for Hopper: 17 rebuilt around what the profiler showed.
+//
+// What changed from 17, and why. Nsight Compute's per-instruction sampling put 17's gap to
+// cuBLAS (87%) on its FFMAs, not on memory: ~14% of warp samples were dispatch stalls, against
+// cuBLAS's 5%. 17's SASS shows why: with 16 A values per k read as LDS.64 pairs (two k at a
+// time) and the loads hoisted across the unrolled loop, ptxas renames 60% of the accumulators on
+// every FFMA (FFMA R180, R52, R56, R183), so register-bank collisions between the three sources
+// are common. cuBLAS's kernel keeps every accumulator in place (FFMA R7, R132, R136, R7).
+// - A is transposed on its way into shared memory (As[k][m]), by 4-byte cp.async copies; a warp
+//   still reads whole row pieces of A. Both operands are then LDS.128 along m and n: per k a
+//   thread loads TM / 4 + TN / 4 float4s (6 for 16 x 8) instead of 17's 10 loads.
+// - The fragments of k + 1 load into a second register set while k's outer product runs; at the
+//   last k of a tile the warps meet at the barrier and load the next tile's first fragments
+//   before that outer product, so a tile change costs no shared-load latency.
+// - Fragment loads use lds128<offset> (one address register per tile, the k offset in the
+//   instruction): the compiler had been materializing one address per load.
+// - Copies of interior tiles carry no predicates; edge tiles (and a slice's last K tile) zero-fill.
+// - FMA_ORDER 3 walks the 16 x 8 outer product in serpentine rows; LOADS_FIRST 2 issues the next
+//   tile's fragment loads ahead of that tile's copies.
+// Measured effect (H200, benchmarks/variants.py, % of cuBLAS FP32 at 4096): the transposed A
+// with double-buffered fragments alone 82-87%; predicate-free interior copies and the next
+// tile's fragments loaded at the barrier 94%; lds128 offsets and loads ahead of copies 97%.
+// 90% of the main loop's FFMAs keep their accumulator in place (17: 40%).
+// Kept from 17: grouped tile order, split-K with a ticketed deterministic reduction, any M, N,
+// K, alpha, beta (B's 16-byte copies need N % 4 == 0, else VEC = 1 copies 4-byte elements).
+//
+// Tile hierarchy: block tile = BM x BN, K in steps of BK, STAGES tiles in flight;
+//                 warp tile = WM x WN, lanes (WM / TM) x (WN / TN);
+//                 thread tile = TM x TN as (TM / 4) x (TN / 4) float4 groups, WM / TM * 4 rows
+//                 (and WN / TN * 4 columns) apart.
+#include "common.cuh"
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int THREADS, int STAGES,
+          int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int FMA_ORDER, int LOADS_FIRST>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+sgemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
+           const float* __restrict__ B, float beta, float* __restrict__ C,
+           float* __restrict__ workspace) {
+  constexpr int LANE_ROWS = WM / TM;            // lanes down a warp tile
+  constexpr int LANE_COLS = WN / TN;            // lanes across it
+  constexpr int AS_STRIDE = BM + 4;             // A transposed: As[k][m], one float4 of padding
+  constexpr int AS_SIZE = BK * AS_STRIDE;
+  constexpr int BS_SIZE = BK * BN;              // B as stored: Bs[k][n]
+  constexpr int A_COPIES = BM * BK / THREADS;   // 4-byte copies per thread per tile
+  constexpr int B_COPIES = BK * BN / VEC / THREADS;  // VEC-float copies per thread per tile
+  static_assert(LANE_ROWS * LANE_COLS == 32, "a warp's lanes tile its warp tile");
+  extern __shared__ __align__(16) float smem[];
+
+  const int tiles_m = (M + BM - 1) / BM;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int slice = blockIdx.x / tiles;
+  const int pid = blockIdx.x % tiles;
+  const int group_rows = GROUP_M * tiles_n;
+  const int first_row = (pid / group_rows) * GROUP_M;
+  const int rows_here = min(tiles_m - first_row, GROUP_M);
+  const int tile_m = first_row + (pid % group_rows) % rows_here;
+  const int tile_n = (pid % group_rows) / rows_here;
+  const int tile = tile_m * tiles_n + tile_n;
+
+  const int k_tiles_all = (K + BK - 1) / BK;
+  const int k_tiles_per_slice = (k_tiles_all + SPLIT_K - 1) / SPLIT_K;
+  const int k_tile_begin = slice * k_tiles_per_slice;
+  const int k_tiles = max(0, min(k_tiles_all, k_tile_begin + k_tiles_per_slice) - k_tile_begin);
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_m = (warp / (BN / WN)) * WM;
+  const int warp_n = (warp % (BN / WN)) * WN;
+  const int lane_row = lane / LANE_COLS;
+  const int lane_col = lane % LANE_COLS;
+  const int block_row = tile_m * BM;
+  const int block_col = tile_n * BN;
+
+  // Who copies what. A (4-byte copies: A is transposed on the way, As[k][m]): consecutive
+  // threads take consecutive k of a row, so one copy instruction reads whole 4*BK-byte pieces of
+  // rows; a thread's copies are A_ROW_STEP rows apart. B: THREADS / BK threads per k row, each
+  // B_COPIES chunks of VEC floats, B_LANES * VEC floats apart, so one copy instruction reads
+  // whole lines and a thread's B copies are one address plus constants.
+  constexpr int A_ROW_STEP = THREADS / BK;              // rows of A between a thread's copies
+  constexpr int B_LANES = THREADS / BK;                 // threads per k row of B
+  const int a_m = threadIdx.x / BK, a_k = threadIdx.x % BK;
+  const int b_k = threadIdx.x / B_LANES, b_n = (threadIdx.x % B_LANES) * VEC;
+  const unsigned smem_base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned a_dst = smem_base + 4 * (a_k * AS_STRIDE + a_m);
+  const unsigned b_dst = smem_base + 4 * (AS_SIZE + b_k * BN + b_n);
+  const bool interior = block_row + BM <= M && block_col + BN <= N;
+  // Element indices (32-bit: the runner requires each matrix to have < 2^31 elements) of the
+  // thread's first copies in the slice's first tile; K and N come from the constant bank, so the
+  // per-copy and per-tile offsets cost no registers.
+  const unsigned a_base = (block_row + a_m) * K + k_tile_begin * BK + a_k;
+  const unsigned b_base = (k_tile_begin * BK + b_k) * N + block_col + b_n;
+  constexpr unsigned STAGE_BYTES = 4 * (AS_SIZE + BS_SIZE);
+  // Copies tile kt (of this slice) into the stage at byte offset `offset`. Interior tiles (the
+  // block inside M and N, all BK k inside K) copy without predicates; at the edges a source
+  // outside the matrix copies 0 bytes from the matrix's first element (zero fill).
+  auto copy_tile = [&](unsigned offset, int kt) {
+    const int k_left = K - (k_tile_begin + kt) * BK;   // valid k in this tile
+    if (interior && k_left >= BK) {
+#pragma unroll
+      for (int l = 0; l < A_COPIES; ++l)
+        cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP, A + (a_base + l * A_ROW_STEP * K + kt * BK), 4);
+      const float* b_src = B + (b_base + kt * BK * N);
+#pragma unroll
+      for (int l = 0; l < B_COPIES; ++l) {
+        if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, b_src + 4 * l * B_LANES, 16);
+        else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, b_src + l * B_LANES, 4);
+      }
+    } else {
+#pragma unroll
+      for (int l = 0; l < A_COPIES; ++l) {
+        const bool inside = block_row + a_m + l * A_ROW_STEP < M && a_k < k_left;
+        cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP,
+                          A + (inside ? a_base + l * A_ROW_STEP * K + kt * BK : 0), inside ? 4 : 0);
+      }
+#pragma unroll
+      for (int l = 0; l < B_COPIES; ++l) {
+        const bool inside = block_col + b_n + l * B_LANES * VEC < N && b_k < k_left;
+        const float* src = B + (inside ? b_base + kt * BK * N + l * B_LANES * VEC : 0);
+        if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, src, inside ? 16 : 0);
+        else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, src, inside ? 4 : 0);
+      }
+    }
+  };
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int r = 0; r < TM; ++r)
+#pragma unroll
+    for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
+
+  float frag_a[2][TM], frag_b[2][TN];
+  // The lane's fragments of k step KK from the stage whose A tile starts at shared address
+  // `stage_addr`: TM / 4 float4s of A (rows lane_row * 4 + g * LANE_ROWS * 4) and TN / 4 of B.
+  const unsigned a_frag = 4 * (warp_m + lane_row * 4);
+  const unsigned b_frag = 4 * (AS_SIZE + warp_n + lane_col * 4);
+  auto load_fragments = [&](auto kk_const, int buf, unsigned stage_addr) {
+    constexpr int KK = decltype(kk_const)::value;
+    static_for<0, TM / 4>([&](auto g_const) {
+      constexpr int g = decltype(g_const)::value;
+      const float4 v = lds128<4 * KK * AS_STRIDE + 16 * g * LANE_ROWS>(stage_addr + a_frag);
+      frag_a[buf][g * 4 + 0] = v.x; frag_a[buf][g * 4 + 1] = v.y;
+      frag_a[buf][g * 4 + 2] = v.z; frag_a[buf][g * 4 + 3] = v.w;
+    });
+    static_for<0, TN / 4>([&](auto h_const) {
+      constexpr int h = decltype(h_const)::value;
+      const float4 v = lds128<4 * KK * BN + 16 * h * LANE_COLS>(stage_addr + b_frag);
+      frag_b[buf][h * 4 + 0] = v.x; frag_b[buf][h * 4 + 1] = v.y;
+      frag_b[buf][h * 4 + 2] = v.z; frag_b[buf][h * 4 + 3] = v.w;
+    });
+  };
+  // The thread tile's outer product for one k. FMA_ORDER 1: row by row (the A value shared by
+  // consecutive FFMAs); 2: 4-row groups against column pairs, turning at each pair (cuBLAS's
+  // order); 3: serpentine rows (also the B value shared at each turn).
+  auto outer_product = [&](int buf) {
+    if (FMA_ORDER == 2) {
+#pragma unroll
+      for (int g = 0; g < TM / 4; ++g)
+#pragma unroll
+        for (int p = 0; p < TN / 2; ++p)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int r = g * 4 + ((p & 1) ? (q + 2) % 4 : q);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) acc[r][2 * p + e] += frag_a[buf][r] * frag_b[buf][2 * p + e];
+          }
+    } else {
+#pragma unroll
+      for (int r = 0; r < TM; ++r)
+#pragma unroll
+        for (int cc = 0; cc < TN; ++cc) {
+          const int c = (FMA_ORDER == 3 && (r & 1)) ? TN - 1 - cc : cc;
+          acc[r][c] += frag_a[buf][r] * frag_b[buf][c];
+        }
+    }
+  };
+
+  // Pipeline: all STAGES tiles in flight at the start. At the last k of tile t the warps wait
+  // for tile t + 1, meet at the barrier (after which nobody reads tile t's stage again), refill
+  // that stage with tile t + STAGES, and load tile t + 1's first fragments before the last outer
+  // product of tile t, so the shared-load latency at a tile change hides behind 128 FFMAs.
+  // `read` and `fill` (byte offsets of the stage being read and of the next to refill) live
+  // across the loop.
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) {
+    if (s < k_tiles) copy_tile(s * STAGE_BYTES, s);
+    cp_async_commit();
+  }
+  cp_async_wait<STAGES - 1>();
+  __syncthreads();
+  unsigned read = 0;
+  load_fragments(Int<0>{}, 0, smem_base + read);
+  for (int t = 0; t < k_tiles; ++t) {
+    static_for<0, BK>([&](auto kk_const) {
+      constexpr int kk = decltype(kk_const)::value;
+      if constexpr (kk + 1 < BK) {
+        load_fragments(Int<kk + 1>{}, (kk + 1) & 1, smem_base + read);
+      } else {
+        if (t + 1 < k_tiles) {
+          cp_async_wait<STAGES - 2>();
+          __syncthreads();
+          const unsigned done = read;
+          read = read + STAGE_BYTES == STAGES * STAGE_BYTES ? 0 : read + STAGE_BYTES;
+          if (LOADS_FIRST == 2) {  // tile t + 1's first fragments reach the shared-memory pipe ahead of the copies
+            load_fragments(Int<0>{}, 0, smem_base + read);
+            if (t + STAGES < k_tiles) copy_tile(done, t + STAGES);
+          } else {
+            if (t + STAGES < k_tiles) copy_tile(done, t + STAGES);
+            load_fragments(Int<0>{}, 0, smem_base + read);
+          }
+          cp_async_commit();
+        }
+      }
+      outer_product(kk & 1);
+    });
+  }
+  cp_async_wait<0>();
+
+  auto for_each_fragment = [&](auto&& visit) {
+#pragma unroll
+    for (int g = 0; g < TM / 4; ++g)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+#pragma unroll
+        for (int h = 0; h < TN / 4; ++h)
+          visit(warp_m + g * LANE_ROWS * 4 + lane_row * 4 + e,
+                warp_n + h * LANE_COLS * 4 + lane_col * 4, &acc[g * 4 + e][h * 4]);
+  };
+
+  if (SPLIT_K > 1) {
+    float* partials = workspace;
+    int* tickets = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * tiles * BM * BN);
+    __shared__ int arrived;
+    float* mine = partials + ((size_t)slice * tiles + tile) * BM * BN;
+    for_each_fragment([&](int row, int col, float* v) {
+      __stcg(reinterpret_cast<float4*>(&mine[row * BN + col]), make_float4(v[0], v[1], v[2], v[3]));
+    });
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) arrived = atomicAdd(&tickets[tile], 1);
+    __syncthreads();
+    if (arrived != SPLIT_K - 1) return;
+    __threadfence();
+    if (threadIdx.x == 0) tickets[tile] = 0;
+    for_each_fragment([&](int row, int col, float* v) {
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int s = 0; s < SPLIT_K; ++s) {
+        const float4 p = __ldcg(reinterpret_cast<const float4*>(
+            &partials[((size_t)s * tiles + tile) * BM * BN + row * BN + col]));
+        sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+      }
+      v[0] = sum.x; v[1] = sum.y; v[2] = sum.z; v[3] = sum.w;
+    });
+  }
+
+  for_each_fragment([&](int tile_row, int tile_col, float* v) {
+    const int row = block_row + tile_row, col = block_col + tile_col;
+    if (row >= M) return;
+    if (VEC == 4) {
+      if (col < N) store_axpby4(&C[row * N + col], v, alpha, beta);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (col + e < N) store_axpby(&C[row * N + col + e], v[e], alpha, beta);
+    }
+  });
+}

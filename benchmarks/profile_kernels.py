@@ -27,9 +27,11 @@ ap = argparse.ArgumentParser()
 ap.add_argument("kernels", nargs="+")
 ap.add_argument("--size", type=int, default=4096)
 ap.add_argument("--launches", type=int, default=3)
+ap.add_argument("--tuned-for", default="auto", help="GPU spec whose tuned values apply")
 args = ap.parse_args()
 device = gpu.detect()
-spec_name = gpu.resolve_spec({"name": "auto"}, device).name
+spec_name = (args.tuned_for if args.tuned_for != "auto"
+             else gpu.resolve_spec({"name": "auto"}, device).name)
 problem = Problem(args.size, args.size, args.size, 1.0, 0.0)
 inputs = make_inputs(problem)
 for item in args.kernels:

@@ -7,7 +7,8 @@ config. Every variant is verified first; one that fails prints its error and is 
       --vary bm=128,256 --vary stages=3,4 --vary map.a.element=f32,tf32
 
 `--vary key=v1,v2` crosses values: `key` is a parameter (kernel.params.<key>) or
-`map.<matrix>.<field>` for a launch.tensor_maps entry. `--shape m,n,k[,alpha,beta]` adds a
+`map.<matrix>.<field>` for a launch.tensor_maps entry. A tuned chapter starts from the detected
+GPU's tuned values for each size (conf/tuned/), as in a run. `--shape m,n,k[,alpha,beta]` adds a
 verified-only problem (repeatable). Prints a table last.
 """
 
@@ -28,6 +29,7 @@ from src.errors import LabError  # noqa: E402
 from src.job import _verify_and_time, baseline_gflops, new_record  # noqa: E402
 from src.problem import Problem  # noqa: E402
 from src.spec import build_spec  # noqa: E402
+from src.tuned import apply as apply_tuned  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -58,6 +60,8 @@ def main() -> int:
     parser.add_argument("--vary", action="append", default=[])
     parser.add_argument("--shape", action="append", default=[])
     parser.add_argument("--bench", default="default")
+    parser.add_argument("--tuned-for", default="auto",
+                        help="GPU spec whose tuned values apply (default: the detected GPU's)")
     args = parser.parse_args()
 
     # The kernel and protocol as the runner composes them (bench files may extend `default`).
@@ -67,6 +71,8 @@ def main() -> int:
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
     device = gpu_mod.detect()
     limits = gpu_mod.device_limits(device)
+    gpu_spec = (args.tuned_for if args.tuned_for != "auto"
+                else gpu_mod.resolve_spec({"name": "auto"}, device).name)
     print(f"device: {device.name} (cc {device.compute_capability}, driver {device.driver})")
 
     axes = [(k, [_value(v) for v in vs.split(",")])
@@ -82,9 +88,12 @@ def main() -> int:
 
     rows = []
     for choice in choices:
-        cfg = variant_cfg(base, choice)
         label = " ".join(f"{k}={v}" for k, v in choice.items()) or "configured"
         for problem, timed in [(p, False) for p in checks] + [(p, True) for p in problems]:
+            # as in a run: the GPU's tuned values for this size first, the varied keys over them
+            cfg = copy.deepcopy(base)
+            apply_tuned(cfg, gpu_spec, problem, {k for k in choice if not k.startswith("map.")})
+            cfg = variant_cfg(cfg, choice)
             record = new_record(cfg["name"], cfg["precision"], cfg["backend"], vars(problem))
             try:
                 spec = build_spec(cfg, problem, limits)

@@ -25,6 +25,31 @@ __device__ __forceinline__ void store_float4(float* p, float4 v) {
   *reinterpret_cast<float4*>(p) = v;
 }
 
+// A loop over I = BEGIN .. END-1 whose body gets I as a compile-time constant (Int<I>::value),
+// for bodies that instantiate templates with it (e.g. lds128's offset).
+template <int V>
+struct Int {
+  static constexpr int value = V;
+};
+template <int BEGIN, int END, typename Body>
+__device__ __forceinline__ void static_for(Body&& body) {
+  if constexpr (BEGIN < END) {
+    body(Int<BEGIN>{});
+    static_for<BEGIN + 1, END>(body);
+  }
+}
+
+// A 16-byte shared-memory load at a shared-window address plus a compile-time byte offset: the
+// offset stays in the instruction (LDS.128 [R+imm]), so unrolled loops over k need one address
+// register instead of one per load. volatile keeps it ordered with the barriers around it.
+template <int OFFSET>
+__device__ __forceinline__ float4 lds128(unsigned addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4 + %5];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr), "n"(OFFSET));
+  return v;
+}
+
 // store_axpby for 4 consecutive elements of C (16-byte aligned), acc[0..3] the accumulators.
 __device__ __forceinline__ void store_axpby4(float* c, const float* acc, float alpha, float beta) {
   float4 v;
@@ -58,6 +83,16 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int by
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int bytes_valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(bytes_valid));
+}
+// The same copies with the destination given as a shared-memory address (a 32-bit offset into
+// the block's shared window), for kernels that keep precomputed destinations in registers.
+__device__ __forceinline__ void cp_async_16_shared(unsigned smem, const void* gmem, int bytes_valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(bytes_valid));
+}
+__device__ __forceinline__ void cp_async_4_shared(unsigned smem, const void* gmem, int bytes_valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(bytes_valid));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }

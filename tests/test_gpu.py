@@ -41,6 +41,21 @@ def test_flagship_any_shape_alpha_beta(compose, shape, split_k):
     assert record.rel_err <= record.tolerance and record.params["split_k"] == split_k
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
+                                   (130, 258, 1030), (128, 1024, 4096)])
+def test_ffma_hopper_any_shape_alpha_beta(compose, shape, split_k):
+    """21 copies A element by element (any K) and B in 16-byte chunks when N % 4 == 0, else
+    element by element; edge tiles and a slice's last K tile zero-fill: any M, N, K, with alpha
+    and beta, with and without split-K."""
+    m, n, k = shape
+    record = run_job(compose("kernel=21_ffma_hopper", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", f"kernel.params.split_k={split_k}", *QUICK),
+                     explicit_params={"split_k"})
+    assert record.status == "ok", record.error
+    assert record.rel_err <= record.tolerance and record.params["split_k"] == split_k
+
+
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4100, 332), (17, 36, 4), (1, 4, 4),
                                    (333, 1500, 4092), (4096, 4096, 4096)])
 @pytest.mark.parametrize("in_flight", [1, 2])

@@ -129,6 +129,17 @@ VIOLATIONS = [
     ("19_mma_tf32", dict(stages=8), SQUARE, "smem_bytes <= max_smem_per_block"),
     ("19_mma_tf32", dict(wm=128, wn=64, threads=64), SQUARE, "accumulators <= 128"),
     ("19_mma_tf32", dict(), Problem(4096, 4096, 4100, 1, 0), "m % bm == 0"),
+    ("21_ffma_hopper", dict(bm=96), SQUARE, "bm % wm == 0 and bn % wn == 0"),
+    ("21_ffma_hopper", dict(threads=128), SQUARE, "warps * 32 == threads"),
+    ("21_ffma_hopper", dict(tm=8), SQUARE, "tm % 4 == 0 and tn % 4 == 0"),
+    ("21_ffma_hopper", dict(stages=1), SQUARE, "stages >= 2 and bk % 2 == 0"),
+    ("21_ffma_hopper", dict(bk=6), SQUARE, "threads % bk == 0"),
+    ("21_ffma_hopper", dict(bm=512, bn=512, bk=32, wm=32, tm=8, threads=4096), SQUARE,
+     "threads <= max_threads_per_block"),
+    ("21_ffma_hopper", dict(stages=10), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("21_ffma_hopper", dict(tm=32, wm=128, threads=128), SQUARE, "accumulators + (tm + tn) * 2 <= 192"),
+    ("21_ffma_hopper", dict(fma_order=4), SQUARE, "fma_order <= 3 and loads_first <= 2"),
+    ("21_ffma_hopper", dict(min_blocks=16), SQUARE, "threads * min_blocks <= 2048"),
     ("20_wgmma_tf32", dict(bm=192), SQUARE, "bm == 128 or bm == 256"),
     ("20_wgmma_tf32", dict(bn=192), SQUARE, "bn == 64 or bn == 128"),
     ("20_wgmma_tf32", dict(in_flight=3), SQUARE, "in_flight == 1 or in_flight == 2"),
@@ -144,6 +155,7 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     "06_vectorize", "07_bank_linearize", "08_bank_padding", "09_autotuned", "10_warptiling",
     "11_double_buffer", "12_cp_async", "18_wmma_tf32", "19_mma_tf32")} | {
     ("17_flagship", "group_m >= 1 and split_k >= 1 and min_blocks >= 1"),
+    ("21_ffma_hopper", "group_m >= 1 and split_k >= 1 and min_blocks >= 1"),
     ("20_wgmma_tf32", "group_m >= 1"),              # parameters are positive integers already
     ("20_wgmma_tf32", "compute_capability == 90"),  # H100 limits: test_sm90a_chapter_needs_hopper
 }

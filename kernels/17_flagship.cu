@@ -43,17 +43,8 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
   extern __shared__ __align__(16) float smem[];
 
   // --- which tile and K slice this block computes
-  const int tiles_m = (M + BM - 1) / BM;
-  const int tiles_n = (N + BN - 1) / BN;
-  const int tiles = tiles_m * tiles_n;
-  const int slice = blockIdx.x / tiles;               // slices are the slowest index
-  const int pid = blockIdx.x % tiles;
-  const int group_rows = GROUP_M * tiles_n;           // blocks in one group of GROUP_M block rows
-  const int first_row = (pid / group_rows) * GROUP_M;
-  const int rows_here = min(tiles_m - first_row, GROUP_M);
-  const int tile_m = first_row + (pid % group_rows) % rows_here;
-  const int tile_n = (pid % group_rows) / rows_here;
-  const int tile = tile_m * tiles_n + tile_n;
+  const BlockTile at = grouped_block_tile<BM, BN, GROUP_M>(M, N);
+  const int slice = at.slice, tile_m = at.tile_m, tile_n = at.tile_n;
 
   const int k_tiles_all = (K + BK - 1) / BK;
   const int k_tiles_per_slice = (k_tiles_all + SPLIT_K - 1) / SPLIT_K;
@@ -218,31 +209,7 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
   };
 
   // --- split-K: the last slice to arrive at this tile adds the others' partials, in slice order
-  if (SPLIT_K > 1) {
-    float* partials = workspace;                                   // [SPLIT_K][tiles][BM * BN]
-    int* tickets = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * tiles * BM * BN);
-    __shared__ int arrived;
-    float* mine = partials + ((size_t)slice * tiles + tile) * BM * BN;
-    for_each_fragment([&](int row, int col, float* v) {
-      __stcg(reinterpret_cast<float4*>(&mine[row * BN + col]), make_float4(v[0], v[1], v[2], v[3]));
-    });
-    __threadfence();  // this block's partial is visible device-wide before its ticket
-    __syncthreads();
-    if (threadIdx.x == 0) arrived = atomicAdd(&tickets[tile], 1);
-    __syncthreads();
-    if (arrived != SPLIT_K - 1) return;  // not the last: its partial waits in the workspace
-    __threadfence();
-    if (threadIdx.x == 0) tickets[tile] = 0;  // ready for the next launch
-    for_each_fragment([&](int row, int col, float* v) {
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s = 0; s < SPLIT_K; ++s) {
-        const float4 p = __ldcg(reinterpret_cast<const float4*>(
-            &partials[((size_t)s * tiles + tile) * BM * BN + row * BN + col]));
-        sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
-      }
-      v[0] = sum.x; v[1] = sum.y; v[2] = sum.z; v[3] = sum.w;
-    });
-  }
+  if (SPLIT_K > 1 && !split_k_reduce<SPLIT_K, BM, BN>(workspace, at, for_each_fragment)) return;
 
   // --- epilogue: C = alpha * acc + beta * C, inside C only
   for_each_fragment([&](int tile_row, int tile_col, float* v) {

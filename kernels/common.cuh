@@ -25,6 +25,64 @@ __device__ __forceinline__ void store_float4(float* p, float4 v) {
   *reinterpret_cast<float4*>(p) = v;
 }
 
+// Which block tile and K slice a block of a one-dimensional grid computes (17, 21). Slices are
+// the slowest index. Within a slice consecutive blocks walk a column of GROUP_M block rows before
+// moving right, so the blocks resident at one time share a few rows of A and columns of B in L2.
+struct BlockTile {
+  int tiles;          // block tiles of C
+  int slice;          // which of the SPLIT_K slices of K
+  int tile_m, tile_n; // block tile coordinates
+  int tile;           // tile_m * tiles_n + tile_n
+};
+template <int BM, int BN, int GROUP_M>
+__device__ __forceinline__ BlockTile grouped_block_tile(int M, int N) {
+  const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
+  const int tiles = tiles_m * tiles_n;
+  const int pid = blockIdx.x % tiles;
+  const int group_rows = GROUP_M * tiles_n;           // blocks in one group of GROUP_M block rows
+  const int first_row = (pid / group_rows) * GROUP_M;
+  const int rows_here = min(tiles_m - first_row, GROUP_M);
+  const int tile_m = first_row + (pid % group_rows) % rows_here;
+  const int tile_n = (pid % group_rows) / rows_here;
+  const int slice = blockIdx.x / tiles;  // as unsigned, like the tile index
+  return {tiles, slice, tile_m, tile_n, tile_m * tiles_n + tile_n};
+}
+
+// Split-K: every block of a tile writes its partial tile to the workspace ([SPLIT_K][tiles]
+// [BM * BN], then one ticket per tile) and counts itself in on the tile's ticket; the last one to
+// arrive sums the slices in slice order (so the result does not depend on arrival order) into
+// its accumulators and resets the ticket. `for_each_fragment(visit)` calls visit(row, col, v)
+// for each float4 of accumulators v at (row, col) of the block tile. Returns false in the blocks
+// that are not last: their partial waits in the workspace and they are done.
+template <int SPLIT_K, int BM, int BN, typename ForEachFragment>
+__device__ __forceinline__ bool split_k_reduce(float* workspace, const BlockTile& at,
+                                               ForEachFragment&& for_each_fragment) {
+  float* partials = workspace;
+  int* tickets = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * at.tiles * BM * BN);
+  __shared__ int arrived;
+  float* mine = partials + ((size_t)at.slice * at.tiles + at.tile) * BM * BN;
+  for_each_fragment([&](int row, int col, float* v) {
+    __stcg(reinterpret_cast<float4*>(&mine[row * BN + col]), make_float4(v[0], v[1], v[2], v[3]));
+  });
+  __threadfence();  // this block's partial is visible device-wide before its ticket
+  __syncthreads();
+  if (threadIdx.x == 0) arrived = atomicAdd(&tickets[at.tile], 1);
+  __syncthreads();
+  if (arrived != SPLIT_K - 1) return false;
+  __threadfence();
+  if (threadIdx.x == 0) tickets[at.tile] = 0;  // ready for the next launch
+  for_each_fragment([&](int row, int col, float* v) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s = 0; s < SPLIT_K; ++s) {
+      const float4 p = __ldcg(reinterpret_cast<const float4*>(
+          &partials[((size_t)s * at.tiles + at.tile) * BM * BN + row * BN + col]));
+      sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+    }
+    v[0] = sum.x; v[1] = sum.y; v[2] = sum.z; v[3] = sum.w;
+  });
+  return true;
+}
+
 // A loop over I = BEGIN .. END-1 whose body gets I as a compile-time constant (Int<I>::value),
 // for bodies that instantiate templates with it (e.g. lds128's offset).
 template <int V>

@@ -170,23 +170,20 @@ def _nvrtc():
     return nvrtc
 
 
-def _cubin_bytes(nvrtc, program) -> bytes:
+def _cubin_bytes(program) -> bytes:
     """The program's whole cubin. CuPy's getCUBIN drops the last byte (it treats the buffer as a
     NUL-terminated string): the driver still loads that, but cuobjdump and nvdisasm reject it as
     an invalid ELF file. cuda-bindings reads the same program handle with its real size."""
-    try:
-        from cuda.bindings import nvrtc as bindings
+    from cuda.bindings import nvrtc as bindings
 
-        handle = bindings.nvrtcProgram(program)
-        err, size = bindings.nvrtcGetCUBINSize(handle)
-        buffer = bytearray(size)
-        if err == bindings.nvrtcResult.NVRTC_SUCCESS and \
-                bindings.nvrtcGetCUBIN(handle, buffer)[0] == bindings.nvrtcResult.NVRTC_SUCCESS:
-            return bytes(buffer)
-    except ImportError:
-        pass
-    binary = nvrtc.getCUBIN(program)
-    return binary if isinstance(binary, bytes) else bytes(binary)
+    handle = bindings.nvrtcProgram(program)
+    err, size = bindings.nvrtcGetCUBINSize(handle)
+    buffer = bytearray(size)
+    if err == bindings.nvrtcResult.NVRTC_SUCCESS:
+        err, = bindings.nvrtcGetCUBIN(handle, buffer)
+    if err != bindings.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileFailed(f"NVRTC compiled the program but could not hand over its cubin ({err}).")
+    return bytes(buffer)
 
 
 def nvrtc_version() -> str:
@@ -222,7 +219,7 @@ def build_cubin(source_text: str, entry: str, arch: str, cache_dir: Path | str,
             raise CompileFailed(
                 f"kernel {name} ({entry}) failed to compile with NVRTC: {first.strip()}\n"
                 f"NVRTC's log ({exc}):\n{log}") from None
-        binary = _cubin_bytes(nvrtc, program)
+        binary = _cubin_bytes(program)
         lowered = _text(nvrtc.getLoweredName(program, entry))
     finally:
         nvrtc.destroyProgram(program)

@@ -27,29 +27,16 @@ def test_kernel_verified(compose, kernel, shape):
     assert record.pct_of_cublas_fp32 > 0
 
 
+@pytest.mark.parametrize("kernel", ["17_flagship", "21_ffma_hopper"])
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
-                                   (130, 260, 1030)])
-def test_flagship_any_shape_alpha_beta(compose, shape, split_k):
-    """17 predicates its edge tiles (and copies 4-byte elements when rows are not 16-byte
-    aligned): any M, N, K, with alpha and beta, with and without split-K."""
+                                   (130, 260, 1030), (130, 258, 1030), (128, 1024, 4096)])
+def test_fp32_flagships_any_shape_alpha_beta(compose, kernel, shape, split_k):
+    """17 and 21 predicate their edge tiles (and copy 4-byte elements when rows of B are not
+    16-byte aligned; 21 copies A element by element, so any K): any M, N, K, with alpha and beta,
+    with and without split-K."""
     m, n, k = shape
-    record = run_job(compose("kernel=17_flagship", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
-                             "beta=3.0", f"kernel.params.split_k={split_k}", *QUICK),
-                     explicit_params={"split_k"})
-    assert record.status == "ok", record.error
-    assert record.rel_err <= record.tolerance and record.params["split_k"] == split_k
-
-
-@pytest.mark.parametrize("split_k", [1, 3])
-@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
-                                   (130, 258, 1030), (128, 1024, 4096)])
-def test_ffma_hopper_any_shape_alpha_beta(compose, shape, split_k):
-    """21 copies A element by element (any K) and B in 16-byte chunks when N % 4 == 0, else
-    element by element; edge tiles and a slice's last K tile zero-fill: any M, N, K, with alpha
-    and beta, with and without split-K."""
-    m, n, k = shape
-    record = run_job(compose("kernel=21_ffma_hopper", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+    record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
                              "beta=3.0", f"kernel.params.split_k={split_k}", *QUICK),
                      explicit_params={"split_k"})
     assert record.status == "ok", record.error

@@ -56,7 +56,7 @@ def variant_cfg(base: dict, choice: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kernel")
-    parser.add_argument("--sizes", default="4096")
+    parser.add_argument("--sizes", default="4096", help="timed sizes: 4096 or MxNxK, comma-separated")
     parser.add_argument("--vary", action="append", default=[])
     parser.add_argument("--shape", action="append", default=[])
     parser.add_argument("--bench", default="default")
@@ -79,7 +79,8 @@ def main() -> int:
             for k, vs in (item.split("=", 1) for item in args.vary)]
     choices = [dict(zip([k for k, _ in axes], combo))
                for combo in itertools.product(*[vs for _, vs in axes])] or [{}]
-    problems = [Problem(s, s, s, 1.0, 0.0) for s in map(int, args.sizes.split(","))]
+    problems = [Problem(*(3 * [int(s)] if "x" not in s else map(int, s.split("x"))), 1.0, 0.0)
+                for s in args.sizes.split(",")]
     checks = []
     for shape in args.shape:
         v = [float(x) for x in shape.split(",")]

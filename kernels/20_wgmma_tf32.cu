@@ -45,45 +45,15 @@
 // rows (BM/2 accumulators).
 #include "common.cuh"
 
-typedef unsigned long long u64;  // NVRTC has no <cstdint>
-
 // A CUtensorMap (driver API), encoded on the host (src/tensor_maps.py) and passed by value.
 struct alignas(64) TensorMap {
   unsigned long long opaque[16];
 };
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
-}
-
-// --- mbarriers: a phase completes when its arrivals and its expected TMA bytes are all in ---
-__device__ __forceinline__ void mbar_init(u64* bar, unsigned arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(u64* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
-               "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u64* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Wait until the phase with this parity has completed (a fresh barrier counts the phase before
-// its first, parity 1, as complete: that is how the producer's first pass finds every stage free).
-__device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-  }
 }
 
 // --- TMA: a 2-D box of the tensor map at (x = inner coordinate, y = outer) into shared memory --
@@ -104,14 +74,6 @@ __device__ __forceinline__ void wgmma_commit() {
 template <int PENDING>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
-}
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
-}
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
 }
 
 // Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: rows of 128 bytes (32

@@ -34,53 +34,83 @@ struct BlockTile {
   int tile_m, tile_n; // block tile coordinates
   int tile;           // tile_m * tiles_n + tile_n
 };
+// The grouped order as a function of the position `pid` in it (0 .. tiles - 1).
+template <int GROUP_M>
+__device__ __forceinline__ void grouped_tile(int pid, int tiles_m, int tiles_n, int& tile_m,
+                                             int& tile_n) {
+  const int group_rows = GROUP_M * tiles_n;           // blocks in one group of GROUP_M block rows
+  const int first_row = (pid / group_rows) * GROUP_M;
+  const int rows_here = min(tiles_m - first_row, GROUP_M);
+  tile_m = first_row + (pid % group_rows) % rows_here;
+  tile_n = (pid % group_rows) / rows_here;
+}
 template <int BM, int BN, int GROUP_M>
 __device__ __forceinline__ BlockTile grouped_block_tile(int M, int N) {
   const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
   const int tiles = tiles_m * tiles_n;
-  const int pid = blockIdx.x % tiles;
-  const int group_rows = GROUP_M * tiles_n;           // blocks in one group of GROUP_M block rows
-  const int first_row = (pid / group_rows) * GROUP_M;
-  const int rows_here = min(tiles_m - first_row, GROUP_M);
-  const int tile_m = first_row + (pid % group_rows) % rows_here;
-  const int tile_n = (pid % group_rows) / rows_here;
+  int tile_m, tile_n;
+  grouped_tile<GROUP_M>(blockIdx.x % tiles, tiles_m, tiles_n, tile_m, tile_n);
   const int slice = blockIdx.x / tiles;  // as unsigned, like the tile index
   return {tiles, slice, tile_m, tile_n, tile_m * tiles_n + tile_n};
 }
 
-// Split-K: every block of a tile writes its partial tile to the workspace ([SPLIT_K][tiles]
-// [BM * BN], then one ticket per tile) and counts itself in on the tile's ticket; the last one to
-// arrive sums the slices in slice order (so the result does not depend on arrival order) into
-// its accumulators and resets the ticket. `for_each_fragment(visit)` calls visit(row, col, v)
-// for each float4 of accumulators v at (row, col) of the block tile. Returns false in the blocks
-// that are not last: their partial waits in the workspace and they are done.
-template <int SPLIT_K, int BM, int BN, typename ForEachFragment>
-__device__ __forceinline__ bool split_k_reduce(float* workspace, const BlockTile& at,
-                                               ForEachFragment&& for_each_fragment) {
-  float* partials = workspace;
-  int* tickets = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * at.tiles * BM * BN);
+// A barrier for the first THREADS threads of the block (named barrier 1), or for the whole block
+// when THREADS is 0: warp-specialized kernels (22) sync their consumer warps only.
+template <int THREADS>
+__device__ __forceinline__ void sync_threads() {
+  if constexpr (THREADS == 0) __syncthreads();
+  else asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+}
+
+// A tile whose K range was split between `parts` blocks (split-K slices in 17, 21 and 22,
+// stream-K pieces in 22): every part writes its partial tile to its slot of the workspace
+// (BM x BN floats, row-major) and counts itself in on the tile's ticket. Returns true in the
+// last part to arrive, which then has every part's partial to add (and has reset the ticket for
+// the next launch); the others are done with the tile. `for_each_fragment(visit)` calls
+// visit(row, col, v) for each float4 of accumulators v at (row, col) of the block tile.
+// SYNC_THREADS: the threads that hold accumulators and take part (0: all of the block's).
+template <int BN, int SYNC_THREADS, typename ForEachFragment>
+__device__ __forceinline__ bool publish_partial(float* mine, int parts, int* ticket,
+                                                ForEachFragment&& for_each_fragment) {
   __shared__ int arrived;
-  float* mine = partials + ((size_t)at.slice * at.tiles + at.tile) * BM * BN;
   for_each_fragment([&](int row, int col, float* v) {
     __stcg(reinterpret_cast<float4*>(&mine[row * BN + col]), make_float4(v[0], v[1], v[2], v[3]));
   });
   __threadfence();  // this block's partial is visible device-wide before its ticket
-  __syncthreads();
-  if (threadIdx.x == 0) arrived = atomicAdd(&tickets[at.tile], 1);
-  __syncthreads();
-  if (arrived != SPLIT_K - 1) return false;
+  sync_threads<SYNC_THREADS>();
+  if (threadIdx.x == 0) arrived = atomicAdd(ticket, 1);
+  sync_threads<SYNC_THREADS>();
+  if (arrived != parts - 1) return false;
   __threadfence();
-  if (threadIdx.x == 0) tickets[at.tile] = 0;  // ready for the next launch
+  if (threadIdx.x == 0) *ticket = 0;  // ready for the next launch
+  return true;
+}
+
+// The last part sums the parts into its accumulators, in part order (so the result does not
+// depend on arrival order); slot(i) is where part i's partial is. Returns false in the others.
+template <int BM, int BN, int SYNC_THREADS, typename Slot, typename ForEachFragment>
+__device__ __forceinline__ bool reduce_partial_tile(Slot&& slot, int parts, int part, int* ticket,
+                                                    ForEachFragment&& for_each_fragment) {
+  if (!publish_partial<BN, SYNC_THREADS>(slot(part), parts, ticket, for_each_fragment)) return false;
   for_each_fragment([&](int row, int col, float* v) {
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int s = 0; s < SPLIT_K; ++s) {
-      const float4 p = __ldcg(reinterpret_cast<const float4*>(
-          &partials[((size_t)s * at.tiles + at.tile) * BM * BN + row * BN + col]));
+    for (int s = 0; s < parts; ++s) {
+      const float4 p = __ldcg(reinterpret_cast<const float4*>(&slot(s)[row * BN + col]));
       sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
     }
     v[0] = sum.x; v[1] = sum.y; v[2] = sum.z; v[3] = sum.w;
   });
   return true;
+}
+
+// Split-K: the workspace holds [SPLIT_K][tiles][BM * BN] partials, then one ticket per tile.
+template <int SPLIT_K, int BM, int BN, int SYNC_THREADS = 0, typename ForEachFragment>
+__device__ __forceinline__ bool split_k_reduce(float* workspace, const BlockTile& at,
+                                               ForEachFragment&& for_each_fragment) {
+  int* tickets = reinterpret_cast<int*>(workspace + (size_t)SPLIT_K * at.tiles * BM * BN);
+  auto slot = [&](int s) { return workspace + ((size_t)s * at.tiles + at.tile) * BM * BN; };
+  return reduce_partial_tile<BM, BN, SYNC_THREADS>(slot, SPLIT_K, at.slice, &tickets[at.tile],
+                                                   for_each_fragment);
 }
 
 // A loop over I = BEGIN .. END-1 whose body gets I as a compile-time constant (Int<I>::value),
@@ -158,4 +188,73 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int pending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+// --- Warp specialization (20, 22): mbarriers hand pipeline stages between producer and consumer
+// warps; setmaxnreg moves registers between warpgroups (sm_90a) ---------------------------------
+typedef unsigned long long u64;  // NVRTC has no <cstdint>
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// A phase completes when its arrivals (and the TMA bytes it expects) are all in.
+__device__ __forceinline__ void mbar_init(u64* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(u64* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// One arrival on the barrier once all of this thread's earlier cp.async copies have landed
+// (.noinc: the barrier's expected count includes these arrivals).
+__device__ __forceinline__ void cp_async_mbar_arrive(u64* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
+}
+// Wait until the phase with this parity has completed (a fresh barrier counts the phase before
+// its first, parity 1, as complete: that is how the producer's first pass finds every stage free).
+__device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  }
+}
+// Whether the phase with this parity has completed, without waiting (acquire when it has).
+__device__ __forceinline__ bool mbar_test(u64* bar, unsigned parity) {
+  unsigned done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return done != 0;
+}
+// The same wait for a thread that has nothing else to do (a producer ahead of its consumers):
+// the suspend-time hint lets the hardware keep the thread asleep until the phase completes
+// (up to 10 ms), instead of the short default after which the loop polls again. Without it,
+// 22's producer warps spent ~8% of the issued instructions polling (Nsight Compute at 1024).
+__device__ __forceinline__ void mbar_wait_asleep(u64* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity), "r"(10000000) : "memory");
+  }
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
 }

@@ -27,20 +27,48 @@ def test_kernel_verified(compose, kernel, shape):
     assert record.pct_of_cublas_fp32 > 0
 
 
-@pytest.mark.parametrize("kernel", ["17_flagship", "21_ffma_hopper"])
-@pytest.mark.parametrize("split_k", [1, 3])
+FP32_FLAGSHIP_RUNS = [("17_flagship", {"split_k": 1}), ("17_flagship", {"split_k": 3}),
+                      ("21_ffma_hopper", {"split_k": 1}), ("21_ffma_hopper", {"split_k": 3}),
+                      ("22_ffma_warp_specialized", {"schedule": 1, "split_k": 1}),
+                      ("22_ffma_warp_specialized", {"schedule": 1, "split_k": 3}),
+                      ("22_ffma_warp_specialized", {"schedule": 2})]
+
+
+@pytest.mark.parametrize("kernel,params", FP32_FLAGSHIP_RUNS,
+                         ids=[f"{k}-" + "-".join(f"{n}{v}" for n, v in p.items()) for k, p in FP32_FLAGSHIP_RUNS])
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
                                    (130, 260, 1030), (130, 258, 1030), (128, 1024, 4096)])
-def test_fp32_flagships_any_shape_alpha_beta(compose, kernel, shape, split_k):
-    """17 and 21 predicate their edge tiles (and copy 4-byte elements when rows of B are not
-    16-byte aligned; 21 copies A element by element, so any K): any M, N, K, with alpha and beta,
-    with and without split-K."""
+def test_fp32_flagships_any_shape_alpha_beta(compose, kernel, params, shape):
+    """17, 21 and 22 predicate their edge tiles (and copy 4-byte elements when rows of B are not
+    16-byte aligned; 21 and 22 copy A element by element, so any K): any M, N, K, with alpha and
+    beta, with and without split-K (22: and with its persistent stream-K schedule)."""
     m, n, k = shape
     record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
-                             "beta=3.0", f"kernel.params.split_k={split_k}", *QUICK),
-                     explicit_params={"split_k"})
+                             "beta=3.0", *[f"kernel.params.{n}={v}" for n, v in params.items()],
+                             *QUICK),
+                     explicit_params=set(params))
     assert record.status == "ok", record.error
-    assert record.rel_err <= record.tolerance and record.params["split_k"] == split_k
+    assert record.rel_err <= record.tolerance
+    assert all(record.params[name] == value for name, value in params.items())
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (1024, 1024, 1024), (896, 4864, 512),
+                                   (1000, 1000, 16), (2048, 2048, 2056), (8192, 1024, 3000)],
+                         ids=["3.88-waves", "32-tiles", "133-tiles", "fewer-k-than-blocks",
+                              "k-off-tile", "tall"])
+@pytest.mark.parametrize("sk_split", [1, 4])
+def test_stream_k_splits(compose, shape, sk_split):
+    """22's persistent schedule: whole tiles first, then the K loops of the last partial wave cut
+    into equal runs, a tile's pieces summed by the last block to finish. Shapes where the rest is
+    most of a wave, fewer tiles than SMs, one tile more than a wave, fewer k tiles than blocks,
+    and K off the tile; with alpha and beta, checked against the FP64 reference."""
+    m, n, k = shape
+    record = run_job(compose("kernel=22_ffma_warp_specialized", f"m={m}", f"n={n}", f"k={k}",
+                             "alpha=0.5", "beta=3.0", "kernel.params.schedule=2",
+                             f"kernel.params.sk_split={sk_split}", *QUICK),
+                     explicit_params={"schedule", "sk_split"})
+    assert record.status == "ok", record.error
+    assert record.rel_err <= record.tolerance and record.local_bytes == 0
 
 
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4100, 332), (17, 36, 4), (1, 4, 4),

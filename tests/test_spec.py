@@ -140,6 +140,17 @@ VIOLATIONS = [
     ("21_ffma_hopper", dict(tm=32, wm=128, threads=128), SQUARE, "accumulators + (tm + tn) * 2 <= 192"),
     ("21_ffma_hopper", dict(fma_order=4), SQUARE, "fma_order <= 3 and loads_first <= 2"),
     ("21_ffma_hopper", dict(min_blocks=16), SQUARE, "threads * min_blocks <= 2048"),
+    ("22_ffma_warp_specialized", dict(bm=96), SQUARE, "bm % wm == 0 and bn % wn == 0"),
+    ("22_ffma_warp_specialized", dict(bm=64, bn=128), SQUARE, "consumer_warps % 4 == 0"),
+    ("22_ffma_warp_specialized", dict(tm=8), SQUARE, "tm % 4 == 0 and tn % 4 == 0"),
+    ("22_ffma_warp_specialized", dict(stages=1), SQUARE, "stages >= 2 and bk % 2 == 0"),
+    ("22_ffma_warp_specialized", dict(bk=6), SQUARE, "128 % bk == 0"),
+    ("22_ffma_warp_specialized", dict(bm=256, bn=512), SQUARE, "threads <= max_threads_per_block"),
+    ("22_ffma_warp_specialized", dict(stages=20), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("22_ffma_warp_specialized", dict(tm=32, wm=128), SQUARE, "accumulators + (tm + tn) * 2 <= 192"),
+    ("22_ffma_warp_specialized", dict(fma_order=2), SQUARE, "fma_order == 1 or fma_order == 3"),
+    ("22_ffma_warp_specialized", dict(sk_idle_pct=101), SQUARE, "sk_idle_pct <= 100"),
+    ("22_ffma_warp_specialized", dict(split_k=2), SQUARE, "schedule == 1 or (schedule == 2 and split_k == 1)"),
     ("20_wgmma_tf32", dict(bm=192), SQUARE, "bm == 128 or bm == 256"),
     ("20_wgmma_tf32", dict(bn=192), SQUARE, "bn == 64 or bn == 128"),
     ("20_wgmma_tf32", dict(in_flight=3), SQUARE, "in_flight == 1 or in_flight == 2"),
@@ -158,6 +169,8 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     ("21_ffma_hopper", "group_m >= 1 and split_k >= 1 and min_blocks >= 1"),
     ("20_wgmma_tf32", "group_m >= 1"),              # parameters are positive integers already
     ("20_wgmma_tf32", "compute_capability == 90"),  # H100 limits: test_sm90a_chapter_needs_hopper
+    ("22_ffma_warp_specialized", "compute_capability == 90"),
+    ("22_ffma_warp_specialized", "group_m >= 1 and split_k >= 1 and sk_split >= 1"),
 }
 
 
@@ -237,10 +250,11 @@ def test_problem_scalars_must_be_numbers():
     assert p.flops == 2 * 2 * 3 * 4 and p.label == "2x3x4"
 
 
-def test_sm90a_chapter_needs_hopper():
-    """20 is built for sm_90a, which runs on compute capability 9.0 only: an A100 is refused
-    before anything is compiled, with the rule named."""
+@pytest.mark.parametrize("kernel", ["20_wgmma_tf32", "22_ffma_warp_specialized"])
+def test_sm90a_chapter_needs_hopper(kernel):
+    """20 and 22 are built for sm_90a, which runs on compute capability 9.0 only: an A100 is
+    refused before anything is compiled, with the rule named."""
     with pytest.raises(InvalidParams, match=r"compute_capability == 90.*compute_capability=80"):
-        build_spec(kernel_cfg("20_wgmma_tf32"), SQUARE, limits_from_spec("a100"))
-    spec = build_spec(kernel_cfg("20_wgmma_tf32"), SQUARE, H100)
+        build_spec(kernel_cfg(kernel), SQUARE, limits_from_spec("a100"))
+    spec = build_spec(kernel_cfg(kernel), SQUARE, H100)
     assert spec.arch == "sm_90a"

@@ -1,0 +1,422 @@
+// 22 FFMA, warp-specialized and persistent: 21's compute warps fed by a producer warpgroup, one
+// block per SM, the last wave split by stream-K. The first FP32 kernel here above cuBLAS.
+//
+// What changed from 21, and why. Nsight Compute left 21 at 81% of issue slots busy (cuBLAS 88%).
+// What remained sat at the tile change, where every warp copies, waits and meets the others:
+// scoreboard stalls on registers the copies still had to read, instruction-cache misses in the
+// 2,000-instruction loop, and the whole block stalled together at __syncthreads.
+// - A producer warpgroup (4 warps, one per SM sub-partition) issues all the cp.async copies; the
+//   compute warps only load fragments and multiply. A STAGES-deep ring of shared-memory stages
+//   is handed over with mbarriers: the producers' copies arrive on a stage's `full` barrier as
+//   they land (cp.async.mbarrier.arrive), the consumers arrive on its `empty` barrier when they
+//   have read it. No __syncthreads in the K loop: each consumer warp runs at its own pace.
+//   setmaxnreg leaves the producers 48 registers and gives the consumers 224.
+// - BK = 8: a tile change now costs a barrier test and an arrive, not copies, so the loop can be
+//   half as long (1,100 instructions), which the instruction cache holds better.
+// - Persistent blocks (SCHEDULE 2): one block per SM walks whole tiles, then the K loops of the
+//   tiles of the last, partial wave are cut into equal runs, one per block (stream-K), so no SM
+//   idles through a last wave (4096 at 128 x 256: 512 tiles = 3.88 waves of 132 SMs). The last
+//   part of a split tile to finish adds the others' partials in K order (deterministic). When the
+//   last wave is nearly full (2048: 128 tiles) whole tiles cost less than splitting.
+// - The consumers' K loop runs over all of the block's k tiles, unit after unit, with each
+//   unit's epilogue in between, and checks whether the next k tile has landed half a tile early
+//   (mbarrier.test_wait), so that answer is in by the tile's last k.
+// What the SASS needed (read with cuobjdump after each step; ptxas decides a lot here):
+// - Epilogues must not constrain the accumulators' registers: storing them raw (a 16-byte store
+//   wants four consecutive registers) or summing partials into them dropped the loop's in-place
+//   FFMAs from 78% to 56%. Partials are stored as alpha * acc and summed in a plain loop.
+// - That loop's trip count must not depend on the thread index, or the K loop's counters leave
+//   the uniform registers (4% slower, and the same at sizes with no stream-K at all).
+// - The lane's fragment offsets are made opaque, or ptxas recomputes them from the thread index
+//   at every k tile.
+// Measured effect (H200, benchmarks/variants.py, % of cuBLAS FP32 at 4096 / 8192): producer
+// warpgroup with 21's BK = 16: 92-94%; BK = 8: 97.8 / 98.5%; persistent stream-K once the
+// epilogue left the loop alone: 99.4 / 101.5% (one block per tile: 96.9 / 97.8%); opaque fragment
+// offsets: 99.9 / 101.6%; the early barrier test: 102.2 / 104.2% (84% of the loop's FFMAs in
+// place); 48 producer registers (40 spilled in the 4-byte-copy path), 224 for the consumers:
+// 102.7 / 104.6%. Tried and left: 256 x 128 block tiles (91%), 8 x 16 thread tiles (96%), 128 x 32 warp
+// tiles (99%), row-order FFMAs (90%), stages 4 vs 6 and group_m 4 / 8 / 16 (within 0.2%),
+// sleeping producers between polls (no change). 1024 (32 tiles, each split in 4): 95%.
+// Kept from 21: A transposed on its way into shared memory by 4-byte copies, both operands read
+// as LDS.128 with the k offset in the instruction, fragments double-buffered in registers, the
+// serpentine FFMA order, grouped tile order, split-K (SCHEDULE 1), any M, N, K, alpha, beta.
+//
+// Tile hierarchy: block tile = BM x BN, K in steps of BK, STAGES tiles in flight;
+//                 warp tile = WM x WN (consumer warps only), lanes (WM / TM) x (WN / TN);
+//                 thread tile = TM x TN as (TM / 4) x (TN / 4) float4 groups.
+#include "common.cuh"
+
+// A block's share of the work: k tiles [k_begin, k_end) of block tile `tile` (its position in
+// the grouped order). `parts` blocks share the tile's K (1: this block computes it whole); this
+// is part `part` of them in K order. Stream-K pieces also name the block computing part 0.
+struct WorkUnit {
+  int tile, k_begin, k_end;
+  int parts, part, first_block;
+};
+
+// Stream-K over the tiles left after the last full wave (persistent blocks, SCHEDULE = 2).
+// The first dp_tiles tiles go whole to blocks in turn (tile b, b + P, ...: P = the grid, one
+// block per SM). The K loops of the other tiles are laid end to end and cut into one equal run
+// per participating block, so every block ends at the same time instead of a last wave that
+// leaves SMs idle (4096 at 128 x 256: 512 tiles = 3.88 waves of 132). At most SK_SPLIT
+// participants per tile on average, which bounds the partial sums to add.
+struct StreamK {
+  int iters;             // k tiles per tile
+  int dp_tiles;          // tiles computed whole
+  int participants;      // blocks that share the rest
+  long long sk_iters;    // k tiles of the rest, end to end
+  __device__ __forceinline__ long long start(int b) const { return b * sk_iters / participants; }
+  // the participant whose run holds k tile x of the rest
+  __device__ __forceinline__ int owner(long long x) const {
+    return static_cast<int>(((x + 1) * participants - 1) / sk_iters);
+  }
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int GROUP_M,
+          int SPLIT_K, int VEC, int FMA_ORDER, int SCHEDULE, int SK_SPLIT, int SK_IDLE_PCT>
+__global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN) + 128, 1)
+sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
+              const float* __restrict__ B, float beta, float* __restrict__ C,
+              float* __restrict__ workspace) {
+  constexpr bool PERSISTENT = SCHEDULE == 2;             // else one block per tile and K slice
+  constexpr int CONSUMERS = 32 * (BM / WM) * (BN / WN);  // compute threads: warps 0 ..
+  constexpr int PRODUCERS = 128;                          // the last warpgroup copies
+  constexpr int THREADS = CONSUMERS + PRODUCERS;
+  // Registers: the launch gives every thread ENTRY_REGS; the producers hand theirs down to
+  // PRODUCER_REGS and the consumers take what that frees (setmaxnreg counts in multiples of 8).
+  constexpr int ENTRY_REGS = (65536 / THREADS / 8) * 8 > 255 ? 255 : (65536 / THREADS / 8) * 8;
+  constexpr int PRODUCER_REGS = 48;
+  constexpr int CONSUMER_REGS_FREE =
+      ((ENTRY_REGS + (ENTRY_REGS - PRODUCER_REGS) * PRODUCERS / CONSUMERS) / 8) * 8;
+  constexpr int CONSUMER_REGS = CONSUMER_REGS_FREE > 248 ? 248 : CONSUMER_REGS_FREE;
+  constexpr int LANE_ROWS = WM / TM;            // lanes down a warp tile
+  constexpr int LANE_COLS = WN / TN;            // lanes across it
+  constexpr int AS_STRIDE = BM + 4;             // A transposed: As[k][m], one float4 of padding
+  constexpr int AS_SIZE = BK * AS_STRIDE;
+  constexpr int BS_SIZE = BK * BN;              // B as stored: Bs[k][n]
+  constexpr unsigned STAGE_BYTES = 4 * (AS_SIZE + BS_SIZE);
+  static_assert(LANE_ROWS * LANE_COLS == 32, "a warp's lanes tile its warp tile");
+  static_assert((BM * BN / 4) % CONSUMERS == 0, "the fixup loop gives every consumer thread as many float4s");
+  extern __shared__ __align__(16) float smem[];   // the ring's STAGES stages
+  __shared__ u64 full[STAGES], empty[STAGES];        // a full and an empty barrier per stage
+
+  const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
+  const int tiles = tiles_m * tiles_n;
+  const int iters = CEIL_DIV(K, BK);  // k tiles per tile
+
+  // This block's work unit number u (false past its last). Both roles walk the same list: the
+  // producers fill the ring in this order, the consumers read it in this order. Each role calls
+  // it after its setmaxnreg: values computed before the hand-over would be live across it, under
+  // the entry's register cap.
+  auto stream_k = [&] {
+    const int P = gridDim.x;
+    StreamK sk;
+    sk.iters = iters;
+    // Whole tiles only when the last wave would leave at most SK_IDLE_PCT % of the SMs idle:
+    // splitting costs a partial write and read per piece (2048: 128 tiles on 132 SMs, 91% of
+    // cuBLAS split, 97% whole).
+    const int rest = tiles % P;
+    sk.dp_tiles = 100 * (P - rest) <= SK_IDLE_PCT * P ? tiles : tiles - rest;
+    sk.sk_iters = static_cast<long long>(tiles - sk.dp_tiles) * iters;
+    // every participant's run holds at least one k tile
+    sk.participants = static_cast<int>(
+        min(static_cast<long long>(min(P, (tiles - sk.dp_tiles) * SK_SPLIT)), sk.sk_iters));
+    return sk;
+  };
+  auto unit_at = [&](int u, WorkUnit& unit) -> bool {
+    if constexpr (!PERSISTENT) {  // one unit: tile blockIdx % tiles, K slice blockIdx / tiles
+      const int slice = blockIdx.x / tiles;
+      const int per_slice = CEIL_DIV(iters, SPLIT_K);
+      const int k_begin = min(iters, slice * per_slice);
+      unit = WorkUnit{static_cast<int>(blockIdx.x % tiles), k_begin,
+                      min(iters, k_begin + per_slice), SPLIT_K, slice, 0};
+      return u == 0;
+    } else {
+      const int P = gridDim.x, b = blockIdx.x;
+      const StreamK sk = stream_k();
+      const int dp_units = b < sk.dp_tiles ? CEIL_DIV(sk.dp_tiles - b, P) : 0;
+      if (u < dp_units) {  // whole tiles b, b + P, ... first
+        unit = WorkUnit{b + u * P, 0, iters, 1, 0, 0};
+        return true;
+      }
+      if (b >= sk.participants) return false;
+      // then the stream-K run's pieces, one per tile it touches
+      const long long run_begin = sk.start(b), run_end = sk.start(b + 1);
+      const int j = static_cast<int>(run_begin / iters) + (u - dp_units);
+      const long long tile_begin = static_cast<long long>(j) * iters;
+      const long long x = max(run_begin, tile_begin);
+      if (x >= run_end) return false;
+      const int first = sk.owner(tile_begin);
+      const int last = sk.owner(tile_begin + iters - 1);
+      unit = WorkUnit{sk.dp_tiles + j, static_cast<int>(x - tile_begin),
+                      static_cast<int>(min(static_cast<long long>(iters), run_end - tile_begin)),
+                      last - first + 1, b - first, first};
+      return true;
+    }
+  };
+  // All k tiles this block computes, over all its units.
+  auto block_k_tiles = [&]() -> int {
+    if constexpr (!PERSISTENT) {
+      WorkUnit unit;
+      unit_at(0, unit);
+      return unit.k_end - unit.k_begin;
+    } else {
+      const int P = gridDim.x, b = blockIdx.x;
+      const StreamK sk = stream_k();
+      const int dp_units = b < sk.dp_tiles ? CEIL_DIV(sk.dp_tiles - b, P) : 0;
+      return dp_units * iters +
+             (b < sk.participants ? static_cast<int>(sk.start(b + 1) - sk.start(b)) : 0);
+    }
+  };
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], PRODUCERS);   // each producer thread's copies of the stage have landed
+      mbar_init(&empty[s], CONSUMERS);  // each consumer thread has read the stage
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const unsigned smem_base = smem_addr(smem);
+
+  if (threadIdx.x >= CONSUMERS) {
+    // ---- Producer warpgroup: keeps the ring full, unit after unit ------------------------------
+    if constexpr (CONSUMER_REGS > ENTRY_REGS) setmaxnreg_dec<PRODUCER_REGS>();
+    // Who copies what, as in 21 with 128 threads. A (4-byte copies, transposed on the way):
+    // consecutive threads take consecutive k of a row, a thread's copies A_ROW_STEP rows apart.
+    // B: B_LANES threads per k row, each B_COPIES chunks of VEC floats, B_LANES * VEC apart.
+    constexpr int A_ROW_STEP = PRODUCERS / BK;
+    constexpr int B_LANES = PRODUCERS / BK;
+    constexpr int A_COPIES = BM * BK / PRODUCERS;
+    constexpr int B_COPIES = BK * BN / VEC / PRODUCERS;
+    const int p = threadIdx.x - CONSUMERS;
+    const int a_m = p / BK, a_k = p % BK;
+    const int b_k = p / B_LANES, b_n = (p % B_LANES) * VEC;
+    const unsigned a_dst = smem_base + 4 * (a_k * AS_STRIDE + a_m);
+    const unsigned b_dst = smem_base + 4 * (AS_SIZE + b_k * BN + b_n);
+    int stage = 0;
+    unsigned phase = 0;
+    WorkUnit unit;
+    for (int u = 0; unit_at(u, unit); ++u) {
+      int tile_m, tile_n;
+      grouped_tile<GROUP_M>(unit.tile, tiles_m, tiles_n, tile_m, tile_n);
+      const int block_row = tile_m * BM, block_col = tile_n * BN;
+      const bool interior = block_row + BM <= M && block_col + BN <= N;
+      // Element indices (32-bit: the runner requires each matrix to have < 2^31 elements).
+      const unsigned a_base = (block_row + a_m) * K + unit.k_begin * BK + a_k;
+      const unsigned b_base = (unit.k_begin * BK + b_k) * N + block_col + b_n;
+      for (int kt = 0; kt < unit.k_end - unit.k_begin; ++kt) {
+        // the consumers are done with the stage's last tile
+        mbar_wait_asleep(&empty[stage], phase ^ 1);
+        const unsigned offset = stage * STAGE_BYTES;
+        const int k_left = K - (unit.k_begin + kt) * BK;  // valid k in this tile
+        if (interior && k_left >= BK) {  // no predicates inside the matrix
+#pragma unroll
+          for (int l = 0; l < A_COPIES; ++l)
+            cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP, A + (a_base + l * A_ROW_STEP * K + kt * BK), 4);
+          const float* b_src = B + (b_base + kt * BK * N);
+#pragma unroll
+          for (int l = 0; l < B_COPIES; ++l) {
+            if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, b_src + 4 * l * B_LANES, 16);
+            else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, b_src + l * B_LANES, 4);
+          }
+        } else {  // edges: a source outside the matrix copies 0 bytes from its first element (zeros)
+#pragma unroll
+          for (int l = 0; l < A_COPIES; ++l) {
+            const bool inside = block_row + a_m + l * A_ROW_STEP < M && a_k < k_left;
+            cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP,
+                              A + (inside ? a_base + l * A_ROW_STEP * K + kt * BK : 0), inside ? 4 : 0);
+          }
+#pragma unroll
+          for (int l = 0; l < B_COPIES; ++l) {
+            const bool inside = block_col + b_n + l * B_LANES * VEC < N && b_k < k_left;
+            const float* src = B + (inside ? b_base + kt * BK * N + l * B_LANES * VEC : 0);
+            if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, src, inside ? 16 : 0);
+            else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, src, inside ? 4 : 0);
+          }
+        }
+        cp_async_mbar_arrive(&full[stage]);  // arrives when this thread's copies have landed
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing in flight when the warp exits
+    return;
+  }
+
+  // ---- Consumer warps: wait for a stage, multiply it, hand it back ----------------------------
+  if constexpr (CONSUMER_REGS > ENTRY_REGS) setmaxnreg_inc<CONSUMER_REGS>();
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_m = (warp / (BN / WN)) * WM;
+  const int warp_n = (warp % (BN / WN)) * WN;
+  const int lane_row = lane / LANE_COLS;
+  const int lane_col = lane % LANE_COLS;
+
+  float acc[TM][TN];
+  float frag_a[2][TM], frag_b[2][TN];
+  // The lane's fragments of k step KK from the stage at shared address `stage_addr`: TM / 4
+  // float4s of A (rows lane_row * 4 + g * LANE_ROWS * 4) and TN / 4 of B.
+  // Byte offsets of the lane's fragments in a stage, made opaque so that ptxas keeps them in two
+  // registers instead of recomputing them from the thread index at every k tile.
+  unsigned a_frag = 4 * (warp_m + lane_row * 4);
+  unsigned b_frag = 4 * (AS_SIZE + warp_n + lane_col * 4);
+  asm volatile("mov.u32 %0, %0;\n" : "+r"(a_frag));
+  asm volatile("mov.u32 %0, %0;\n" : "+r"(b_frag));
+  auto load_fragments = [&](auto kk_const, int buf, unsigned stage_addr) {
+    constexpr int KK = decltype(kk_const)::value;
+    static_for<0, TM / 4>([&](auto g_const) {
+      constexpr int g = decltype(g_const)::value;
+      const float4 v = lds128<4 * KK * AS_STRIDE + 16 * g * LANE_ROWS>(stage_addr + a_frag);
+      frag_a[buf][g * 4 + 0] = v.x; frag_a[buf][g * 4 + 1] = v.y;
+      frag_a[buf][g * 4 + 2] = v.z; frag_a[buf][g * 4 + 3] = v.w;
+    });
+    static_for<0, TN / 4>([&](auto h_const) {
+      constexpr int h = decltype(h_const)::value;
+      const float4 v = lds128<4 * KK * BN + 16 * h * LANE_COLS>(stage_addr + b_frag);
+      frag_b[buf][h * 4 + 0] = v.x; frag_b[buf][h * 4 + 1] = v.y;
+      frag_b[buf][h * 4 + 2] = v.z; frag_b[buf][h * 4 + 3] = v.w;
+    });
+  };
+  // The outer product of one k, in 21's orders: 1 rows, 3 serpentine rows.
+  auto outer_product = [&](int buf) {
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int cc = 0; cc < TN; ++cc) {
+        const int c = (FMA_ORDER == 3 && (r & 1)) ? TN - 1 - cc : cc;
+        acc[r][c] += frag_a[buf][r] * frag_b[buf][c];
+      }
+  };
+  auto for_each_fragment = [&](auto&& visit) {
+#pragma unroll
+    for (int g = 0; g < TM / 4; ++g)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+#pragma unroll
+        for (int h = 0; h < TN / 4; ++h)
+          visit(warp_m + g * LANE_ROWS * 4 + lane_row * 4 + e,
+                warp_n + h * LANE_COLS * 4 + lane_col * 4, &acc[g * 4 + e][h * 4]);
+  };
+  // Partial tiles: split-K slices at [SPLIT_K][tiles][BM * BN], stream-K pieces at [block][2]
+  // [BM * BN] (a block's run starts in one tile and ends in another: at most 2 partial pieces),
+  // then one ticket per tile.
+  int* tickets = reinterpret_cast<int*>(
+      workspace + (size_t)(PERSISTENT ? 2 * gridDim.x : SPLIT_K * tiles) * BM * BN);
+
+  auto zero_accumulators = [&] {
+#pragma unroll
+    for (int r = 0; r < TM; ++r)
+#pragma unroll
+      for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
+  };
+  // The epilogue of a unit, C = alpha * acc + beta * C over the tile. A split tile's parts each
+  // leave alpha * their partial in the workspace; the last to finish adds them up in K order (so
+  // the result does not depend on arrival order) in a plain loop over the tile. Neither touches
+  // the accumulators in a way that constrains their registers: summing into them, or storing
+  // them unscaled (16-byte stores want four consecutive registers), cost the K loop its in-place
+  // FFMAs (58% of them in place instead of 78%).
+  auto store = [&](int row, int col, const float* v, float scale) {
+    if (row >= M) return;
+    if (VEC == 4) {
+      if (col < N) store_axpby4(&C[row * N + col], v, scale, beta);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (col + e < N) store_axpby(&C[row * N + col + e], v[e], scale, beta);
+    }
+  };
+  auto epilogue = [&](const WorkUnit& unit) {
+    int tile_m, tile_n;
+    grouped_tile<GROUP_M>(unit.tile, tiles_m, tiles_n, tile_m, tile_n);
+    const int block_row = tile_m * BM, block_col = tile_n * BN;
+    if (unit.parts == 1) {
+      for_each_fragment([&](int tile_row, int tile_col, float* v) {
+        store(block_row + tile_row, block_col + tile_col, v, alpha);
+      });
+      return;
+    }
+    auto slot = [&](int i) {
+      if (!PERSISTENT) return workspace + ((size_t)i * tiles + unit.tile) * BM * BN;
+      // Stream-K: part i is block first_block + i. A block's partial pieces are at most two:
+      // where its run starts inside a tile (it is not part 0 there: slot 0) and where it ends
+      // inside one (it is part 0 there: slot 1).
+      return workspace + ((size_t)2 * (unit.first_block + i) + (i == 0)) * BM * BN;
+    };
+    auto for_each_scaled = [&](auto&& visit) {
+      for_each_fragment([&](int tile_row, int tile_col, float* v) {
+        float scaled[4] = {alpha * v[0], alpha * v[1], alpha * v[2], alpha * v[3]};
+        visit(tile_row, tile_col, scaled);
+      });
+    };
+    if (!publish_partial<BN, CONSUMERS>(slot(unit.part), unit.parts, &tickets[unit.tile],
+                                        for_each_scaled))
+      return;
+#pragma unroll 1
+    for (int it = 0; it < BM * BN / 4 / CONSUMERS; ++it) {
+      const int i = it * CONSUMERS + threadIdx.x;
+      const int tile_row = i / (BN / 4), tile_col = (i % (BN / 4)) * 4;
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int part = 0; part < unit.parts; ++part) {
+        const float4 p = __ldcg(reinterpret_cast<const float4*>(&slot(part)[tile_row * BN + tile_col]));
+        sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+      }
+      const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+      store(block_row + tile_row, block_col + tile_col, v, 1.0f);
+    }
+  };
+
+  // One K loop over all of the block's k tiles, unit after unit, the way the ring delivers
+  // them; a unit's epilogue runs between its last k tile and the next unit's first. At the last
+  // k of a k tile the warp waits for the next one, hands this one's stage back (its last
+  // fragments were loaded a whole outer product ago) and loads the next one's first fragments
+  // before this one's last outer product: no shared-load latency at a tile change, nor at a
+  // unit change.
+  int stage = 0;
+  unsigned phase = 0;
+  const int total = block_k_tiles();
+  WorkUnit unit;
+  int u = 0;
+  bool more = unit_at(0, unit);
+  int left = unit.k_end - unit.k_begin;  // k tiles left in this unit
+  zero_accumulators();
+  if (total > 0) {
+    mbar_wait(&full[stage], phase);
+    load_fragments(Int<0>{}, 0, smem_base + stage * STAGE_BYTES);
+  }
+  for (int g = 0; more;) {
+    if (left == 0) {  // the unit's k tiles are done
+      epilogue(unit);
+      zero_accumulators();
+      more = unit_at(++u, unit);
+      left = unit.k_end - unit.k_begin;
+      continue;
+    }
+    const unsigned read = smem_base + stage * STAGE_BYTES;
+    bool next_ready = false;
+    static_for<0, BK>([&](auto kk_const) {
+      constexpr int kk = decltype(kk_const)::value;
+      if constexpr (kk == BK / 2) {  // ask early whether the next k tile has landed, so that the
+        // barrier's answer is in by the last k (it nearly always has: the ring runs ahead)
+        const int next = stage + 1 == STAGES ? 0 : stage + 1;
+        next_ready = mbar_test(&full[next], stage + 1 == STAGES ? phase ^ 1 : phase);
+      }
+      if constexpr (kk + 1 < BK) {
+        load_fragments(Int<kk + 1>{}, (kk + 1) & 1, read);
+      } else {
+        const int done = stage;
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+        if (g + 1 < total) {
+          if (!next_ready) mbar_wait(&full[stage], phase);
+          mbar_arrive(&empty[done]);
+          load_fragments(Int<0>{}, 0, smem_base + stage * STAGE_BYTES);
+        } else {
+          mbar_arrive(&empty[done]);
+        }
+      }
+      outer_product(kk & 1);
+    });
+    ++g;
+    --left;
+  }
+}

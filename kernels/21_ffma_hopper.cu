@@ -127,44 +127,11 @@ sgemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
   const unsigned b_frag = 4 * (AS_SIZE + warp_n + lane_col * 4);
   auto load_fragments = [&](auto kk_const, int buf, unsigned stage_addr) {
     constexpr int KK = decltype(kk_const)::value;
-    static_for<0, TM / 4>([&](auto g_const) {
-      constexpr int g = decltype(g_const)::value;
-      const float4 v = lds128<4 * KK * AS_STRIDE + 16 * g * LANE_ROWS>(stage_addr + a_frag);
-      frag_a[buf][g * 4 + 0] = v.x; frag_a[buf][g * 4 + 1] = v.y;
-      frag_a[buf][g * 4 + 2] = v.z; frag_a[buf][g * 4 + 3] = v.w;
-    });
-    static_for<0, TN / 4>([&](auto h_const) {
-      constexpr int h = decltype(h_const)::value;
-      const float4 v = lds128<4 * KK * BN + 16 * h * LANE_COLS>(stage_addr + b_frag);
-      frag_b[buf][h * 4 + 0] = v.x; frag_b[buf][h * 4 + 1] = v.y;
-      frag_b[buf][h * 4 + 2] = v.z; frag_b[buf][h * 4 + 3] = v.w;
-    });
+    load_ffma_fragments<TM, TN, LANE_ROWS, LANE_COLS, 4 * KK * AS_STRIDE, 4 * KK * BN>(
+        frag_a[buf], frag_b[buf], stage_addr + a_frag, stage_addr + b_frag);
   };
-  // The thread tile's outer product for one k. FMA_ORDER 1: row by row (the A value shared by
-  // consecutive FFMAs); 2: 4-row groups against column pairs, turning at each pair (cuBLAS's
-  // order); 3: serpentine rows (also the B value shared at each turn).
-  auto outer_product = [&](int buf) {
-    if (FMA_ORDER == 2) {
-#pragma unroll
-      for (int g = 0; g < TM / 4; ++g)
-#pragma unroll
-        for (int p = 0; p < TN / 2; ++p)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int r = g * 4 + ((p & 1) ? (q + 2) % 4 : q);
-#pragma unroll
-            for (int e = 0; e < 2; ++e) acc[r][2 * p + e] += frag_a[buf][r] * frag_b[buf][2 * p + e];
-          }
-    } else {
-#pragma unroll
-      for (int r = 0; r < TM; ++r)
-#pragma unroll
-        for (int cc = 0; cc < TN; ++cc) {
-          const int c = (FMA_ORDER == 3 && (r & 1)) ? TN - 1 - cc : cc;
-          acc[r][c] += frag_a[buf][r] * frag_b[buf][c];
-        }
-    }
-  };
+  // The thread tile's outer product for one k (FMA_ORDER: see common.cuh).
+  auto outer_product = [&](int buf) { ffma_outer_product<FMA_ORDER>(acc, frag_a[buf], frag_b[buf]); };
 
   // Pipeline: all STAGES tiles in flight at the start. At the last k of tile t the warps wait
   // for tile t + 1, meet at the barrier (after which nobody reads tile t's stage again), refill
@@ -208,14 +175,7 @@ sgemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
   cp_async_wait<0>();
 
   auto for_each_fragment = [&](auto&& visit) {
-#pragma unroll
-    for (int g = 0; g < TM / 4; ++g)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-#pragma unroll
-        for (int h = 0; h < TN / 4; ++h)
-          visit(warp_m + g * LANE_ROWS * 4 + lane_row * 4 + e,
-                warp_n + h * LANE_COLS * 4 + lane_col * 4, &acc[g * 4 + e][h * 4]);
+    for_each_ffma_fragment<LANE_ROWS, LANE_COLS>(acc, warp_m + lane_row * 4, warp_n + lane_col * 4, visit);
   };
 
   // --- split-K: the last slice to arrive at this tile adds the others' partials, in slice order

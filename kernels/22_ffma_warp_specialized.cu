@@ -66,6 +66,10 @@ struct StreamK {
   int participants;      // blocks that share the rest
   long long sk_iters;    // k tiles of the rest, end to end
   __device__ __forceinline__ long long start(int b) const { return b * sk_iters / participants; }
+  // how many whole tiles block b of a grid of P computes (tiles b, b + P, ...)
+  __device__ __forceinline__ int whole_tiles(int b, int P) const {
+    return b < dp_tiles ? CEIL_DIV(dp_tiles - b, P) : 0;
+  }
   // the participant whose run holds k tile x of the rest
   __device__ __forceinline__ int owner(long long x) const {
     return static_cast<int>(((x + 1) * participants - 1) / sk_iters);
@@ -134,7 +138,7 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
     } else {
       const int P = gridDim.x, b = blockIdx.x;
       const StreamK sk = stream_k();
-      const int dp_units = b < sk.dp_tiles ? CEIL_DIV(sk.dp_tiles - b, P) : 0;
+      const int dp_units = sk.whole_tiles(b, P);
       if (u < dp_units) {  // whole tiles b, b + P, ... first
         unit = WorkUnit{b + u * P, 0, iters, 1, 0, 0};
         return true;
@@ -163,8 +167,7 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
     } else {
       const int P = gridDim.x, b = blockIdx.x;
       const StreamK sk = stream_k();
-      const int dp_units = b < sk.dp_tiles ? CEIL_DIV(sk.dp_tiles - b, P) : 0;
-      return dp_units * iters +
+      return sk.whole_tiles(b, P) * iters +
              (b < sk.participants ? static_cast<int>(sk.start(b + 1) - sk.start(b)) : 0);
     }
   };
@@ -265,38 +268,13 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
   asm volatile("mov.u32 %0, %0;\n" : "+r"(b_frag));
   auto load_fragments = [&](auto kk_const, int buf, unsigned stage_addr) {
     constexpr int KK = decltype(kk_const)::value;
-    static_for<0, TM / 4>([&](auto g_const) {
-      constexpr int g = decltype(g_const)::value;
-      const float4 v = lds128<4 * KK * AS_STRIDE + 16 * g * LANE_ROWS>(stage_addr + a_frag);
-      frag_a[buf][g * 4 + 0] = v.x; frag_a[buf][g * 4 + 1] = v.y;
-      frag_a[buf][g * 4 + 2] = v.z; frag_a[buf][g * 4 + 3] = v.w;
-    });
-    static_for<0, TN / 4>([&](auto h_const) {
-      constexpr int h = decltype(h_const)::value;
-      const float4 v = lds128<4 * KK * BN + 16 * h * LANE_COLS>(stage_addr + b_frag);
-      frag_b[buf][h * 4 + 0] = v.x; frag_b[buf][h * 4 + 1] = v.y;
-      frag_b[buf][h * 4 + 2] = v.z; frag_b[buf][h * 4 + 3] = v.w;
-    });
+    load_ffma_fragments<TM, TN, LANE_ROWS, LANE_COLS, 4 * KK * AS_STRIDE, 4 * KK * BN>(
+        frag_a[buf], frag_b[buf], stage_addr + a_frag, stage_addr + b_frag);
   };
-  // The outer product of one k, in 21's orders: 1 rows, 3 serpentine rows.
-  auto outer_product = [&](int buf) {
-#pragma unroll
-    for (int r = 0; r < TM; ++r)
-#pragma unroll
-      for (int cc = 0; cc < TN; ++cc) {
-        const int c = (FMA_ORDER == 3 && (r & 1)) ? TN - 1 - cc : cc;
-        acc[r][c] += frag_a[buf][r] * frag_b[buf][c];
-      }
-  };
+  // The outer product of one k, in 21's orders (common.cuh): 1 rows, 3 serpentine rows.
+  auto outer_product = [&](int buf) { ffma_outer_product<FMA_ORDER>(acc, frag_a[buf], frag_b[buf]); };
   auto for_each_fragment = [&](auto&& visit) {
-#pragma unroll
-    for (int g = 0; g < TM / 4; ++g)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-#pragma unroll
-        for (int h = 0; h < TN / 4; ++h)
-          visit(warp_m + g * LANE_ROWS * 4 + lane_row * 4 + e,
-                warp_n + h * LANE_COLS * 4 + lane_col * 4, &acc[g * 4 + e][h * 4]);
+    for_each_ffma_fragment<LANE_ROWS, LANE_COLS>(acc, warp_m + lane_row * 4, warp_n + lane_col * 4, visit);
   };
   // Partial tiles: split-K slices at [SPLIT_K][tiles][BM * BN], stream-K pieces at [block][2]
   // [BM * BN] (a block's run starts in one tile and ends in another: at most 2 partial pieces),

@@ -12,3 +12,7 @@ python3 benchmarks/variants.py 22_ffma_warp_specialized --sizes 1024,2048,4096,8
     --shape 1000,1000,1000,0.5,3.0 --shape 4095,4097,333,0.5,3.0 "$@" 2>&1 | sed -n '/ on /,$p'
 python3 benchmarks/variants.py 22_ffma_warp_specialized --sizes 4096,8192,4224x4096x4096 \
     --vary schedule=1,2 "$@" 2>&1 | sed -n '/ on /,$p'
+# 1024: the cluster schedule (the tuned size class) against its BK = 8 version and stream-K
+python3 benchmarks/variants.py 22_ffma_warp_specialized --sizes 1024 --vary bk=8,16 "$@" 2>&1 | sed -n '/ on /,$p'
+python3 benchmarks/variants.py 22_ffma_warp_specialized --sizes 1024 --vary schedule=2 --vary split_k=1 \
+    --vary bn=256 --vary wn=64 --vary tm=16 --vary bk=8 "$@" 2>&1 | sed -n '/ on /,$p'

@@ -1,5 +1,6 @@
 // 22 FFMA, warp-specialized and persistent: 21's compute warps fed by a producer warpgroup, one
-// block per SM, the last wave split by stream-K. The first FP32 kernel here above cuBLAS.
+// block per SM, the last wave split by stream-K; at small sizes a tile's K slices form a
+// thread-block cluster. The first FP32 kernel here above cuBLAS, at 1024 by more than 1.2x.
 //
 // What changed from 21, and why. Nsight Compute left 21 at 81% of issue slots busy (cuBLAS 88%).
 // What remained sat at the tile change, where every warp copies, waits and meets the others:
@@ -37,13 +38,25 @@
 // 102.7 / 104.6%. Tried and left: 256 x 128 block tiles (91%), 8 x 16 thread tiles (96%), 128 x 32 warp
 // tiles (99%), row-order FFMAs (90%), stages 4 vs 6 and group_m 4 / 8 / 16 (within 0.2%),
 // sleeping producers between polls (no change). 1024 (32 tiles, each split in 4): 95%.
+// Small sizes (SCHEDULE 3): 1024 is 32 tiles of 128 x 256 for 132 SMs. Stream-K cut them in four
+// and paid for it after the K loops: each part wrote 128 KB of partial sums to L2 and the last
+// part read them all back, one float4 in flight per thread (14 us at 1024; with eight in flight,
+// 106% of cuBLAS). Clusters keep that traffic off L2: 128 x 128 tiles, each tile's two K halves
+// one cluster of 2 blocks (64 tiles: 128 blocks), which add up through distributed shared
+// memory. Each block owns half of every thread's accumulators, stores alpha * each half straight
+// into the shared memory of the block that owns it (st.shared::cluster), arrives on its barrier
+// and adds its own half up: 2.3 us after the K loop instead of 8-18. With BK = 16 (the K
+// loop is shorter per tile): 127% of cuBLAS at 1024 on the H200 (BK = 8: 121%). Clusters of 4
+// (128 x 256 tiles in 4 K slices) do not fit: 30 clusters of 4 blocks of this size are resident
+// at once on an H100, and 1024 needs 32 (64%).
 // Kept from 21: A transposed on its way into shared memory by 4-byte copies, both operands read
 // as LDS.128 with the k offset in the instruction, fragments double-buffered in registers, the
 // serpentine FFMA order, grouped tile order, split-K (SCHEDULE 1), any M, N, K, alpha, beta.
 //
 // Tile hierarchy: block tile = BM x BN, K in steps of BK, STAGES tiles in flight;
 //                 warp tile = WM x WN (consumer warps only), lanes (WM / TM) x (WN / TN);
-//                 thread tile = TM x TN as (TM / 4) x (TN / 4) float4 groups.
+//                 thread tile = TM x TN as (TM / 4) x (TN / 4) float4 groups;
+//                 (SCHEDULE 3) cluster = SPLIT_K blocks, the K slices of one block tile.
 #include "common.cuh"
 
 // A block's share of the work: k tiles [k_begin, k_end) of block tile `tile` (its position in
@@ -78,11 +91,11 @@ struct StreamK {
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int GROUP_M,
           int SPLIT_K, int VEC, int FMA_ORDER, int SCHEDULE, int SK_SPLIT, int SK_IDLE_PCT>
-__global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN) + 128, 1)
-sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
-              const float* __restrict__ B, float beta, float* __restrict__ C,
-              float* __restrict__ workspace) {
+__device__ __forceinline__ void ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
+                                        const float* __restrict__ B, float beta,
+                                        float* __restrict__ C, float* __restrict__ workspace) {
   constexpr bool PERSISTENT = SCHEDULE == 2;             // else one block per tile and K slice
+  constexpr bool CLUSTER = SCHEDULE == 3;                // a tile's K slices are one cluster
   constexpr int CONSUMERS = 32 * (BM / WM) * (BN / WN);  // compute threads: warps 0 ..
   constexpr int PRODUCERS = 128;                          // the last warpgroup copies
   constexpr int THREADS = CONSUMERS + PRODUCERS;
@@ -103,6 +116,7 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
   static_assert((BM * BN / 4) % CONSUMERS == 0, "the fixup loop gives every consumer thread as many float4s");
   extern __shared__ __align__(16) float smem[];   // the ring's STAGES stages
   __shared__ u64 full[STAGES], empty[STAGES];        // a full and an empty barrier per stage
+  __shared__ u64 received;  // cluster: every slice's piece of this block's share has landed
 
   const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
   const int tiles = tiles_m * tiles_n;
@@ -129,10 +143,11 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
   };
   auto unit_at = [&](int u, WorkUnit& unit) -> bool {
     if constexpr (!PERSISTENT) {  // one unit: tile blockIdx % tiles, K slice blockIdx / tiles
-      const int slice = blockIdx.x / tiles;
+      // (cluster: a tile's slices are consecutive blocks, tile blockIdx / SPLIT_K)
+      const int slice = CLUSTER ? blockIdx.x % SPLIT_K : blockIdx.x / tiles;
       const int per_slice = CEIL_DIV(iters, SPLIT_K);
       const int k_begin = min(iters, slice * per_slice);
-      unit = WorkUnit{static_cast<int>(blockIdx.x % tiles), k_begin,
+      unit = WorkUnit{static_cast<int>(CLUSTER ? blockIdx.x / SPLIT_K : blockIdx.x % tiles), k_begin,
                       min(iters, k_begin + per_slice), SPLIT_K, slice, 0};
       return u == 0;
     } else {
@@ -178,9 +193,13 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
       mbar_init(&full[s], PRODUCERS);   // each producer thread's copies of the stage have landed
       mbar_init(&empty[s], CONSUMERS);  // each consumer thread has read the stage
     }
+    if constexpr (CLUSTER) mbar_init(&received, SPLIT_K * CONSUMERS);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  // (cluster: the others' barriers are initialized, and they have started, before any block
+  // stores into their shared memory)
+  if constexpr (CLUSTER) cluster_sync();
+  else __syncthreads();
   const unsigned smem_base = smem_addr(smem);
 
   if (threadIdx.x >= CONSUMERS) {
@@ -304,6 +323,50 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
         if (col + e < N) store_axpby(&C[row * N + col + e], v[e], scale, beta);
     }
   };
+  // Cluster (SCHEDULE 3): the SPLIT_K slices of a tile are the blocks of one cluster and add
+  // up their partials through distributed shared memory, not global memory: slice r owns the
+  // r-th share of every thread's float4s of accumulators (the same thread in each slice holds
+  // the same elements). Each slice stores alpha * each share into its owner's inbox (its own
+  // share into its own), arrives on every owner's `received` barrier, waits for its own, and
+  // adds its share up in K order.
+  auto cluster_reduce = [&](int rank, int block_row, int block_col) {
+    constexpr int FRAGS = TM * TN / 4;                   // float4s of accumulators per thread
+    constexpr int SHARE = FRAGS / SPLIT_K;
+    // a block's inbox: [sender][SHARE][CONSUMERS] float4s, after the ring
+    float4* inbox = reinterpret_cast<float4*>(smem + STAGES * (AS_SIZE + BS_SIZE)) + threadIdx.x;
+    // this thread's slot in each owner's inbox, in the cluster's shared-memory window
+    unsigned outbox[SPLIT_K];
+#pragma unroll
+    for (int q = 0; q < SPLIT_K; ++q)
+      outbox[q] = cluster_map(smem_addr(inbox + rank * SHARE * CONSUMERS), q);
+    // The accumulators are read once, in fragment order, with offsets known at compile time.
+    // Anything more here cost the K loop in-place FFMAs: with the owner reading its share from
+    // its registers and a copy of this code per rank, ptxas kept 76-90% of them in place.
+    int f = 0;
+    for_each_fragment([&](int, int, float* v) {
+      st_cluster_f32x4(outbox[f / SHARE] + 16 * (f % SHARE) * CONSUMERS, alpha * v[0],
+                       alpha * v[1], alpha * v[2], alpha * v[3]);
+      ++f;
+    });
+#pragma unroll
+    for (int q = 0; q < SPLIT_K; ++q) mbar_arrive_remote(cluster_map(smem_addr(&received), q));
+    mbar_wait_cluster(&received, 0);
+    // This block's share: the thread's float4 number rank * SHARE + j, at the row and column
+    // for_each_ffma_fragment gives float4 number (g * 4 + e) * (TN / 4) + h.
+#pragma unroll
+    for (int j = 0; j < SHARE; ++j) {
+      const int frag = rank * SHARE + j;
+      const int g = frag / (TN / 4) / 4, e = frag / (TN / 4) % 4, h = frag % (TN / 4);
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int q = 0; q < SPLIT_K; ++q) {  // the slices in K order
+        const float4 p = inbox[(q * SHARE + j) * CONSUMERS];
+        sum[0] += p.x; sum[1] += p.y; sum[2] += p.z; sum[3] += p.w;
+      }
+      store(block_row + warp_m + lane_row * 4 + g * LANE_ROWS * 4 + e,
+            block_col + warp_n + lane_col * 4 + h * LANE_COLS * 4, sum, 1.0f);
+    }
+  };
   auto epilogue = [&](const WorkUnit& unit) {
     int tile_m, tile_n;
     grouped_tile<GROUP_M>(unit.tile, tiles_m, tiles_n, tile_m, tile_n);
@@ -314,33 +377,51 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
       });
       return;
     }
-    auto slot = [&](int i) {
-      if (!PERSISTENT) return workspace + ((size_t)i * tiles + unit.tile) * BM * BN;
-      // Stream-K: part i is block first_block + i. A block's partial pieces are at most two:
-      // where its run starts inside a tile (it is not part 0 there: slot 0) and where it ends
-      // inside one (it is part 0 there: slot 1).
-      return workspace + ((size_t)2 * (unit.first_block + i) + (i == 0)) * BM * BN;
-    };
-    auto for_each_scaled = [&](auto&& visit) {
-      for_each_fragment([&](int tile_row, int tile_col, float* v) {
-        float scaled[4] = {alpha * v[0], alpha * v[1], alpha * v[2], alpha * v[3]};
-        visit(tile_row, tile_col, scaled);
-      });
-    };
-    if (!publish_partial<BN, CONSUMERS>(slot(unit.part), unit.parts, &tickets[unit.tile],
-                                        for_each_scaled))
-      return;
+    if constexpr (CLUSTER) {
+      cluster_reduce(unit.part, block_row, block_col);
+    } else {
+      auto slot = [&](int i) {
+        if (!PERSISTENT) return workspace + ((size_t)i * tiles + unit.tile) * BM * BN;
+        // Stream-K: part i is block first_block + i. A block's partial pieces are at most two:
+        // where its run starts inside a tile (it is not part 0 there: slot 0) and where it ends
+        // inside one (it is part 0 there: slot 1).
+        return workspace + ((size_t)2 * (unit.first_block + i) + (i == 0)) * BM * BN;
+      };
+      auto for_each_scaled = [&](auto&& visit) {
+        for_each_fragment([&](int tile_row, int tile_col, float* v) {
+          float scaled[4] = {alpha * v[0], alpha * v[1], alpha * v[2], alpha * v[3]};
+          visit(tile_row, tile_col, scaled);
+        });
+      };
+      if (!publish_partial<BN, CONSUMERS>(slot(unit.part), unit.parts, &tickets[unit.tile],
+                                          for_each_scaled))
+        return;
+      // BATCH float4s per thread in flight per part: one at a time, the loop waited out an L2
+      // round trip per load (a 4-part 128 x 256 tile took 14 us to add up).
+      constexpr int PER_THREAD = BM * BN / 4 / CONSUMERS;
+      constexpr int BATCH = PER_THREAD % 8 == 0 ? 8 : PER_THREAD % 4 == 0 ? 4 : 1;
 #pragma unroll 1
-    for (int it = 0; it < BM * BN / 4 / CONSUMERS; ++it) {
-      const int i = it * CONSUMERS + threadIdx.x;
-      const int tile_row = i / (BN / 4), tile_col = (i % (BN / 4)) * 4;
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int part = 0; part < unit.parts; ++part) {
-        const float4 p = __ldcg(reinterpret_cast<const float4*>(&slot(part)[tile_row * BN + tile_col]));
-        sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+      for (int it = 0; it < PER_THREAD; it += BATCH) {
+        float4 sum[BATCH];
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) sum[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int part = 0; part < unit.parts; ++part) {
+          const float4* partial = reinterpret_cast<const float4*>(slot(part));
+          float4 p[BATCH];
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b) p[b] = __ldcg(&partial[(it + b) * CONSUMERS + threadIdx.x]);
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b) {
+            sum[b].x += p[b].x; sum[b].y += p[b].y; sum[b].z += p[b].z; sum[b].w += p[b].w;
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) {
+          const int i = (it + b) * CONSUMERS + threadIdx.x;  // the float4 at 4 * i of the tile
+          const float v[4] = {sum[b].x, sum[b].y, sum[b].z, sum[b].w};
+          store(block_row + i / (BN / 4), block_col + (i % (BN / 4)) * 4, v, 1.0f);
+        }
       }
-      const float v[4] = {sum.x, sum.y, sum.z, sum.w};
-      store(block_row + tile_row, block_col + tile_col, v, 1.0f);
     }
   };
 
@@ -397,4 +478,26 @@ sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
     ++g;
     --left;
   }
+}
+
+// One block per tile and K slice, or persistent blocks (SCHEDULE 1, 2).
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int GROUP_M,
+          int SPLIT_K, int VEC, int FMA_ORDER, int SCHEDULE, int SK_SPLIT, int SK_IDLE_PCT>
+__global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN) + 128, 1)
+sgemm_ffma_ws(int M, int N, int K, float alpha, const float* __restrict__ A,
+              const float* __restrict__ B, float beta, float* __restrict__ C,
+              float* __restrict__ workspace) {
+  ffma_ws<BM, BN, BK, WM, WN, TM, TN, STAGES, GROUP_M, SPLIT_K, VEC, FMA_ORDER, SCHEDULE, SK_SPLIT,
+          SK_IDLE_PCT>(M, N, K, alpha, A, B, beta, C, workspace);
+}
+
+// A tile's SPLIT_K slices as one thread-block cluster (SCHEDULE 3).
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int STAGES, int GROUP_M,
+          int SPLIT_K, int VEC, int FMA_ORDER, int SCHEDULE, int SK_SPLIT, int SK_IDLE_PCT>
+__global__ void __launch_bounds__(32 * (BM / WM) * (BN / WN) + 128, 1) __cluster_dims__(SPLIT_K, 1, 1)
+sgemm_ffma_ws_cluster(int M, int N, int K, float alpha, const float* __restrict__ A,
+                      const float* __restrict__ B, float beta, float* __restrict__ C,
+                      float* __restrict__ workspace) {
+  ffma_ws<BM, BN, BK, WM, WN, TM, TN, STAGES, GROUP_M, SPLIT_K, VEC, FMA_ORDER, SCHEDULE, SK_SPLIT,
+          SK_IDLE_PCT>(M, N, K, alpha, A, B, beta, C, workspace);
 }

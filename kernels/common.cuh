@@ -320,3 +320,35 @@ template <int REGS>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
 }
+
+// ---- Thread-block clusters (sm_90): distributed shared memory ---------------------------------
+// All threads of all blocks of the cluster meet (release / acquire at cluster scope): after it,
+// every block of the cluster has started and sees what the others did before it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The address of the same shared-memory location in block `rank` of the cluster.
+__device__ __forceinline__ unsigned cluster_map(unsigned smem_address, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_address), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ void st_cluster_f32x4(unsigned remote, float x, float y, float z, float w) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(remote), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+// One arrival on another block's barrier, after (release) this thread's stores to its memory.
+__device__ __forceinline__ void mbar_arrive_remote(unsigned remote_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+// mbar_wait that also sees (acquire) what other blocks of the cluster stored before arriving.
+__device__ __forceinline__ void mbar_wait_cluster(u64* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  }
+}

@@ -207,7 +207,8 @@ def test_sm90a_chapter_has_wgmma_setmaxnreg_and_no_spills():
     ((4096, 4096, 4096), {}),                               # persistent, stream-K, 16-byte B copies
     ((4095, 4097, 333), {}),                                # 4-byte B copies (N % 4 != 0)
     ((4096, 4096, 4096), {"schedule": 1, "split_k": 3}),    # one block per tile and K slice
-], ids=["stream-k", "vec1", "split-k"])
+    ((1024, 1024, 1024), {"schedule": 3, "split_k": 2, "bn": 128, "wn": 32, "tm": 8, "bk": 16}),
+], ids=["stream-k", "vec1", "split-k", "cluster"])
 def test_warp_specialized_chapter_builds_without_spills(shape, params):
     """22 for sm_90a: the producer warpgroup gives registers back and the consumers take them
     (setmaxnreg, which ptxas honours), and neither role spills, in each of its code paths."""

@@ -31,7 +31,10 @@ FP32_FLAGSHIP_RUNS = [("17_flagship", {"split_k": 1}), ("17_flagship", {"split_k
                       ("21_ffma_hopper", {"split_k": 1}), ("21_ffma_hopper", {"split_k": 3}),
                       ("22_ffma_warp_specialized", {"schedule": 1, "split_k": 1}),
                       ("22_ffma_warp_specialized", {"schedule": 1, "split_k": 3}),
-                      ("22_ffma_warp_specialized", {"schedule": 2})]
+                      ("22_ffma_warp_specialized", {"schedule": 2, "split_k": 1}),
+                      ("22_ffma_warp_specialized", {"schedule": 3, "split_k": 2, "bn": 128, "wn": 32,
+                                                    "tm": 8, "bk": 16}),
+                      ("22_ffma_warp_specialized", {"schedule": 3, "split_k": 4})]
 
 
 @pytest.mark.parametrize("kernel,params", FP32_FLAGSHIP_RUNS,
@@ -41,7 +44,8 @@ FP32_FLAGSHIP_RUNS = [("17_flagship", {"split_k": 1}), ("17_flagship", {"split_k
 def test_fp32_flagships_any_shape_alpha_beta(compose, kernel, params, shape):
     """17, 21 and 22 predicate their edge tiles (and copy 4-byte elements when rows of B are not
     16-byte aligned; 21 and 22 copy A element by element, so any K): any M, N, K, with alpha and
-    beta, with and without split-K (22: and with its persistent stream-K schedule)."""
+    beta, with and without split-K (22: and with its persistent stream-K schedule and its
+    cluster schedule, whose K slices add up through distributed shared memory)."""
     m, n, k = shape
     record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
                              "beta=3.0", *[f"kernel.params.{n}={v}" for n, v in params.items()],
@@ -61,11 +65,12 @@ def test_stream_k_splits(compose, shape, sk_split):
     """22's persistent schedule: whole tiles first, then the K loops of the last partial wave cut
     into equal runs, a tile's pieces summed by the last block to finish. Shapes where the rest is
     most of a wave, fewer tiles than SMs, one tile more than a wave, fewer k tiles than blocks,
-    and K off the tile; with alpha and beta, checked against the FP64 reference."""
+    and K off the tile; with alpha and beta, checked against the FP64 reference. The chapter's
+    own tile (use_tuned=false): at small sizes its tuned class is the cluster schedule."""
     m, n, k = shape
     record = run_job(compose("kernel=22_ffma_warp_specialized", f"m={m}", f"n={n}", f"k={k}",
                              "alpha=0.5", "beta=3.0", "kernel.params.schedule=2",
-                             f"kernel.params.sk_split={sk_split}", *QUICK),
+                             f"kernel.params.sk_split={sk_split}", "use_tuned=false", *QUICK),
                      explicit_params={"schedule", "sk_split"})
     assert record.status == "ok", record.error
     assert record.rel_err <= record.tolerance and record.local_bytes == 0

@@ -151,6 +151,9 @@ VIOLATIONS = [
     ("22_ffma_warp_specialized", dict(fma_order=2), SQUARE, "fma_order == 1 or fma_order == 3"),
     ("22_ffma_warp_specialized", dict(sk_idle_pct=101), SQUARE, "sk_idle_pct <= 100"),
     ("22_ffma_warp_specialized", dict(split_k=2), SQUARE, "schedule == 1 or (schedule == 2 and split_k == 1)"),
+    ("22_ffma_warp_specialized", dict(schedule=3, split_k=3), SQUARE, "schedule == 1 or (schedule == 2 and split_k == 1)"),
+    ("22_ffma_warp_specialized", dict(schedule=3, split_k=8, bn=64, wm=32, wn=16, tm=4, tn=4), SQUARE,
+     "schedule != 3 or accumulators % (4 * split_k) == 0"),
     ("20_wgmma_tf32", dict(bm=192), SQUARE, "bm == 128 or bm == 256"),
     ("20_wgmma_tf32", dict(bn=192), SQUARE, "bn == 64 or bn == 128"),
     ("20_wgmma_tf32", dict(in_flight=3), SQUARE, "in_flight == 1 or in_flight == 2"),
@@ -258,3 +261,20 @@ def test_sm90a_chapter_needs_hopper(kernel):
         build_spec(kernel_cfg(kernel), SQUARE, limits_from_spec("a100"))
     spec = build_spec(kernel_cfg(kernel), SQUARE, H100)
     assert spec.arch == "sm_90a"
+
+
+def test_cluster_schedule_launches_its_cluster_entry():
+    """22's schedule 3: a tile's K slices are one cluster of consecutive blocks, launched through
+    the entry that carries __cluster_dims__, with an inbox for the others' pieces after the ring
+    and no global workspace; the other schedules keep the plain entry."""
+    params = dict(schedule=3, split_k=2, bm=128, bn=128, bk=16, wm=64, wn=32, tm=8, tn=8, stages=4)
+    spec = build_spec(kernel_cfg("22_ffma_warp_specialized", **params), SQUARE, H100)
+    assert spec.entry.startswith("sgemm_ffma_ws_cluster<128, 128, 16, 64, 32, 8, 8, 4, ")
+    tiles = (SQUARE.m // 128) * (SQUARE.n // 128)
+    assert spec.grid == (2 * tiles,)
+    ring = 4 * 4 * (16 * (128 + 4) + 16 * 128)
+    assert spec.dynamic_smem_bytes == ring + 4 * 128 * 128
+    assert spec.workspace_bytes == 0
+    plain = build_spec(kernel_cfg("22_ffma_warp_specialized", schedule=1, split_k=2), SQUARE, H100)
+    assert plain.entry.startswith("sgemm_ffma_ws<") and plain.workspace_bytes > 0
+

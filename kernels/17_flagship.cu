@@ -46,10 +46,8 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
   const BlockTile at = grouped_block_tile<BM, BN, GROUP_M>(M, N);
   const int slice = at.slice, tile_m = at.tile_m, tile_n = at.tile_n;
 
-  const int k_tiles_all = (K + BK - 1) / BK;
-  const int k_tiles_per_slice = (k_tiles_all + SPLIT_K - 1) / SPLIT_K;
-  const int k_tile_begin = slice * k_tiles_per_slice;
-  const int k_tiles = max(0, min(k_tiles_all, k_tile_begin + k_tiles_per_slice) - k_tile_begin);
+  const KSlice ks = k_slice<BK, SPLIT_K>(K, slice);
+  const int k_tile_begin = ks.k_tile_begin, k_tiles = ks.k_tiles;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;

@@ -41,18 +41,14 @@ sgemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
   constexpr int AS_STRIDE = BM + 4;             // A transposed: As[k][m], one float4 of padding
   constexpr int AS_SIZE = BK * AS_STRIDE;
   constexpr int BS_SIZE = BK * BN;              // B as stored: Bs[k][n]
-  constexpr int A_COPIES = BM * BK / THREADS;   // 4-byte copies per thread per tile
-  constexpr int B_COPIES = BK * BN / VEC / THREADS;  // VEC-float copies per thread per tile
   static_assert(LANE_ROWS * LANE_COLS == 32, "a warp's lanes tile its warp tile");
   extern __shared__ __align__(16) float smem[];
 
   const BlockTile at = grouped_block_tile<BM, BN, GROUP_M>(M, N);
   const int slice = at.slice, tile_m = at.tile_m, tile_n = at.tile_n;
 
-  const int k_tiles_all = (K + BK - 1) / BK;
-  const int k_tiles_per_slice = (k_tiles_all + SPLIT_K - 1) / SPLIT_K;
-  const int k_tile_begin = slice * k_tiles_per_slice;
-  const int k_tiles = max(0, min(k_tiles_all, k_tile_begin + k_tiles_per_slice) - k_tile_begin);
+  const KSlice ks = k_slice<BK, SPLIT_K>(K, slice);
+  const int k_tile_begin = ks.k_tile_begin, k_tiles = ks.k_tiles;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -63,12 +59,10 @@ sgemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
   const int block_row = tile_m * BM;
   const int block_col = tile_n * BN;
 
-  // Who copies what. A (4-byte copies: A is transposed on the way, As[k][m]): consecutive
-  // threads take consecutive k of a row, so one copy instruction reads whole 4*BK-byte pieces of
-  // rows; a thread's copies are A_ROW_STEP rows apart. B: THREADS / BK threads per k row, each
-  // B_COPIES chunks of VEC floats, B_LANES * VEC floats apart, so one copy instruction reads
-  // whole lines and a thread's B copies are one address plus constants.
-  constexpr int A_ROW_STEP = THREADS / BK;              // rows of A between a thread's copies
+  // Who copies what (copy_ffma_stage, common.cuh). A (4-byte copies: A is transposed on the
+  // way, As[k][m]): consecutive threads take consecutive k of a row, so one copy instruction
+  // reads whole 4*BK-byte pieces of rows. B: B_LANES threads per k row, so one copy instruction
+  // reads whole lines and a thread's B copies are one address plus constants.
   constexpr int B_LANES = THREADS / BK;                 // threads per k row of B
   const int a_m = threadIdx.x / BK, a_k = threadIdx.x % BK;
   const int b_k = threadIdx.x / B_LANES, b_n = (threadIdx.x % B_LANES) * VEC;
@@ -82,36 +76,11 @@ sgemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
   const unsigned a_base = (block_row + a_m) * K + k_tile_begin * BK + a_k;
   const unsigned b_base = (k_tile_begin * BK + b_k) * N + block_col + b_n;
   constexpr unsigned STAGE_BYTES = 4 * (AS_SIZE + BS_SIZE);
-  // Copies tile kt (of this slice) into the stage at byte offset `offset`. Interior tiles (the
-  // block inside M and N, all BK k inside K) copy without predicates; at the edges a source
-  // outside the matrix copies 0 bytes from the matrix's first element (zero fill).
+  // Copies tile kt (of this slice) into the stage at byte offset `offset`.
   auto copy_tile = [&](unsigned offset, int kt) {
-    const int k_left = K - (k_tile_begin + kt) * BK;   // valid k in this tile
-    if (interior && k_left >= BK) {
-#pragma unroll
-      for (int l = 0; l < A_COPIES; ++l)
-        cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP, A + (a_base + l * A_ROW_STEP * K + kt * BK), 4);
-      const float* b_src = B + (b_base + kt * BK * N);
-#pragma unroll
-      for (int l = 0; l < B_COPIES; ++l) {
-        if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, b_src + 4 * l * B_LANES, 16);
-        else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, b_src + l * B_LANES, 4);
-      }
-    } else {
-#pragma unroll
-      for (int l = 0; l < A_COPIES; ++l) {
-        const bool inside = block_row + a_m + l * A_ROW_STEP < M && a_k < k_left;
-        cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP,
-                          A + (inside ? a_base + l * A_ROW_STEP * K + kt * BK : 0), inside ? 4 : 0);
-      }
-#pragma unroll
-      for (int l = 0; l < B_COPIES; ++l) {
-        const bool inside = block_col + b_n + l * B_LANES * VEC < N && b_k < k_left;
-        const float* src = B + (inside ? b_base + kt * BK * N + l * B_LANES * VEC : 0);
-        if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, src, inside ? 16 : 0);
-        else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, src, inside ? 4 : 0);
-      }
-    }
+    copy_ffma_stage<BM, BN, BK, VEC, THREADS>(A, B, M, N, K, a_dst, b_dst, offset, a_base, b_base,
+                                              kt, K - (k_tile_begin + kt) * BK, interior,
+                                              block_row + a_m, a_k, block_col + b_n, b_k);
   };
 
   float acc[TM][TN];

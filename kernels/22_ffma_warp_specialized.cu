@@ -205,16 +205,11 @@ __device__ __forceinline__ void ffma_ws(int M, int N, int K, float alpha, const 
   if (threadIdx.x >= CONSUMERS) {
     // ---- Producer warpgroup: keeps the ring full, unit after unit ------------------------------
     if constexpr (CONSUMER_REGS > ENTRY_REGS) setmaxnreg_dec<PRODUCER_REGS>();
-    // Who copies what, as in 21 with 128 threads. A (4-byte copies, transposed on the way):
-    // consecutive threads take consecutive k of a row, a thread's copies A_ROW_STEP rows apart.
-    // B: B_LANES threads per k row, each B_COPIES chunks of VEC floats, B_LANES * VEC apart.
-    constexpr int A_ROW_STEP = PRODUCERS / BK;
-    constexpr int B_LANES = PRODUCERS / BK;
-    constexpr int A_COPIES = BM * BK / PRODUCERS;
-    constexpr int B_COPIES = BK * BN / VEC / PRODUCERS;
+    // Who copies what, as in 21 with 128 threads (copy_ffma_stage, common.cuh): BK threads per
+    // row of A (consecutive k), PRODUCERS / BK threads per k row of B.
     const int p = threadIdx.x - CONSUMERS;
     const int a_m = p / BK, a_k = p % BK;
-    const int b_k = p / B_LANES, b_n = (p % B_LANES) * VEC;
+    const int b_k = p / (PRODUCERS / BK), b_n = (p % (PRODUCERS / BK)) * VEC;
     const unsigned a_dst = smem_base + 4 * (a_k * AS_STRIDE + a_m);
     const unsigned b_dst = smem_base + 4 * (AS_SIZE + b_k * BN + b_n);
     int stage = 0;
@@ -231,33 +226,9 @@ __device__ __forceinline__ void ffma_ws(int M, int N, int K, float alpha, const 
       for (int kt = 0; kt < unit.k_end - unit.k_begin; ++kt) {
         // the consumers are done with the stage's last tile
         mbar_wait_asleep(&empty[stage], phase ^ 1);
-        const unsigned offset = stage * STAGE_BYTES;
-        const int k_left = K - (unit.k_begin + kt) * BK;  // valid k in this tile
-        if (interior && k_left >= BK) {  // no predicates inside the matrix
-#pragma unroll
-          for (int l = 0; l < A_COPIES; ++l)
-            cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP, A + (a_base + l * A_ROW_STEP * K + kt * BK), 4);
-          const float* b_src = B + (b_base + kt * BK * N);
-#pragma unroll
-          for (int l = 0; l < B_COPIES; ++l) {
-            if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, b_src + 4 * l * B_LANES, 16);
-            else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, b_src + l * B_LANES, 4);
-          }
-        } else {  // edges: a source outside the matrix copies 0 bytes from its first element (zeros)
-#pragma unroll
-          for (int l = 0; l < A_COPIES; ++l) {
-            const bool inside = block_row + a_m + l * A_ROW_STEP < M && a_k < k_left;
-            cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP,
-                              A + (inside ? a_base + l * A_ROW_STEP * K + kt * BK : 0), inside ? 4 : 0);
-          }
-#pragma unroll
-          for (int l = 0; l < B_COPIES; ++l) {
-            const bool inside = block_col + b_n + l * B_LANES * VEC < N && b_k < k_left;
-            const float* src = B + (inside ? b_base + kt * BK * N + l * B_LANES * VEC : 0);
-            if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, src, inside ? 16 : 0);
-            else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, src, inside ? 4 : 0);
-          }
-        }
+        copy_ffma_stage<BM, BN, BK, VEC, PRODUCERS>(
+            A, B, M, N, K, a_dst, b_dst, stage * STAGE_BYTES, a_base, b_base, kt,
+            K - (unit.k_begin + kt) * BK, interior, block_row + a_m, a_k, block_col + b_n, b_k);
         cp_async_mbar_arrive(&full[stage]);  // arrives when this thread's copies have landed
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
       }
@@ -350,7 +321,7 @@ __device__ __forceinline__ void ffma_ws(int M, int N, int K, float alpha, const 
     });
 #pragma unroll
     for (int q = 0; q < SPLIT_K; ++q) mbar_arrive_remote(cluster_map(smem_addr(&received), q));
-    mbar_wait_cluster(&received, 0);
+    mbar_wait<true>(&received, 0);
     // This block's share: the thread's float4 number rank * SHARE + j, at the row and column
     // for_each_ffma_fragment gives float4 number (g * 4 + e) * (TN / 4) + h.
 #pragma unroll

@@ -53,6 +53,18 @@ __device__ __forceinline__ BlockTile grouped_block_tile(int M, int N) {
   const int slice = blockIdx.x / tiles;  // as unsigned, like the tile index
   return {tiles, slice, tile_m, tile_n, tile_m * tiles_n + tile_n};
 }
+// K slice `slice` of SPLIT_K in BK-wide k tiles: its first k tile and how many it has (the last
+// slices may be short, or empty when there are fewer k tiles than slices).
+struct KSlice {
+  int k_tile_begin, k_tiles;
+};
+template <int BK, int SPLIT_K>
+__device__ __forceinline__ KSlice k_slice(int K, int slice) {
+  const int k_tiles_all = (K + BK - 1) / BK;
+  const int k_tiles_per_slice = (k_tiles_all + SPLIT_K - 1) / SPLIT_K;
+  const int k_tile_begin = slice * k_tiles_per_slice;
+  return {k_tile_begin, max(0, min(k_tiles_all, k_tile_begin + k_tiles_per_slice) - k_tile_begin)};
+}
 
 // A barrier for the first THREADS threads of the block (named barrier 1), or for the whole block
 // when THREADS is 0: warp-specialized kernels (22) sync their consumer warps only.
@@ -186,8 +198,19 @@ __device__ __forceinline__ void ffma_outer_product(float (&acc)[TM][TN], const f
       }
   }
 }
-// visit(row, col, v) for each float4 of accumulators v at (row, col) of the block tile; the
-// lane's first float4 is at (row0, col0).
+// Where a lane's float4 number f of accumulators (acc[f / (TN / 4)][f % (TN / 4) * 4 ..]) sits in
+// the block tile, from the lane's first float4: TM / 4 groups of 4 rows, LANE_ROWS * 4 rows
+// apart, and TN / 4 float4s of a row, LANE_COLS * 4 columns apart.
+template <int LANE_ROWS, int LANE_COLS, int TN>
+__device__ __forceinline__ int ffma_fragment_row(int f) {
+  return f / (TN / 4) / 4 * LANE_ROWS * 4 + f / (TN / 4) % 4;
+}
+template <int LANE_ROWS, int LANE_COLS, int TN>
+__device__ __forceinline__ int ffma_fragment_col(int f) {
+  return f % (TN / 4) * LANE_COLS * 4;
+}
+// visit(row, col, v) for each float4 of accumulators v at (row, col) of the block tile, in
+// float4 order (f = (g * 4 + e) * (TN / 4) + h); the lane's first float4 is at (row0, col0).
 template <int LANE_ROWS, int LANE_COLS, int TM, int TN, typename Visit>
 __device__ __forceinline__ void for_each_ffma_fragment(float (&acc)[TM][TN], int row0, int col0,
                                                        Visit&& visit) {
@@ -252,6 +275,51 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 
+// One k tile of A and B into a shared-memory stage, laid out as 21 and 22 read it: A transposed
+// on the way (As[k][m]) by 4-byte copies, B as stored (Bs[k][n]) by VEC-float copies, COPIERS
+// threads in all. BK threads share a row of A (consecutive k), so one copy instruction reads
+// whole pieces of rows; COPIERS / BK threads share a k row of B. This thread copies A at row
+// a_row + l * COPIERS / BK, k a_k (to a_dst, from element a_base + l * COPIERS / BK * K + kt * BK)
+// and B at k b_k, column b_col + l * COPIERS / BK * VEC (to b_dst, from b_base + kt * BK * N + ..),
+// into the stage at byte `offset`. Interior tiles (the block inside M and N, all BK k inside K:
+// k_left >= BK) copy without predicates; at the edges a source outside the matrix copies 0 bytes
+// from the matrix's first element (zero fill).
+template <int BM, int BN, int BK, int VEC, int COPIERS>
+__device__ __forceinline__ void copy_ffma_stage(const float* A, const float* B, int M, int N, int K,
+                                                unsigned a_dst, unsigned b_dst, unsigned offset,
+                                                unsigned a_base, unsigned b_base, int kt, int k_left,
+                                                bool interior, int a_row, int a_k, int b_col, int b_k) {
+  constexpr int A_ROW_STEP = COPIERS / BK;   // rows of A between a thread's copies
+  constexpr int B_LANES = COPIERS / BK;      // threads per k row of B
+  constexpr int A_COPIES = BM * BK / COPIERS;
+  constexpr int B_COPIES = BK * BN / VEC / COPIERS;
+  if (interior && k_left >= BK) {
+#pragma unroll
+    for (int l = 0; l < A_COPIES; ++l)
+      cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP, A + (a_base + l * A_ROW_STEP * K + kt * BK), 4);
+    const float* b_src = B + (b_base + kt * BK * N);
+#pragma unroll
+    for (int l = 0; l < B_COPIES; ++l) {
+      if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, b_src + 4 * l * B_LANES, 16);
+      else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, b_src + l * B_LANES, 4);
+    }
+  } else {
+#pragma unroll
+    for (int l = 0; l < A_COPIES; ++l) {
+      const bool inside = a_row + l * A_ROW_STEP < M && a_k < k_left;
+      cp_async_4_shared(a_dst + offset + 4 * l * A_ROW_STEP,
+                        A + (inside ? a_base + l * A_ROW_STEP * K + kt * BK : 0), inside ? 4 : 0);
+    }
+#pragma unroll
+    for (int l = 0; l < B_COPIES; ++l) {
+      const bool inside = b_col + l * B_LANES * VEC < N && b_k < k_left;
+      const float* src = B + (inside ? b_base + kt * BK * N + l * B_LANES * VEC : 0);
+      if (VEC == 4) cp_async_16_shared(b_dst + offset + 16 * l * B_LANES, src, inside ? 16 : 0);
+      else cp_async_4_shared(b_dst + offset + 4 * l * B_LANES, src, inside ? 4 : 0);
+    }
+  }
+}
+
 // --- Warp specialization (20, 22): mbarriers hand pipeline stages between producer and consumer
 // warps; setmaxnreg moves registers between warpgroups (sm_90a) ---------------------------------
 typedef unsigned long long u64;  // NVRTC has no <cstdint>
@@ -278,14 +346,24 @@ __device__ __forceinline__ void cp_async_mbar_arrive(u64* bar) {
 }
 // Wait until the phase with this parity has completed (a fresh barrier counts the phase before
 // its first, parity 1, as complete: that is how the producer's first pass finds every stage free).
+// ACQUIRE_CLUSTER: the wait also sees what other blocks of the cluster stored before arriving
+// (mbar_arrive_remote).
+template <bool ACQUIRE_CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
   unsigned done = 0;
   while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    if constexpr (ACQUIRE_CLUSTER)
+      asm volatile(
+          "{\n.reg .pred p;\n"
+          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    else
+      asm volatile(
+          "{\n.reg .pred p;\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
   }
 }
 // Whether the phase with this parity has completed, without waiting (acquire when it has).
@@ -340,15 +418,4 @@ __device__ __forceinline__ void st_cluster_f32x4(unsigned remote, float x, float
 // One arrival on another block's barrier, after (release) this thread's stores to its memory.
 __device__ __forceinline__ void mbar_arrive_remote(unsigned remote_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
-}
-// mbar_wait that also sees (acquire) what other blocks of the cluster stored before arriving.
-__device__ __forceinline__ void mbar_wait_cluster(u64* bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-  }
 }

@@ -121,7 +121,11 @@ def repo(tmp_path):
             shutil.copy2(src, dst)
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "python").symlink_to(sys.executable)
+    # A wrapper, not a symlink: a symlinked virtual-environment interpreter no longer finds its
+    # pyvenv.cfg, and so loses the environment's packages.
+    wrapper = bindir / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}",
                DVC_NO_ANALYTICS="1", DVC_SITE_CACHE_DIR=str(tmp_path / "dvc-site-cache"),
                GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.invalid",

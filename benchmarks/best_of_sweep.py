@@ -10,7 +10,7 @@ import argparse
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from src.record import load_records
+from src.records.record import load_records
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from src.record import load_records  # noqa: E402
+from src.records.record import load_records  # noqa: E402
 
 CHAPTERS = ["01_naive", "02_gmem_coalesce", "03_smem_blocking", "04_blocktile_1d",
             "05_blocktile_2d", "06_vectorize"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of running jobs in a worker process (src/worker.py) on a healthy sweep: the same
+# The cost of running jobs in a worker process (src/sweep/worker.py) on a healthy sweep: the same
 # sweep (kernels 01-09 at 256 and 512, short protocol, no tracking) with isolation.mode=inline
 # and isolation.mode=process; the difference over the job count is the overhead per job
 # (it includes starting the one worker). Prints a two-row table last.

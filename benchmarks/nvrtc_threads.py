@@ -14,11 +14,11 @@ import time
 
 from omegaconf import OmegaConf
 
-from src import tune
-from src.compile import expand_source, precompile
-from src.gpu import limits_from_spec
-from src.problem import Problem
-from src.spec import KERNELS_DIR
+from src.tune import space as tune
+from src.job.compile import expand_source, precompile
+from src.job.gpu import limits_from_spec
+from src.job.problem import Problem
+from src.job.spec import KERNELS_DIR
 
 
 def main() -> None:

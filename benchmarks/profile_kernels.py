@@ -15,11 +15,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from omegaconf import OmegaConf  # noqa: E402
 
-from src import gpu  # noqa: E402
-from src.compile import compile_kernel  # noqa: E402
-from src.problem import Problem, make_inputs  # noqa: E402
-from src.spec import build_spec  # noqa: E402
-from src.tuned import apply as apply_tuned  # noqa: E402
+from src.job import gpu  # noqa: E402
+from src.job.compile import compile_kernel  # noqa: E402
+from src.job.problem import Problem, make_inputs  # noqa: E402
+from src.job.spec import build_spec  # noqa: E402
+from src.tune.tuned import apply as apply_tuned  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "kernel"
 

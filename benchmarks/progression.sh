@@ -21,7 +21,7 @@ run2=$(ls -td multirun/*/*/ | head -1)
 python3 - "$out" "$run1" multirun/mixed <<'PY'
 import json, sys
 from pathlib import Path
-from src.record import load_records
+from src.records.record import load_records
 for name, sweep in (("records_progression.jsonl", sys.argv[2]), ("records_mixed.jsonl", sys.argv[3])):
     with open(Path(sys.argv[1]) / name, "w") as f:
         for r in load_records(Path(sweep)):

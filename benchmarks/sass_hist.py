@@ -13,11 +13,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from omegaconf import OmegaConf  # noqa: E402
 
-from src.compile import compile_offline  # noqa: E402
-from src.gpu import limits_from_spec  # noqa: E402
-from src.problem import Problem  # noqa: E402
-from src.spec import build_spec  # noqa: E402
-from src.tuned import apply as apply_tuned  # noqa: E402
+from src.job.compile import compile_offline  # noqa: E402
+from src.job.gpu import limits_from_spec  # noqa: E402
+from src.job.problem import Problem  # noqa: E402
+from src.job.spec import build_spec  # noqa: E402
+from src.tune.tuned import apply as apply_tuned  # noqa: E402
 
 name, *rest = sys.argv[1:]
 size = [4096, 4096, 4096]

@@ -16,11 +16,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from omegaconf import OmegaConf  # noqa: E402
 
-from src.compile import compile_offline  # noqa: E402
-from src.gpu import limits_from_spec  # noqa: E402
-from src.problem import Problem  # noqa: E402
-from src.spec import build_spec  # noqa: E402
-from src.tuned import apply as apply_tuned  # noqa: E402
+from src.job.compile import compile_offline  # noqa: E402
+from src.job.gpu import limits_from_spec  # noqa: E402
+from src.job.problem import Problem  # noqa: E402
+from src.job.spec import build_spec  # noqa: E402
+from src.tune.tuned import apply as apply_tuned  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "kernel"
 OPS = re.compile(r"\b((?:LDGSTS|LDG|STG|LDS|STS|LDL|STL|UTMALDG|UTMASTG)(?:\.[A-Z0-9]+)*)")

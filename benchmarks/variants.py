@@ -1,5 +1,5 @@
 """Time variants of one chapter against cuBLAS in one process, with the runner's own steps
-(spec -> compile -> verify -> time, src/job.py) and protocol (bench/default.yaml): a quick way to
+(spec -> compile -> verify -> time, src/job/pipeline.py) and protocol (bench/default.yaml): a quick way to
 compare tile shapes or tensor-map settings on the GPU box before writing the winner into a
 config. Every variant is verified first; one that fails prints its error and is not timed.
 
@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from src import gpu as gpu_mod  # noqa: E402
+from src.job import gpu as gpu_mod  # noqa: E402
 from src.errors import LabError  # noqa: E402
-from src.job import _verify_and_time, baseline_gflops, new_record  # noqa: E402
-from src.problem import Problem  # noqa: E402
-from src.spec import build_spec  # noqa: E402
-from src.tuned import apply as apply_tuned  # noqa: E402
+from src.job.pipeline import _verify_and_time, baseline_gflops, new_record  # noqa: E402
+from src.job.problem import Problem  # noqa: E402
+from src.job.spec import build_spec  # noqa: E402
+from src.tune.tuned import apply as apply_tuned  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -101,9 +101,9 @@ def main() -> int:
                 if timed:
                     gflops = _verify_and_time(spec, problem, bench, device, record)
                 else:
-                    from src.compile import compile_kernel
-                    from src.problem import make_inputs
-                    from src.verify import verify
+                    from src.job.compile import compile_kernel
+                    from src.job.problem import make_inputs
+                    from src.job.verify import verify
 
                     kernel = compile_kernel(spec)
                     record.registers = kernel.report.registers

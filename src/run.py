@@ -1,7 +1,7 @@
 """Entry point: `python -m src.run [-m] [overrides]`. Thin on purpose: job.run_job does the work.
 
 A single run exits non-zero when its job fails; in a sweep (-m) a failed job is recorded and the
-sweep goes on (the job ran in a worker process, src/worker.py, so even a fault or a hang costs
+sweep goes on (the job ran in a worker process, src/sweep/worker.py, so even a fault or a hang costs
 only that job), and callbacks.SweepSummary prints the table at the end. Each job is an MLflow run
 (tracking.hydra_job_run), nested under the sweep's run (callbacks.MlflowSweep) in a sweep.
 """
@@ -17,9 +17,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from .tracking import Terminated, TrackingUnavailable, hydra_job_run
-from .tuned import explicit_params
-from .worker import run_isolated
+from src.sweep.tracking import Terminated, TrackingUnavailable, hydra_job_run
+from src.tune.tuned import explicit_params
+from src.sweep.worker import run_isolated
 
 log = logging.getLogger("sgemm")
 

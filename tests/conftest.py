@@ -51,7 +51,7 @@ def compose():
 
 def load_jsonl(name: str):
     """Records from tests/data/ (real H100 runs, written by benchmarks/progression.sh)."""
-    from src.record import Record
+    from src.records.record import Record
 
     lines = (DATA_DIR / name).read_text().splitlines()
     return [Record.from_dict(json.loads(line)) for line in lines if line.strip()]

@@ -1,4 +1,4 @@
-"""Stand-ins for the worker's serve loop (src/worker.py), for CPU tests of isolation: they speak
+"""Stand-ins for the worker's serve loop (src/sweep/worker.py), for CPU tests of isolation: they speak
 the worker's protocol but, in place of a GPU job, hang, crash, poison themselves or sleep. Spawned
 worker processes import them by name from here."""
 
@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from src.record import Record
+from src.records.record import Record
 
 
 def _record(container: dict, **fields) -> Record:

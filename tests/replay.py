@@ -10,12 +10,12 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from src import tracking
-from src.callbacks import MlflowSweep
-from src.compile import ResourceReport, expand_source
-from src.job import JobOutputs
-from src.record import Record
-from src.spec import KERNELS_DIR
+from src.sweep import tracking
+from src.sweep.callbacks import MlflowSweep
+from src.job.compile import ResourceReport, expand_source
+from src.job.pipeline import JobOutputs
+from src.records.record import Record
+from src.job.spec import KERNELS_DIR
 from tests.conftest import ROOT, compose_config
 
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from src import ceilings
-from src.compile import nvcc_path
+from src.job import ceilings
+from src.job.compile import nvcc_path
 from tests.conftest import ROOT
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")
@@ -71,7 +71,7 @@ def test_cli_without_a_gpu(tmp_path):
     if _gpu_visible() is None:
         pytest.skip("a GPU is visible")
     out = tmp_path / "ceilings.json"
-    proc = subprocess.run([sys.executable, "-m", "src.ceilings", "-o", str(out)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "src.job.ceilings", "-o", str(out)], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "no CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()

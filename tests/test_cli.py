@@ -179,10 +179,10 @@ def test_a_sweep_under_another_launcher_nests_jobs_from_other_processes(tmp_path
 # `python -m src.run ...` whose worker process takes long per job (as a GPU job does).
 SLOW_JOB = """
 import runpy
-import src.worker
+import src.sweep.worker
 import tests.fault_jobs
 
-src.worker._serve = tests.fault_jobs.slow_serve
+src.sweep.worker._serve = tests.fault_jobs.slow_serve
 runpy.run_module("src.run", run_name="__main__", alter_sys=True)
 """
 

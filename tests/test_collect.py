@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from src.collect import main as collect_main
-from src.collect import read_runs, records_from_runs
-from src.record import Record
+from src.records.collect import main as collect_main
+from src.records.collect import read_runs, records_from_runs
+from src.records.record import Record
 from tests.conftest import DATA_DIR, ROOT
 from tests.runs_fixture import RUNS_FIXTURE, build, fixture_jobs
 
@@ -22,7 +22,7 @@ def jsonl(name: str) -> list[Record]:
 
 
 def test_runs_fixture_is_built_from_the_recorded_jobs(tmp_path):
-    """tests/data/runs_h100.csv is exactly what src.collect makes of the real records."""
+    """tests/data/runs_h100.csv is exactly what src.records.collect makes of the real records."""
     assert build(tmp_path / "runs.csv").read_bytes() == RUNS_FIXTURE.read_bytes()
     frame = read_runs(RUNS_FIXTURE)
     assert len(frame) == 18
@@ -63,7 +63,7 @@ def test_collects_a_sweep_directory_in_job_order(tmp_path):
     for num, r in enumerate(records):
         r.write(sweep / f"{num}_{r.kernel}_{r.m}x{r.n}x{r.k}")
     (sweep / "summary.md").write_text("not a record\n")
-    proc = subprocess.run([sys.executable, "-m", "src.collect", str(sweep), "-o",
+    proc = subprocess.run([sys.executable, "-m", "src.records.collect", str(sweep), "-o",
                            str(tmp_path / "runs.csv")], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "24 jobs (19 ok, 5 failed)" in proc.stdout

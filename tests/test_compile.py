@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from src import tuned
-from src.compile import compile_offline, expand_source, nvcc_path
+from src.tune import tuned
+from src.job.compile import compile_offline, expand_source, nvcc_path
 from src.errors import CompileFailed
-from src.gpu import limits_from_spec
-from src.problem import Problem
-from src.spec import KERNELS_DIR, KernelSpec, build_spec
+from src.job.gpu import limits_from_spec
+from src.job.problem import Problem
+from src.job.spec import KERNELS_DIR, KernelSpec, build_spec
 from tests.conftest import CONF_DIR
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")
@@ -90,7 +90,7 @@ def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
 
 def _nvrtc_missing() -> str | None:
     try:
-        from src.compile import nvrtc_version
+        from src.job.compile import nvrtc_version
 
         nvrtc_version()
         return None
@@ -111,7 +111,7 @@ def _spec(name: str, conf_dir=CONF_DIR, **params) -> KernelSpec:
 
 @needs_nvrtc
 def test_nvrtc_builds_a_cubin_once_and_reuses_it(tmp_path):
-    from src.compile import build_cubin
+    from src.job.compile import build_cubin
 
     spec = _spec("10_warptiling")
     text = expand_source(spec.source)
@@ -132,7 +132,7 @@ def test_cached_cubin_is_a_whole_elf_file(tmp_path):
     byte less than NVRTC's size; the driver loads that, the disassemblers do not.)"""
     import struct
 
-    from src.compile import build_cubin
+    from src.job.compile import build_cubin
 
     spec = _spec("21_ffma_hopper")
     cubin = build_cubin(expand_source(spec.source), spec.entry, "sm_90", tmp_path, spec.name)
@@ -146,7 +146,7 @@ def test_cached_cubin_is_a_whole_elf_file(tmp_path):
 
 @needs_nvrtc
 def test_nvrtc_compile_error_shows_the_log_with_file_and_line(tmp_path):
-    from src.compile import build_cubin
+    from src.job.compile import build_cubin
 
     spec = _spec("broken_compile", conf_dir=CONF_DIR.parent / "tests" / "conf")
     with pytest.raises(CompileFailed) as failed:
@@ -160,7 +160,7 @@ def test_nvrtc_compile_error_shows_the_log_with_file_and_line(tmp_path):
 
 @needs_nvrtc
 def test_precompile_builds_candidates_on_threads(tmp_path):
-    from src.compile import Cubin, precompile
+    from src.job.compile import Cubin, precompile
 
     variants = [_spec("10_warptiling", bk=bk, tm=tm) for bk in (8, 16) for tm in (4, 8)]
     jobs = [(s.name, expand_source(s.source), s.entry) for s in variants]
@@ -176,7 +176,7 @@ def test_precompile_builds_candidates_on_threads(tmp_path):
 def test_chapter_builds_with_nvrtc_as_the_runner_does(name, tmp_path):
     """The runner's own path (NVRTC -> cubin for sm_90, src/compile.build_cubin) for every
     chapter at its configured (tuned where it is tuned) parameters."""
-    from src.compile import build_cubin
+    from src.job.compile import build_cubin
 
     cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml"))
     tuned.apply(cfg, "h100_sxm", P4096)
@@ -226,7 +226,7 @@ def test_warp_specialized_chapter_builds_without_spills(shape, params):
 
 
 def test_nvcc_spells_arch_specific_targets_as_gencode():
-    from src.compile import nvcc_arch_options
+    from src.job.compile import nvcc_arch_options
 
     assert nvcc_arch_options("sm_90") == ["-arch=sm_90"]
     assert nvcc_arch_options("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]

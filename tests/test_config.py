@@ -95,7 +95,7 @@ def test_bench_protocol_defaults_are_sane(compose):
     ("NVIDIA RTX A6000", "a6000"), ("NVIDIA GeForce RTX 4090", "rtx4090"), ("Tesla T4", None),
 ])
 def test_auto_picks_the_spec_of_the_detected_device(device_name, spec):
-    from src.gpu import Device, resolve_spec
+    from src.job.gpu import Device, resolve_spec
 
     device = Device(name=device_name, compute_capability="9.0", sms=99,
                     max_threads_per_block=1024, max_smem_per_block=232448, l2_bytes=1 << 20)

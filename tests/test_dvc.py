@@ -14,12 +14,13 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
 import yaml
 
-from src.collect import read_runs
+from src.records.collect import read_runs
 from tests.conftest import CONF_DIR, DATA_DIR, ROOT
 from tests.runs_fixture import RUNS_FIXTURE
 
@@ -60,8 +61,15 @@ def test_no_list_is_written_twice():
     assert "bench=${progression.protocol}" in run and run.startswith("python -m src.run -m ")
 
 
+def _module_file(dotted: str) -> str:
+    """src.job.spec -> src/job/spec.py; a package (src.job) -> its __init__.py."""
+    path = ROOT / Path(*dotted.split("."))
+    return str((path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).relative_to(ROOT))
+
+
 def _src_imports(module: str) -> set[str]:
-    """`module` and every src module it imports, at any depth (imports inside functions too)."""
+    """The files of `module` and of every src module it imports, at any depth (imports inside
+    functions too), as paths relative to the repository root."""
     seen: set[str] = set()
     todo = [module]
     while todo:
@@ -69,29 +77,42 @@ def _src_imports(module: str) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        tree = ast.parse((ROOT / "src" / f"{name}.py").read_text())
+        tree = ast.parse((ROOT / _module_file(name)).read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    todo.append(node.module.split(".")[0])
-                else:
-                    todo += [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("src."):
-                todo.append(node.module.split(".")[1])
-    return seen
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("src"):
+                assert node.level == 0, f"{name}: relative import"
+                for alias in node.names:  # `from src.job import gpu` imports a module
+                    candidate = f"{node.module}.{alias.name}"
+                    is_module = (ROOT / Path(*candidate.split("."))).with_suffix(".py").is_file()
+                    todo.append(candidate if is_module else node.module)
+            elif isinstance(node, ast.Import):
+                todo += [alias.name for alias in node.names if alias.name.startswith("src.")]
+    return {_module_file(name) for name in seen if name != "src"}
+
+
+def _covered(path: str, deps: set[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
 
 
 def test_each_stage_depends_on_exactly_the_code_it_runs():
-    """A change to any module a stage runs re-runs it; a change to another module does not."""
-    hydra_targets = set(re.findall(r"_target_:\s*src\.(\w+)", (CONF_DIR / "config.yaml").read_text()))
+    """A change to any module a stage runs re-runs it; a change to another module does not: every
+    imported file lies under a listed dependency, and every listed folder or file holds one."""
+    hydra_targets = {t.rsplit(".", 1)[0] for t in
+                     re.findall(r"_target_:\s*(src\.[\w.]+)", (CONF_DIR / "config.yaml").read_text())}
     for name, stage in dvc_yaml()["stages"].items():
         cmds = stage["cmd"] if isinstance(stage["cmd"], list) else [stage["cmd"]]
-        entries = {m for cmd in cmds for m in re.findall(r"python -m src\.(\w+)", cmd)}
-        if "run" in entries:
-            entries |= hydra_targets  # the sweep callback, loaded by Hydra from conf/config.yaml
-        needed = {f"src/{m}.py" for e in entries for m in _src_imports(e)}
-        listed = {d for d in stage["deps"] if d.startswith("src/")}
-        assert listed == needed, f"stage {name}: missing {needed - listed}, extra {listed - needed}"
+        entries = {m for cmd in cmds for m in re.findall(r"python -m (src\.[\w.]+)", cmd)}
+        if "src.run" in entries:
+            entries |= hydra_targets  # the sweep callbacks, loaded by Hydra from conf/config.yaml
+        needed = {f for e in entries for f in _src_imports(e)}
+        listed = {d for d in stage["deps"] if d.startswith("src")}
+        assert all(_covered(f, listed) for f in needed), \
+            f"stage {name}: not covered {sorted(f for f in needed if not _covered(f, listed))}"
+        unused = {d for d in listed if not any(_covered(f, {d}) for f in needed)}
+        assert not unused, f"stage {name}: depends on code it never runs: {unused}"
+        if "src.run" in entries:  # the GPU stage: editing a table or a figure must not re-run it
+            assert not _covered("src/publish/plots.py", listed), stage["deps"]
+            assert not _covered("src/publish/table.py", listed), stage["deps"]
 
 
 def test_outputs_are_in_git_not_in_the_dvc_cache():
@@ -172,12 +193,12 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
                "stage = Repo('.').stage.collect('bench')[0]\n"
                "print(json.dumps(stage.cmd))")
     cmds = json.loads(proc.stdout)
-    assert cmds[0].startswith("python -m src.ceilings ")
+    assert cmds[0].startswith("python -m src.job.ceilings ")
     assert cmds[1:] == [
         "rm -rf sweeps/progression",
         "python -m src.run -m 'kernel=" + params()["progression"]["kernels"] + "' 'size="
         + str(params()["progression"]["sizes"]) + "' bench=default hydra.sweep.dir=sweeps/progression",
-        "python -m src.collect sweeps/progression -o results/runs.csv",
+        "python -m src.records.collect sweeps/progression -o results/runs.csv",
     ]
     stale = work / "sweeps" / "progression" / "99_stale_job"
     stale.mkdir(parents=True)

@@ -72,7 +72,7 @@ def test_resume_reuses_verified_results_and_runs_the_rest(tmp_path, tracking_uri
 def test_throttled_samples_are_flagged_and_a_fully_throttled_job_fails(compose):
     """Each sample's SM clock comes from clock64 over the global timer; with the threshold
     above 100% of the maximum clock every sample counts as throttled and the job fails."""
-    from src.job import run_job
+    from src.job.pipeline import run_job
 
     record = run_job(compose("kernel=06_vectorize", "size=1024", "bench=quick"))
     assert record.ok and record.samples_throttled == 0
@@ -109,8 +109,8 @@ def test_healthy_gpu_jobs_share_one_worker(compose):
     """After a verified GPU job the worker's context is healthy: the next job reuses it."""
     from omegaconf import OmegaConf
 
-    from src.job import new_record
-    from src.worker import Worker
+    from src.job.pipeline import new_record
+    from src.sweep.worker import Worker
 
     cfg = compose("kernel=06_vectorize", "size=256", "bench=quick")
     container = OmegaConf.to_container(cfg, resolve=True)

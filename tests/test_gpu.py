@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from src.job import run_job
+from src.job.pipeline import run_job
 
 pytestmark = pytest.mark.gpu
 
@@ -106,7 +106,7 @@ def test_kernel_alpha_beta(compose, kernel):
 
 def test_wrong_kernel_is_caught(compose, tmp_path, monkeypatch):
     """A kernel whose output is wrong is recorded as failed_verification with no GFLOP/s."""
-    import src.compile as compile_mod
+    import src.job.compile as compile_mod
 
     real = compile_mod.compile_kernel
 
@@ -121,7 +121,7 @@ def test_wrong_kernel_is_caught(compose, tmp_path, monkeypatch):
 
         return Wrong()
 
-    monkeypatch.setattr("src.job.compile_kernel", off_by_one_alpha)
+    monkeypatch.setattr("src.job.pipeline.compile_kernel", off_by_one_alpha)
     record = run_job(compose("kernel=06_vectorize", "size=512", *QUICK))
     assert record.status == "failed_verification"
     assert record.gflops is None and record.pct_of_cublas_fp32 is None

@@ -1,4 +1,4 @@
-"""The measurement cache (src/measurements.py): keys that change with everything a measurement
+"""The measurement cache (src/job/cache.py): keys that change with everything a measurement
 depends on, and a store that keeps only verified records, whole."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from src.measurements import Cache, key
-from src.problem import Problem
-from src.record import Record
-from src.spec import build_spec
+from src.job.cache import Cache, key
+from src.job.problem import Problem
+from src.records.record import Record
+from src.job.spec import build_spec
 from tests.conftest import compose_config
 
 LIMITS = {"max_threads_per_block": 1024, "max_smem_per_block": 227 * 1024, "sms": 132}

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import src.plots as plots
-from src.collect import write_runs
+import src.publish.plots as plots
+from src.records.collect import write_runs
 from tests.runs_fixture import RUNS_FIXTURE, jsonl_jobs
 from tests.test_table import CEILINGS_FIXTURE
 

@@ -11,8 +11,8 @@ import sys
 import pandas as pd
 import pytest
 
-from src.record import RECORD_FILE, Record, load_records
-from src.report import gflops_figure, row_labels, summary_frame, summary_table, write_summary
+from src.records.record import RECORD_FILE, Record, load_records
+from src.records.summary import gflops_figure, row_labels, summary_frame, summary_table, write_summary
 from tests.conftest import ROOT
 
 

@@ -12,9 +12,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from src.errors import ConfigError, InvalidParams, InvalidProblem, UnsupportedSize
-from src.gpu import limits_from_spec
-from src.problem import Problem
-from src.spec import build_spec, ceil_div
+from src.job.gpu import limits_from_spec
+from src.job.problem import Problem
+from src.job.spec import build_spec, ceil_div
 from tests.conftest import CONF_DIR
 
 H100 = limits_from_spec("h100_sxm")

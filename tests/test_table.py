@@ -10,8 +10,8 @@ import sys
 import pandas as pd
 import pytest
 
-from src.collect import write_runs
-from src.table import CONTRACT_COLUMNS, write_table
+from src.records.collect import write_runs
+from src.publish.table import CONTRACT_COLUMNS, write_table
 from tests.conftest import DATA_DIR, ROOT
 from tests.runs_fixture import RUNS_FIXTURE, jsonl_jobs
 
@@ -114,7 +114,7 @@ def test_repeated_jobs_are_refused(tmp_path):
     and size: the table step stops and says so."""
     jobs = jsonl_jobs("records_h100_progression.jsonl") + jsonl_jobs("records_h100_progression.jsonl")[:1]
     write_runs(jobs, tmp_path / "runs.csv")
-    proc = subprocess.run([sys.executable, "-m", "src.table", str(tmp_path / "runs.csv"),
+    proc = subprocess.run([sys.executable, "-m", "src.publish.table", str(tmp_path / "runs.csv"),
                            "--out-dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 1
     assert "more than one job for 01_naive at 1024 (2 jobs)" in proc.stderr

@@ -1,4 +1,4 @@
-"""Tensor maps (src/tensor_maps.py): a chapter's launch.tensor_maps become checked specs with
+"""Tensor maps (src/job/tensor_maps.py): a chapter's launch.tensor_maps become checked specs with
 their boxes evaluated against the parameters; the TMA's rules are refused before compiling.
 Encoding needs the driver and runs in the GPU tests (tests/test_gpu.py, chapter 20)."""
 
@@ -8,10 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from src.errors import ConfigError
-from src.gpu import limits_from_spec
-from src.problem import Problem
-from src.spec import build_spec
-from src.tensor_maps import TensorMapSpec, check
+from src.job.gpu import limits_from_spec
+from src.job.problem import Problem
+from src.job.spec import build_spec
+from src.job.tensor_maps import TensorMapSpec, check
 from tests.conftest import CONF_DIR
 
 H100 = limits_from_spec("h100_sxm")

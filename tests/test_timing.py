@@ -1,8 +1,8 @@
-"""Throttled samples (src/timing.py): which are left out, and what the timing says about them."""
+"""Throttled samples (src/job/timing.py): which are left out, and what the timing says about them."""
 
 from __future__ import annotations
 
-from src.timing import keep_unthrottled, summarize
+from src.job.timing import keep_unthrottled, summarize
 
 
 def test_samples_below_the_clock_floor_are_left_out_and_counted():

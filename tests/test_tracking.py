@@ -23,11 +23,11 @@ import yaml
 pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
-from src import tracking  # noqa: E402
-from src.compile import expand_source  # noqa: E402
+from src.sweep import tracking  # noqa: E402
+from src.job.compile import expand_source  # noqa: E402
 from src.errors import VerificationFailed  # noqa: E402
-from src.job import JobOutputs, mark_failed, run_job  # noqa: E402
-from src.spec import KERNELS_DIR  # noqa: E402
+from src.job.pipeline import JobOutputs, mark_failed, run_job  # noqa: E402
+from src.job.spec import KERNELS_DIR  # noqa: E402
 from tests.conftest import ROOT, compose_config, load_jsonl  # noqa: E402
 from tests.replay import (composed, all_runs, artifact, artifact_names, config_of,  # noqa: E402
                           job_name, outputs_of, replay_job, start_sweep)
@@ -416,7 +416,7 @@ def test_ptx_is_logged_when_asked(progression, tracking_uri, monkeypatch, tmp_pa
             raise OSError("libnvrtc.so not found")
         return ".version 9.0\n.target sm_90\n"
 
-    monkeypatch.setattr("src.compile.nvrtc_ptx", fake_ptx)
+    monkeypatch.setattr("src.job.compile.nvrtc_ptx", fake_ptx)
     cfg = config_of(record, tracking_uri)
     settings = replace(tracking.Settings.from_cfg(cfg, ROOT, "config"), log_ptx=ptx != "off")
     with tracking.job_run(settings, cfg, "ptx") as job:
@@ -432,7 +432,7 @@ def test_ptx_is_logged_when_asked(progression, tracking_uri, monkeypatch, tmp_pa
 
 def test_nvrtc_ptx_of_a_chapter():
     """Real NVRTC (no GPU needed): skipped where the NVRTC library is missing."""
-    from src.compile import nvrtc_ptx
+    from src.job.compile import nvrtc_ptx
 
     try:
         from cupy_backends.cuda.libs import nvrtc

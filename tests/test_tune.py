@@ -1,4 +1,4 @@
-"""The tuning step (src/tune.py) and its sweeper (hydra_plugins/sgemm_lab/tune_sweeper.py):
+"""The tuning step (src/tune/space.py) and its sweeper (hydra_plugins/sgemm_lab/tune_sweeper.py):
 search spaces as config, pruning by the kernel's own rules, the strategies, the summary and the
 write-back into conf/tuned/. The GPU test runs a small tuning sweep twice."""
 
@@ -10,11 +10,12 @@ import shutil
 import pytest
 from omegaconf import OmegaConf
 
-from src import tune, tuned
+from src.tune import space as tune
+from src.tune import tuned
 from src.errors import InvalidParams
-from src.gpu import limits_from_spec
-from src.problem import Problem
-from src.spec import KernelSpec
+from src.job.gpu import limits_from_spec
+from src.job.problem import Problem
+from src.job.spec import KernelSpec
 from tests.conftest import CONF_DIR
 from tests.test_cli import run_cli, tracked_runs
 

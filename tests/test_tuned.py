@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from src import tuned
+from src.tune import tuned
 from src.errors import ConfigError
-from src.gpu import known_specs, limits_from_spec
-from src.job import run_job
-from src.problem import Problem
-from src.spec import build_spec
+from src.job.gpu import known_specs, limits_from_spec
+from src.job.pipeline import run_job
+from src.job.problem import Problem
+from src.job.spec import build_spec
 from tests.conftest import CONF_DIR
 
 SMALL, LARGE = Problem(1024, 1024, 1024, 1, 0), Problem(4096, 4096, 4096, 1, 0)

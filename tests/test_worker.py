@@ -1,4 +1,4 @@
-"""Isolation (src/worker.py) without a GPU: the worker process is replaced by stand-ins
+"""Isolation (src/sweep/worker.py) without a GPU: the worker process is replaced by stand-ins
 (tests/fault_jobs.py) that hang, crash or report a poisoned context, and the launcher must
 record each as its own failure and run the next job in a healthy worker."""
 
@@ -10,8 +10,8 @@ import time
 import pytest
 
 from src.errors import ConfigError
-from src.record import Record
-from src.worker import Isolation, Worker
+from src.records.record import Record
+from src.sweep.worker import Isolation, Worker
 from tests import fault_jobs
 
 

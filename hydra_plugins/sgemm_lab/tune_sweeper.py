@@ -10,9 +10,9 @@ runs on current Optuna (imported only for tpe):
 1. Other sweep arguments (e.g. `size=1024,4096`) expand as in Hydra's basic sweeper; each
    combination is tuned on its own.
 2. Every candidate is checked against the kernel's constraints with the GPU's limits; broken
-   ones are pruned (counted per rule) and never compiled (src/tune.py).
+   ones are pruned (counted per rule) and never compiled (src/tune/space.py).
 3. With `resume=true` (the tune configs' default), a candidate whose exact measurement is in the
-   cache (src/measurements.py) is not run again: its record is reused (marked from_cache, with
+   cache (src/job/cache.py) is not run again: its record is reused (marked from_cache, with
    the MLflow run that measured it) and written to the sweep directory like a job's.
 4. The rest are compiled on CPU threads ahead of time (NVRTC, src/compile.precompile) while the
    launcher runs them one by one as ordinary jobs: the GPU times one kernel at a time.
@@ -71,7 +71,7 @@ class TuneSweeper(Sweeper):
     # --- Hydra's entry ---------------------------------------------------------------------
 
     def sweep(self, arguments: list[str]) -> Any:
-        from src import tune
+        from src.tune import space as tune
         from src.errors import LabError
 
         try:
@@ -97,13 +97,13 @@ class TuneSweeper(Sweeper):
     # --- one problem --------------------------------------------------------------------------
 
     def _tune(self, settings, combo: list[str], sweep_dir: Path, executor) -> dict:
-        from src import gpu as gpu_mod
-        from src import tune
-        from src.compile import expand_source, precompile
+        from src.job import gpu as gpu_mod
+        from src.tune import space as tune
+        from src.job.compile import expand_source, precompile
         from src.errors import NoGPU
-        from src.measurements import Cache
-        from src.problem import Problem
-        from src.spec import KERNELS_DIR
+        from src.job.cache import Cache
+        from src.job.problem import Problem
+        from src.job.spec import KERNELS_DIR
 
         started = time.perf_counter()
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, combo)
@@ -161,7 +161,7 @@ class TuneSweeper(Sweeper):
         return data
 
     def _tpe(self, settings, kernel_cfg, problem, limits, state, compile_ahead, evaluate) -> None:
-        from src import tune
+        from src.tune import space as tune
 
         search = tune.TpeSearch(settings.space, settings.seed)
         max_asks = 50 * settings.trials
@@ -194,11 +194,11 @@ class TuneSweeper(Sweeper):
     # --- measuring a batch ------------------------------------------------------------------
 
     def _evaluate(self, batch, state, cache, bench, device, source_text, sweep_dir):
-        from src import tune
-        from src.job import mark_failed, source_sha256
-        from src.measurements import key as measurement_key
-        from src.record import Record
-        from src.worker import WorkerCrashed
+        from src.tune import space as tune
+        from src.job.pipeline import mark_failed, source_sha256
+        from src.job.cache import key as measurement_key
+        from src.records.record import Record
+        from src.sweep.worker import WorkerCrashed
 
         source_sha = source_sha256(source_text, batch[0][1]) if batch else None
         out: list = [None] * len(batch)
@@ -238,8 +238,8 @@ class TuneSweeper(Sweeper):
     # --- the end ------------------------------------------------------------------------------
 
     def _write_back(self, settings, data: dict, gpu_spec: str) -> None:
-        from src import tune
-        from src.tuned import tuned_file
+        from src.tune import space as tune
+        from src.tune.tuned import tuned_file
 
         if data["best"] is None:
             log.warning("nothing verified: conf/tuned/%s.yaml left as it was", gpu_spec)
@@ -252,7 +252,7 @@ class TuneSweeper(Sweeper):
                  settings.size_class, path)
 
     def _write(self, sweep_dir: Path, summaries: list[dict]) -> None:
-        from src import tune
+        from src.tune import space as tune
 
         text = "\n".join(tune.summary_markdown(data) for data in summaries)
         for data in summaries:

@@ -1,6 +1,6 @@
 """Table step: runs.csv -> the published table (results/progression.csv and .md) and metrics.json.
 
-`python -m src.table results/runs.csv --ceilings results/ceilings.json --out-dir results`
+`python -m src.publish.table results/runs.csv --ceilings results/ceilings.json --out-dir results`
 
 - progression.csv, the contract other tools read: one row per kernel and size, baselines
   included, columns CONTRACT_COLUMNS. `status` is ok or the failure; a failed row has empty
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .collect import read_runs, records_from_runs
-from .record import Record
-from .report import row_labels, size_key, summary_table
+from src.records.collect import read_runs, records_from_runs
+from src.records.record import Record
+from src.records.summary import row_labels, size_key, summary_table
 
 CONTRACT_COLUMNS = ["kernel", "precision", "m", "n", "k", "gflops", "pct_of_cublas_fp32",
                     "pct_of_cublas_tf32", "rel_err", "status", "gpu"]
@@ -176,10 +176,10 @@ def write_table(runs_path: Path, out_dir: Path, ceilings_path: Path | None = Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m src.table",
+        prog="python -m src.publish.table",
         description="runs.csv -> progression.csv, progression.md and metrics.json")
-    parser.add_argument("runs", type=Path, help="runs.csv written by src.collect")
-    parser.add_argument("--ceilings", type=Path, help="ceilings.json written by src.ceilings")
+    parser.add_argument("runs", type=Path, help="runs.csv written by src.records.collect")
+    parser.add_argument("--ceilings", type=Path, help="ceilings.json written by src.job.ceilings")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     try:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from .errors import ConfigError, NoGPU
+from src.paths import CONF_DIR
+from src.errors import ConfigError, NoGPU
 
-GPU_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "gpu"
+GPU_CONF_DIR = CONF_DIR / "gpu"
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from .record import load_records
-from .report import write_summary
+from src.records.record import load_records
+from src.records.summary import write_summary
 
 log = logging.getLogger("sgemm")
 
@@ -35,7 +35,7 @@ class SweepSummary(Callback):
 
 
 class MlflowSweep(Callback):
-    """The sweep's parent run (src/tracking.py): created at the start, its id written to the
+    """The sweep's parent run (src/sweep/tracking.py): created at the start, its id written to the
     sweep directory for the jobs, which nest their own runs under it wherever they run; at the
     end the summary table, the GFLOP/s figure and the job counts, and FINISHED. A sweep that
     stops early (Ctrl-C, SIGTERM, an error) is ended KILLED or FAILED at exit."""
@@ -44,7 +44,7 @@ class MlflowSweep(Callback):
         self.sweep = None  # tracking.SweepRun while a sweep is open
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from . import tracking
+        from src.sweep import tracking
 
         sweep_dir = _sweep_dir(config)
         tracking.Parent.forget(sweep_dir)  # never let jobs find an earlier sweep's parent

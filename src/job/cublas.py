@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import LaunchFailed
-from .spec import KernelSpec
+from src.errors import LaunchFailed
+from src.job.spec import KernelSpec
 
 
 class CublasGemm:

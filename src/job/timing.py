@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import LabError
+from src.errors import LabError
 
 
 class Throttled(LabError):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import LaunchFailed, VerificationFailed
-from .problem import Inputs, Problem
+from src.errors import LaunchFailed, VerificationFailed
+from src.job.problem import Inputs, Problem
 
 
 @dataclass(frozen=True)

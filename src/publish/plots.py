@@ -1,8 +1,8 @@
 """Plots step: runs.csv + ceilings.json -> the published figures (PNG) and their data (CSV).
 
-`python -m src.plots results/runs.csv --ceilings results/ceilings.json --out-dir results/plots`
+`python -m src.publish.plots results/runs.csv --ceilings results/ceilings.json --out-dir results/plots`
 
-The rows are the table step's (src.table.progression_frame: one per kernel and size) and only
+The rows are the table step's (src.publish.table.progression_frame: one per kernel and size) and only
 rows whose status is ok are drawn: a failed job is in no figure and no data file.
 
 - gflops_vs_size: GFLOP/s against size (log-log) for every hand-written kernel, with cuBLAS FP32
@@ -29,8 +29,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .collect import read_runs, records_from_runs  # noqa: E402
-from .table import BASELINE_BACKEND, load_ceilings, progression_frame, size_order  # noqa: E402
+from src.records.collect import read_runs, records_from_runs  # noqa: E402
+from src.publish.table import BASELINE_BACKEND, load_ceilings, progression_frame, size_order  # noqa: E402
 
 FIGURES = ("gflops_vs_size", "pct_of_cublas", "roofline")
 REFERENCE_STYLE = {"cublas_fp32": dict(color="black", linestyle="--", linewidth=2.0),
@@ -207,11 +207,11 @@ def write_plots(runs_path: Path, ceilings_path: Path, out_dir: Path) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m src.plots",
+        prog="python -m src.publish.plots",
         description="runs.csv + ceilings.json -> gflops_vs_size, pct_of_cublas and roofline "
                     "(PNG, with the plotted points as CSV)")
-    parser.add_argument("runs", type=Path, help="runs.csv written by src.collect")
-    parser.add_argument("--ceilings", type=Path, required=True, help="ceilings.json written by src.ceilings")
+    parser.add_argument("runs", type=Path, help="runs.csv written by src.records.collect")
+    parser.add_argument("--ceilings", type=Path, required=True, help="ceilings.json written by src.job.ceilings")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     try:

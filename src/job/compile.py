@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import CompileFailed, LaunchFailed, OutOfMemory
-from .spec import KERNELS_DIR, KernelSpec
+from src.errors import CompileFailed, LaunchFailed, OutOfMemory
+from src.job.spec import KERNELS_DIR, KernelSpec
 
 NVRTC_OPTIONS = ("-std=c++17",)
 # What CuPy's RawModule adds to them (17's device lambdas need the execution-space default), then
@@ -124,7 +124,7 @@ class NvrtcKernel:
             ) from exc
 
     def _tensor_maps(self, a, b) -> tuple:
-        from .tensor_maps import encode
+        from src.job.tensor_maps import encode
 
         key = (a.data.ptr, a.shape, b.data.ptr, b.shape)
         if key not in self._maps:
@@ -265,7 +265,7 @@ _loaded: dict[tuple, tuple] = {}
 def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
     """Compile (or find cached) and load a chapter kernel, or build a cuBLAS baseline."""
     if spec.backend == "cublas":
-        from .cublas import CublasGemm
+        from src.job.cublas import CublasGemm
 
         return CublasGemm(spec)
 

@@ -18,7 +18,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .record import Record
+from src.records.record import Record
 
 SUBDIR = "measurements"
 DEVICE_FIELDS = ("name", "compute_capability", "driver", "cuda_runtime", "nvrtc", "cupy")

@@ -15,11 +15,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from simpleeval import SimpleEval
 
-from .errors import ConfigError
-from .problem import Problem
-from .spec import FUNCTIONS
+from src.paths import CONF_DIR
+from src.errors import ConfigError
+from src.job.problem import Problem
+from src.job.spec import FUNCTIONS
 
-TUNED_DIR = Path(__file__).resolve().parent.parent / "conf" / "tuned"
+TUNED_DIR = CONF_DIR / "tuned"
 
 
 @dataclass(frozen=True)

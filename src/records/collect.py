@@ -1,6 +1,6 @@
 """Collect step: a sweep's job records -> one CSV with one row per job (results/runs.csv).
 
-`python -m src.collect SWEEP_DIR [SWEEP_DIR|RECORDS.jsonl ...] -o results/runs.csv`
+`python -m src.records.collect SWEEP_DIR [SWEEP_DIR|RECORDS.jsonl ...] -o results/runs.csv`
 
 Every Record field becomes a column, in the Record's order, after `job` (the Hydra job directory,
 or `<file>:<line>` for a JSONL source) and `size` (the size label). Nested fields are flattened:
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .record import RECORD_FILE, Record, record_paths
+from src.records.record import RECORD_FILE, Record, record_paths
 
 _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz")
 _SPREAD_FIELDS = ("device", "bench")
@@ -94,7 +94,7 @@ def read_runs(path: Path) -> pd.DataFrame:
                                      "size": str, "job": str, "gpu": str, "gpu_spec": str})
     missing = {"kernel", "precision", "backend", "m", "n", "k", "status", "gflops"} - set(frame.columns)
     if missing:
-        raise ValueError(f"{path} is not a runs CSV written by src.collect: no column(s) "
+        raise ValueError(f"{path} is not a runs CSV written by src.records.collect: no column(s) "
                          f"{', '.join(sorted(missing))}")
     return frame
 
@@ -125,7 +125,7 @@ def records_from_runs(frame: pd.DataFrame) -> list[Record]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m src.collect",
+        prog="python -m src.records.collect",
         description="Flatten job records (a Hydra sweep directory, or JSONL files of records) "
                     "into one CSV with one row per job.")
     parser.add_argument("sources", nargs="+", type=Path,

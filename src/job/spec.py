@@ -17,11 +17,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from simpleeval import SimpleEval
 
-from .errors import ConfigError, InvalidParams, UnsupportedSize
-from .problem import Problem
-from .tensor_maps import TensorMapSpec, check as check_tensor_maps
+from src.paths import KERNELS_DIR
+from src.errors import ConfigError, InvalidParams, UnsupportedSize
+from src.job.problem import Problem
+from src.job.tensor_maps import TensorMapSpec, check as check_tensor_maps
 
-KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
 BACKENDS = ("nvrtc", "cublas")
 PRECISIONS = ("fp32", "tf32")
 

@@ -4,11 +4,11 @@ conf/tuned/<gpu>.yaml.
 
 The space is data (`tune.space` in conf/tune/<kernel>.yaml: parameter -> values) and so are
 the rules: a candidate is checked against the kernel config's own constraints and size
-constraints (src/spec.py) with the GPU's limits before anything is compiled. A candidate that
+constraints (src/job/spec.py) with the GPU's limits before anything is compiled. A candidate that
 breaks one is pruned and counted under the rule it broke; it costs microseconds, not a compile.
 
 The sweeper plugin (hydra_plugins/sgemm_lab/tune_sweeper.py) drives this module: it launches
-the surviving candidates as ordinary Hydra jobs (each verified and timed by src/job.py in the
+the surviving candidates as ordinary Hydra jobs (each verified and timed by src/job/pipeline.py in the
 worker process), reuses measurements already in the cache when `resume=true`, and hands the
 records back here for the summary and the write-back.
 """
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import InvalidParams, UnsupportedSize
-from .problem import Problem
-from .record import Record
-from .spec import KernelSpec, build_spec
+from src.errors import InvalidParams, UnsupportedSize
+from src.job.problem import Problem
+from src.records.record import Record
+from src.job.spec import KernelSpec, build_spec
 
 STRATEGIES = ("grid", "tpe")
 COUNTED_STATUSES = ("ok", "failed_compile", "failed_verification")  # the rest: failed_other

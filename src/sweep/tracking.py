@@ -42,13 +42,13 @@ from typing import Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from . import tuned
-from .errors import LabError
-from .record import Record
+from src.paths import ROOT
+from src.tune import tuned
+from src.errors import LabError
+from src.records.record import Record
 
 log = logging.getLogger("sgemm")
 
-ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "sgemm-lab"
 DEFAULT_DB = "mlflow.db"            # MLflow 3's default store: sqlite:///mlflow.db ...
 ARTIFACTS_DIR = "mlruns"            # ... with artifacts under ./mlruns beside it
@@ -188,7 +188,7 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
 
 def job_params(cfg: DictConfig) -> dict[str, str]:
     """The composed config, flattened, plus `kernel` (the kernel's name) for the runs table;
-    without a tuned kernel's kernel.params.* (chosen in the job, see src/tuned.py)."""
+    without a tuned kernel's kernel.params.* (chosen in the job, see src/tune/tuned.py)."""
     params = flatten(OmegaConf.to_container(cfg, resolve=True))
     if tuned.applies(cfg):  # decided in the job: logged with the result, as used
         params = {k: v for k, v in params.items() if not k.startswith("kernel.params.")}
@@ -371,7 +371,7 @@ class JobRun:
                                  "resources.json")
         cc = (record.device or {}).get("compute_capability")
         if self.settings.log_ptx and source is not None and record.entry and cc:
-            from .compile import nvrtc_ptx
+            from src.job.compile import nvrtc_ptx
 
             try:
                 self.client.log_text(self.run_id, nvrtc_ptx(source, record.entry, cc), "kernel.ptx")
@@ -557,7 +557,7 @@ class SweepRun:
 
     def finish(self, records: list[Record]) -> None:
         """The sweep went to its end: summary table and figure, counts, FINISHED."""
-        from .report import gflops_figure, summary_frame, summary_markdown
+        from src.records.summary import gflops_figure, summary_frame, summary_markdown
 
         mlflow_client = client(self.settings.tracking_uri)
         run_id = self.parent.run_id

@@ -32,8 +32,8 @@ import signal
 import time
 from dataclasses import dataclass
 
-from .errors import ConfigError, LabError
-from .record import Record
+from src.errors import ConfigError, LabError
+from src.records.record import Record
 
 log = logging.getLogger("sgemm")
 
@@ -95,7 +95,7 @@ def _serve(conn) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from omegaconf import OmegaConf
 
-    from .job import JobOutputs, run_job
+    from src.job.pipeline import JobOutputs, run_job
 
     while True:
         try:
@@ -171,7 +171,7 @@ class Worker:
             run_id: str | None = None):
         """Run one job (its resolved config as a plain dict) in the worker; return (record,
         outputs). `fallback` is the record to fail when the worker never reports one."""
-        from .job import JobOutputs
+        from src.job.pipeline import JobOutputs
 
         if not self.alive:
             if self._process is not None:
@@ -215,7 +215,7 @@ class Worker:
 
 
 def _failed(record: Record, exc: LabError) -> Record:
-    from .job import mark_failed
+    from src.job.pipeline import mark_failed
 
     mark_failed(record, exc)
     return record
@@ -238,7 +238,7 @@ def run_isolated(cfg, explicit: set[str], run_id: str | None = None):
     `run_id`: the job's MLflow run, recorded with the result."""
     from omegaconf import OmegaConf
 
-    from .job import JobOutputs, new_record, run_job
+    from src.job.pipeline import JobOutputs, new_record, run_job
 
     try:
         isolation = Isolation.from_cfg(cfg)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError, LaunchFailed
+from src.errors import ConfigError, LaunchFailed
 
 MATRICES = ("a", "b")
 ELEMENT_BYTES = {"f32": 4, "tf32": 4}

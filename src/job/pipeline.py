@@ -2,8 +2,8 @@
 
 Every expected failure (errors.LabError) ends the job with its status and message in the
 record; the caller decides what that means for the process (run.py). A job normally runs in a
-worker process (src/worker.py), which relays `progress` after each step to its launcher.
-With `resume=true`, a job whose exact measurement is in the cache (src/measurements.py) is
+worker process (src/sweep/worker.py), which relays `progress` after each step to its launcher.
+With `resume=true`, a job whose exact measurement is in the cache (src/job/cache.py) is
 not run again: its record is the cached one, marked `from_cache`.
 """
 
@@ -17,20 +17,21 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from . import gpu as gpu_mod
-from . import tuned
-from .compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel, expand_source
-from .errors import InternalError, LabError, LaunchFailed, NoGPU, VerificationFailed
-from .measurements import Cache
-from .measurements import key as measurement_key
-from .problem import Problem, make_inputs
-from .record import Record
-from .spec import KernelSpec, build_spec
-from .timing import L2Flush, measure
-from .verify import verify
+from src.paths import CONF_DIR
+from src.job import gpu as gpu_mod
+from src.tune import tuned
+from src.job.compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel, expand_source
+from src.errors import InternalError, LabError, LaunchFailed, NoGPU, VerificationFailed
+from src.job.cache import Cache
+from src.job.cache import key as measurement_key
+from src.job.problem import Problem, make_inputs
+from src.records.record import Record
+from src.job.spec import KernelSpec, build_spec
+from src.job.timing import L2Flush, measure
+from src.job.verify import verify
 
 log = logging.getLogger(__name__)
-KERNEL_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "kernel"
+KERNEL_CONF_DIR = CONF_DIR / "kernel"
 
 # Baseline GFLOP/s measured in this process, keyed by shape, scalars and protocol.
 _baseline_gflops: dict[tuple, float] = {}

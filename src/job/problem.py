@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import InvalidProblem, OutOfMemory
+from src.errors import InvalidProblem, OutOfMemory
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .record import Record
+from src.records.record import Record
 
 BASELINES = ("cublas_fp32", "cublas_tf32")
 

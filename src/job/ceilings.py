@@ -1,7 +1,7 @@
 """Ceilings step: this GPU's measured FP32 FMA throughput and device-memory bandwidth, for the
 roofline and % of peak (results/ceilings.json).
 
-`python -m src.ceilings -o results/ceilings.json [--warmup 10 --samples 100 --copy-mib 1024]`
+`python -m src.job.ceilings -o results/ceilings.json [--warmup 10 --samples 100 --copy-mib 1024]`
 
 - FFMA: a register-only kernel (NVRTC through CuPy's RawKernel) in which every thread runs
   CHAINS independent `fmaf` chains, UNROLL steps per loop trip, over ITERS trips, launched as one
@@ -11,7 +11,7 @@ roofline and % of peak (results/ceilings.json).
   (far larger than L2, so the copy streams from and to DRAM); bytes per launch = 2 * buffer
   (one read, one write), reported in GB/s (1e9 bytes).
 
-Both are timed with src.timing.measure (CUDA events around each launch, after `--warmup`
+Both are timed with src.job.timing.measure (CUDA events around each launch, after `--warmup`
 launches); the median of `--samples` samples is reported, with min, max, IQR and the SM clock
 before and after. The GPU's datasheet figures (conf/gpu/) are written alongside for reference.
 """
@@ -25,9 +25,9 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import gpu as gpu_mod
-from .errors import NoGPU
-from .timing import Timing, measure
+from src.job import gpu as gpu_mod
+from src.errors import NoGPU
+from src.job.timing import Timing, measure
 
 CHAINS = 8       # independent accumulators per thread: instruction-level parallelism
 UNROLL = 64      # FMA steps per chain per loop trip, so loop overhead is under 1% of instructions
@@ -140,7 +140,7 @@ def measure_ceilings(warmup: int, samples: int, copy_mib: int) -> dict:
     dram = measure_dram(device, warmup, samples, copy_mib)
     return {
         "measured": True,
-        "provenance": "measured on this GPU by `python -m src.ceilings` (CUDA events, median "
+        "provenance": "measured on this GPU by `python -m src.job.ceilings` (CUDA events, median "
                       "of the samples after warm-up)",
         "gpu": device.name,
         "gpu_spec": spec.name,
@@ -160,7 +160,7 @@ def measure_ceilings(warmup: int, samples: int, copy_mib: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m src.ceilings",
+        prog="python -m src.job.ceilings",
         description="Measure this GPU's FP32 FFMA throughput and device-memory bandwidth.")
     parser.add_argument("-o", "--out", type=Path, required=True, help="the JSON file to write")
     parser.add_argument("--warmup", type=int, default=10, help="untimed launches first (10)")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from src.sweep.tracking import resolve_tracking_uri, sqlite_path  # noqa: E402
+from src.sweep.tracking.store import resolve_tracking_uri, sqlite_path  # noqa: E402
 
 COLUMNS = {  # search_runs column -> printed name
     "tags.mlflow.runName": "run", "params.kernel": "kernel", "mxnxk": "m x n x k",

@@ -24,6 +24,7 @@ pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
 from src.sweep import tracking  # noqa: E402
+from src.sweep.tracking import signals  # noqa: E402
 from src.job.compile import expand_source  # noqa: E402
 from src.errors import VerificationFailed  # noqa: E402
 from src.job.pipeline import JobOutputs, mark_failed, run_job  # noqa: E402
@@ -36,7 +37,7 @@ from tests.replay import (composed, all_runs, artifact, artifact_names, config_o
 @pytest.fixture(autouse=True)
 def _fresh_process_state(monkeypatch):
     """`interrupted` is per process; each test starts as a fresh process would."""
-    monkeypatch.setattr(tracking, "_interrupted", False)
+    monkeypatch.setattr(signals, "_interrupted", False)
 
 
 # --- a recorded sweep, replayed once for the tests that read it -----------------------------------
@@ -304,7 +305,7 @@ def test_an_interrupted_sweep_ends_killed_with_no_run_left_running(progression, 
             for _ in range(500):
                 time.sleep(0.01)
             pytest.fail("SIGINT did not interrupt the job")
-    assert tracking._interrupted
+    assert signals.was_interrupted()
     callback.sweep.close_unfinished()  # what atexit runs when the interrupt ends the process
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
 
@@ -377,7 +378,7 @@ def test_long_param_values_are_cut_to_mlflows_limit(tracking_uri):
                     "a.d": "null", "a.e": "{}", "f": "true"}
     client = MlflowClient(tracking_uri)
     run = client.create_run(tracking.ensure_experiment(client, "limits", tracking_uri))
-    tracking._log_batch(client, run.info.run_id, params=flat)  # the store takes them
+    tracking.log_batch(client, run.info.run_id, params=flat)  # the store takes them
     assert client.get_run(run.info.run_id).data.params == flat
 
 

@@ -1,0 +1,211 @@
+"""A job's MLflow run: params and config at the start, the record's metrics, tags and files at
+the end, and a terminal status on every way out.
+
+Jobs log themselves (job_run, around run.py's job) rather than through Hydra's on_job_start /
+on_job_end, because Hydra skips on_job_end when a job is interrupted or exits. In a sweep a job
+reads the parent run from `mlflow_parent.json` in the sweep directory and nests under it.
+
+Statuses: FINISHED for an ok job, FAILED for a failed one (error.txt holds the error), KILLED
+after Ctrl-C or SIGTERM (turned into KeyboardInterrupt while runs are open); nothing is left
+RUNNING.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from contextlib import contextmanager
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Iterator
+
+from omegaconf import DictConfig, OmegaConf
+
+from src.records.record import Record
+from src.sweep.tracking.signals import install_signal_handlers, mark_interrupted, restore_signal_handlers
+from src.sweep.tracking.store import (
+    FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, client, context_tags, ensure_experiment,
+    first_line, flatten, log_batch)
+from src.tune import tuned
+
+log = logging.getLogger("sgemm")
+
+# Record fields logged as metrics (when not None).
+METRICS = (
+    "gflops", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_iqr", "samples",
+    "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak",
+    "cublas_fp32_gflops", "cublas_tf32_gflops", "rel_err", "tolerance",
+    "registers", "static_smem_bytes", "dynamic_smem_bytes", "local_bytes", "compile_seconds",
+    "sm_clock_mhz_before", "sm_clock_mhz_after", "samples_throttled",
+)
+
+
+# Fields of Record.device logged as tags, with the GPU's name.
+DEVICE_TAGS = ("compute_capability", "driver", "cuda_runtime", "nvrtc", "cupy")
+
+
+def job_params(cfg: DictConfig) -> dict[str, str]:
+    """The composed config, flattened, plus `kernel` (the kernel's name) for the runs table;
+    without a tuned kernel's kernel.params.* (chosen in the job, see src/tune/tuned.py)."""
+    params = flatten(OmegaConf.to_container(cfg, resolve=True))
+    if tuned.applies(cfg):  # decided in the job: logged with the result, as used
+        params = {k: v for k, v in params.items() if not k.startswith("kernel.params.")}
+    params["kernel"] = str(cfg.kernel.name)
+    return params
+
+
+def record_metrics(record: Record) -> dict[str, float]:
+    metrics = {}
+    for name in METRICS:
+        value = getattr(record, name)
+        if value is not None and not isinstance(value, bool):
+            metrics[name] = float(value)
+    return metrics
+
+
+def record_tags(record: Record) -> dict[str, str]:
+    tags = {"status": record.status}
+    if record.entry:
+        tags["entry"] = record.entry  # the instantiated template, e.g. sgemm_vectorize<128, ...>
+    if record.seed is not None:
+        tags["seed"] = str(record.seed)  # the inputs' seed (bench.seed=... reproduces them)
+    if record.gpu:
+        tags["gpu"] = record.gpu
+    if record.gpu_spec:
+        tags["gpu_spec"] = record.gpu_spec
+    for name in DEVICE_TAGS:
+        if (record.device or {}).get(name) is not None:
+            tags[name] = str(record.device[name])
+    return tags
+
+
+class JobRun:
+    """One job's open MLflow run: job_run logs the config, log_result the record and files."""
+
+    def __init__(self, mlflow_client, run_id: str, settings: Settings):
+        self.client = mlflow_client
+        self.run_id = run_id
+        self.settings = settings
+        self.record: Record | None = None
+        self.tile_params_deferred = False
+
+    def log_config(self, cfg: DictConfig) -> None:
+        self.tile_params_deferred = tuned.applies(cfg)
+        log_batch(self.client, self.run_id, params=job_params(cfg))
+        self.client.log_text(self.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+
+    def log_result(self, record: Record, outputs=None) -> None:
+        """Metrics, tags and files of a finished job (`outputs`: a job.JobOutputs, optional)."""
+        self.record = record
+        params = {"gpu_spec": record.gpu_spec} if record.gpu_spec else {}
+        if self.tile_params_deferred:  # the tile parameters the job used, and where from
+            params.update(flatten({"kernel": {"params": record.params}}))
+            params["kernel.tuned_from"] = record.tuned_from or "none (config defaults)"
+        log_batch(self.client, self.run_id, params=params, metrics=record_metrics(record),
+                   tags=record_tags(record))
+        self.client.log_text(self.run_id, json.dumps(record.to_dict(), indent=2, default=str) + "\n",
+                             "record.json")
+        source = getattr(outputs, "source", None)
+        resources = getattr(outputs, "resources", None)
+        if source is not None:
+            self.client.log_text(self.run_id, source, "kernel.cu")
+        if resources is not None:
+            self.client.log_text(self.run_id, json.dumps(asdict(resources), indent=2) + "\n",
+                                 "resources.json")
+        cc = (record.device or {}).get("compute_capability")
+        if self.settings.log_ptx and source is not None and record.entry and cc:
+            from src.job.compile import nvrtc_ptx
+
+            try:
+                self.client.log_text(self.run_id, nvrtc_ptx(source, record.entry, cc), "kernel.ptx")
+            except Exception as exc:  # PTX is optional: say why it is missing, keep the run
+                log.warning("no PTX logged for %s: %s: %s", record.kernel, type(exc).__name__, exc)
+
+    def end(self, status: str, error: str | None = None, status_tag: str | None = None) -> None:
+        tags = {"status": status_tag} if status_tag else {}
+        if error:
+            self.client.log_text(self.run_id, error if error.endswith("\n") else error + "\n",
+                                 "error.txt")
+            tags["error"] = first_line(error)
+        if tags:
+            log_batch(self.client, self.run_id, tags=tags)
+        self.client.set_terminated(self.run_id, status)
+
+    def end_from_record(self) -> None:
+        if self.record is None:
+            self.end(FAILED, "the job ended without a record", status_tag="failed_internal")
+        elif self.record.ok:
+            self.end(FINISHED)
+        else:
+            self.end(FAILED, self.record.error or self.record.status)
+
+
+class NoTracking:
+    """What job_run gives when tracking is off: log_result does nothing."""
+
+    run_id = None
+
+    def log_result(self, record: Record, outputs=None) -> None:
+        pass
+
+
+@contextmanager
+def job_run(settings: Settings, cfg: DictConfig, run_name: str,
+            parent: Parent | None = None) -> Iterator[JobRun]:
+    """An MLflow run around one job: params and config.yaml at the start; the caller logs the
+    record with log_result. On the way out the run ends FINISHED (record ok), FAILED (record
+    failed, or an exception: error.txt has the traceback) or KILLED (Ctrl-C, SIGTERM)."""
+    mlflow_client = client(settings.tracking_uri)
+    if parent is not None:
+        experiment_id = parent.experiment_id
+    else:
+        experiment_id = ensure_experiment(mlflow_client, settings.experiment_name,
+                                          settings.tracking_uri)
+    tags = {**context_tags(), "kind": "job", "status": "running"}
+    if parent is not None:
+        tags["mlflow.parentRunId"] = parent.run_id
+    installed = install_signal_handlers()
+    try:
+        run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=tags)
+        job = JobRun(mlflow_client, run.info.run_id, settings)
+        try:
+            job.log_config(cfg)
+            yield job
+        except KeyboardInterrupt as exc:
+            mark_interrupted()
+            job.end(KILLED, f"killed: {type(exc).__name__} {exc}".rstrip(), status_tag="killed")
+            raise
+        except BaseException:
+            job.end(FAILED, traceback.format_exc(), status_tag="failed_internal")
+            raise
+        job.end_from_record()
+    finally:
+        if installed:
+            restore_signal_handlers()
+
+
+@contextmanager
+def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
+    """job_run for the Hydra job in progress (run.py): settings from its config, anchored to the
+    original cwd; in a sweep, the parent run from the sweep directory."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    root = Path(hc.runtime.cwd)
+    settings = Settings.from_cfg(cfg, root, hc.job.config_name)
+    if not settings.enabled:
+        yield NoTracking()
+        return
+    parent = None
+    if hc.mode == RunMode.MULTIRUN:
+        sweep_dir = root / str(hc.sweep.dir)
+        parent = Parent.read(sweep_dir)
+        if parent is None:
+            log.warning("no MLflow parent run in %s (see the warnings at the start of the sweep); "
+                        "this job is tracked as a run of its own", sweep_dir / PARENT_FILE)
+        else:
+            settings = replace(settings, tracking_uri=parent.tracking_uri)
+    with job_run(settings, cfg, Path(hc.runtime.output_dir).name, parent) as job:
+        yield job

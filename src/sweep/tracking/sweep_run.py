@@ -1,0 +1,132 @@
+"""A sweep's MLflow run: the parent of its jobs' runs, created in the launching process
+(callbacks.MlflowSweep), which writes its id to `mlflow_parent.json` in the sweep directory.
+
+A sweep that went on to its end is FINISHED, failed jobs or not, with the counts as tags; one that
+stopped early is KILLED (interrupted) or FAILED (an error), with its unfinished jobs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+from pathlib import Path
+
+from src.records.record import Record
+from src.sweep.tracking.signals import install_signal_handlers, restore_signal_handlers, was_interrupted
+from src.sweep.tracking.store import (
+    FAILED, FINISHED, KILLED, RUNNING, Parent, Settings, client, context_tags, ensure_experiment,
+    flatten, log_batch)
+from src.tune.trials import trials_frame, tuning_tags
+
+log = logging.getLogger("sgemm")
+
+def child_runs(mlflow_client, parent: Parent) -> list:
+    runs, token = [], None
+    while True:
+        page = mlflow_client.search_runs(
+            [parent.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent.run_id}'",
+            max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+class SweepRun:
+    """The parent run of a sweep, in the launching process. Holds plain data only: launchers
+    that run jobs in other processes pickle Hydra's callbacks, and this with them."""
+
+    def __init__(self, settings: Settings, sweep_dir: Path, parent: Parent):
+        self.settings = settings
+        self.sweep_dir = sweep_dir
+        self.parent = parent
+        self._signals = False  # whether this sweep installed the signal handlers
+        self.closed = False
+
+    @classmethod
+    def start(cls, settings: Settings, sweep_dir: Path, overrides: list[str]) -> "SweepRun":
+        mlflow_client = client(settings.tracking_uri)
+        experiment_id = ensure_experiment(mlflow_client, settings.experiment_name,
+                                          settings.tracking_uri)
+        run = mlflow_client.create_run(
+            experiment_id, run_name=f"sweep {sweep_dir.parent.name} {sweep_dir.name}",
+            tags={**context_tags(), "kind": "sweep", "sweep_dir": str(sweep_dir)})
+        parent = Parent(run.info.run_id, experiment_id, settings.tracking_uri)
+        sweep = cls(settings, sweep_dir, parent)
+        try:
+            sweep._signals = install_signal_handlers()
+            log_batch(mlflow_client, parent.run_id, params=flatten({"overrides": " ".join(overrides)}))
+            parent.write(sweep_dir)
+        except BaseException:
+            sweep.close_unfinished()
+            raise
+        atexit.register(sweep.close_unfinished)
+        return sweep
+
+    def _count(self, mlflow_client) -> dict[str, str]:
+        """Ends children left RUNNING (their process died) KILLED; returns the counts as tags."""
+        statuses = []
+        for run in child_runs(mlflow_client, self.parent):
+            if run.info.status == RUNNING:
+                mlflow_client.set_tag(run.info.run_id, "status", "killed")
+                mlflow_client.set_terminated(run.info.run_id, KILLED)
+            statuses.append(KILLED if run.info.status == RUNNING else run.info.status)
+        return {"jobs": str(len(statuses)), "jobs_ok": str(statuses.count(FINISHED)),
+                "jobs_failed": str(statuses.count(FAILED)),
+                "jobs_killed": str(statuses.count(KILLED))}
+
+    def finish(self, records: list[Record]) -> None:
+        """The sweep went to its end: summary table and figure, counts, FINISHED."""
+        from src.records.summary import gflops_figure, summary_frame, summary_markdown
+
+        mlflow_client = client(self.settings.tracking_uri)
+        run_id = self.parent.run_id
+        try:
+            counts = self._count(mlflow_client)
+            tuning = self.sweep_dir / "tune_summary.json"
+            if tuning.is_file():  # a tuning sweep (hydra_plugins/sgemm_lab/tune_sweeper.py):
+                # its own summary stands for the kernel x size table and figure
+                mlflow_client.log_text(run_id, (self.sweep_dir / "tune_summary.md").read_text(),
+                                       "tune_summary.md")
+                summaries = json.loads(tuning.read_text())
+                mlflow_client.log_dict(run_id, summaries, "tune_summary.json")
+                if records:  # every trial, measured now (a child run) or reused from the cache
+                    mlflow_client.log_table(run_id, trials_frame(records), "tune_trials.json")
+                counts.update(tuning_tags(summaries))
+            elif records:
+                mlflow_client.log_table(run_id, summary_frame(records), "summary_table.json")
+                mlflow_client.log_text(run_id, summary_markdown(records), "summary.md")
+                mlflow_client.log_figure(run_id, gflops_figure(records), "gflops.png")
+            else:
+                log.warning("no job records under %s: no summary logged to MLflow", self.sweep_dir)
+            log_batch(mlflow_client, run_id, tags=counts)
+        except BaseException:
+            self.close_unfinished()
+            raise
+        mlflow_client.set_terminated(run_id, FINISHED)
+        self._close()
+
+    def close_unfinished(self) -> None:
+        """The sweep stopped before its end (at exit, or on an error while finishing): KILLED
+        if it was interrupted, FAILED otherwise; children left RUNNING end KILLED."""
+        if self.closed:
+            return
+        mlflow_client = client(self.settings.tracking_uri)
+        try:
+            counts = self._count(mlflow_client)
+            killed = was_interrupted() or int(counts["jobs_killed"]) > 0
+            why = ("interrupted (Ctrl-C or SIGTERM)" if killed else
+                   "stopped by an error (a job raised, see the FAILED runs, or the sweep's log)")
+            mlflow_client.log_text(self.parent.run_id, f"the sweep did not finish: {why}\n",
+                                   "error.txt")
+            log_batch(mlflow_client, self.parent.run_id, tags=counts)
+            mlflow_client.set_terminated(self.parent.run_id, KILLED if killed else FAILED)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        self.closed = True
+        atexit.unregister(self.close_unfinished)
+        if self._signals:
+            restore_signal_handlers()

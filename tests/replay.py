@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from src.sweep import tracking
 from src.sweep.callbacks import MlflowSweep
 from src.job.compile import ResourceReport, expand_source
-from src.job.pipeline import JobOutputs
+from src.job.measure import JobOutputs
 from src.records.record import Record
 from src.job.spec import KERNELS_DIR
 from tests.conftest import ROOT, compose_config

@@ -109,7 +109,7 @@ def test_healthy_gpu_jobs_share_one_worker(compose):
     """After a verified GPU job the worker's context is healthy: the next job reuses it."""
     from omegaconf import OmegaConf
 
-    from src.job.pipeline import new_record
+    from src.records.record import new_record
     from src.sweep.worker import Worker
 
     cfg = compose("kernel=06_vectorize", "size=256", "bench=quick")

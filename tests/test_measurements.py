@@ -8,6 +8,8 @@ import dataclasses
 import pytest
 
 from src.job.cache import Cache, key
+from src.job.gpu import GpuSpec
+from src.job.prepare import PreparedJob, Target
 from src.job.problem import Problem
 from src.records.record import Record
 from src.job.spec import build_spec
@@ -26,23 +28,29 @@ def spec_and_problem(*overrides):
     return build_spec(cfg.kernel, problem, LIMITS), problem, OmegaConf.to_container(cfg.bench)
 
 
+def job(spec, problem, bench, device, source="a") -> PreparedJob:
+    """A prepared job as the pipeline hands it to the cache (the device as a plain dict)."""
+    where = Target(device=device, limits=LIMITS, gpu_spec=GpuSpec("h100_sxm"))
+    return PreparedJob(problem, where, {}, spec, bench, None, source)
+
+
 def test_the_key_changes_with_everything_a_measurement_depends_on():
     spec, problem, bench = spec_and_problem()
-    base = key(spec, problem, bench, DEVICE, "a" * 64)
-    assert base == key(spec, problem, dict(bench), dict(DEVICE), "a" * 64)  # deterministic
+    base = key(job(spec, problem, bench, DEVICE))
+    assert base == key(job(spec, problem, dict(bench), dict(DEVICE)))  # deterministic
     other_tiles, _, _ = spec_and_problem("kernel.params.bk=16")
     variants = [
-        key(other_tiles, problem, bench, DEVICE, "a" * 64),                      # parameters
-        key(spec, dataclasses.replace(problem, k=512), bench, DEVICE, "a" * 64),  # size
-        key(spec, dataclasses.replace(problem, beta=1.0), bench, DEVICE, "a" * 64),
-        key(spec, problem, {**bench, "flush_l2": False}, DEVICE, "a" * 64),     # protocol
-        key(spec, problem, bench, {**DEVICE, "name": "NVIDIA H200"}, "a" * 64),  # GPU
-        key(spec, problem, bench, {**DEVICE, "driver": "13.1"}, "a" * 64),      # driver
-        key(spec, problem, bench, DEVICE, "b" * 64),                             # kernel source
+        key(job(other_tiles, problem, bench, DEVICE)),                          # parameters
+        key(job(spec, dataclasses.replace(problem, k=512), bench, DEVICE)),    # size
+        key(job(spec, dataclasses.replace(problem, beta=1.0), bench, DEVICE)),
+        key(job(spec, problem, {**bench, "flush_l2": False}, DEVICE)),         # protocol
+        key(job(spec, problem, bench, {**DEVICE, "name": "NVIDIA H200"})),     # GPU
+        key(job(spec, problem, bench, {**DEVICE, "driver": "13.1"})),          # driver
+        key(job(spec, problem, bench, DEVICE, source="b")),                    # kernel source
     ]
     assert len({base, *variants}) == len(variants) + 1
     # device facts that do not change a measurement are not part of it
-    assert key(spec, problem, bench, {**DEVICE, "pci_bus_id": "0000:01:00.0"}, "a" * 64) == base
+    assert key(job(spec, problem, bench, {**DEVICE, "pci_bus_id": "0000:01:00.0"})) == base
 
 
 def record(**fields) -> Record:

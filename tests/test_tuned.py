@@ -16,13 +16,19 @@ from tests.conftest import CONF_DIR
 SMALL, LARGE = Problem(1024, 1024, 1024, 1, 0), Problem(4096, 4096, 4096, 1, 0)
 
 
+def use_tuned_dir(monkeypatch, folder):
+    """Tuned files from `folder` instead of conf/tuned/ (which the runner composes with Hydra)."""
+    monkeypatch.setattr(tuned, "tuned_config", lambda gpu: OmegaConf.to_container(
+        OmegaConf.load(folder / f"{gpu}.yaml")) if (folder / f"{gpu}.yaml").is_file() else None)
+
+
 def test_size_classes_pick_the_first_that_applies(tmp_path, monkeypatch):
     (tmp_path / "g.yaml").write_text(
         "kernels:\n  k:\n"
         "    - {when: 'n % 4 != 0', params: {bm: 1}}\n"
         "    - {when: 'm * n <= 2048 * 2048', params: {bm: 2, split_k: 2}}\n"
         "    - {when: 'True', params: {bm: 3}}\n")
-    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    use_tuned_dir(monkeypatch, tmp_path)
     assert tuned.lookup("k", "g", Problem(1000, 1002, 8, 1, 0)).params == {"bm": 1}
     small = tuned.lookup("k", "g", SMALL)
     assert small.params == {"bm": 2, "split_k": 2}
@@ -51,7 +57,7 @@ def test_no_file_or_no_entry_means_defaults():
 
 def test_bad_when_expression_is_a_config_error(tmp_path, monkeypatch):
     (tmp_path / "x.yaml").write_text("kernels:\n  k: [{when: 'm >', params: {bm: 1}}]\n")
-    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    use_tuned_dir(monkeypatch, tmp_path)
     with pytest.raises(ConfigError, match="bad `when`"):
         tuned.lookup("k", "x", LARGE)
 

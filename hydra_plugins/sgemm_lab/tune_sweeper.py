@@ -97,44 +97,39 @@ class TuneSweeper(Sweeper):
     # --- one problem --------------------------------------------------------------------------
 
     def _tune(self, settings, combo: list[str], sweep_dir: Path, executor) -> dict:
-        from src.job import gpu as gpu_mod
-        from src.tune import space as tune
-        from src.job.compile import expand_source, precompile
-        from src.errors import NoGPU
         from src.job.cache import Cache
+        from src.job.compile import build_arch, precompile
+        from src.job.prepare import prepare_kernel, target
         from src.job.problem import Problem
-        from src.job.spec import KERNELS_DIR
+        from src.tune import space as tune
 
         started = time.perf_counter()
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, combo)
         kernel_cfg = OmegaConf.to_container(cfg.kernel, resolve=True)
         bench = OmegaConf.to_container(cfg.bench, resolve=True)
         problem = Problem.from_cfg(cfg)
-        try:
-            device = gpu_mod.detect()
-            limits = gpu_mod.device_limits(device)
-            gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device).name
-            # a chapter with a fixed target (20: sm_90a) is built for it, else for the device
-            arch = kernel_cfg.get("arch") or "sm_" + device.compute_capability.replace(".", "")
-        except NoGPU as exc:  # prune and report anyway; every launched job will say no_gpu
-            log.warning("tuning without a GPU: %s", exc)
-            device, arch = None, None
-            gpu_spec = cfg.gpu.name if cfg.gpu.name != "auto" else "h100_sxm"
-            limits = gpu_mod.limits_from_spec(gpu_spec)
+        where = target(cfg.gpu)
+        if where.device is None:  # prune and report anyway; every launched job will say no_gpu
+            log.warning("tuning without a GPU: the constraints are checked against %s's limits",
+                        where.gpu_spec_name)
+        # the kernel as configured, untuned: its source, and what each candidate's spec replaces
+        base = prepare_kernel(kernel_cfg, problem, where, bench, use_tuned=False)
+        device, limits, gpu_spec = where.device, where.limits, where.gpu_spec_name
         cache = Cache(cfg.cache_dir)
         resume = bool(cfg.get("resume"))
-        source_text = expand_source((KERNELS_DIR / kernel_cfg["source"]).resolve())
+        source_text = base.source
 
         state = _State(combo=combo, problem=problem, kernel=kernel_cfg["name"])
 
         def compile_ahead(specs):
+            arch = build_arch(base.spec, device)
             if arch is not None:
                 precompile([(s.name, source_text, s.entry) for s in specs], arch, cfg.cache_dir,
                            executor=executor)
 
         def evaluate(batch):
-            return self._evaluate(batch, state, cache if (resume and device) else None, bench,
-                                  device, source_text, sweep_dir)
+            return self._evaluate(batch, state, cache if (resume and device) else None, base,
+                                  sweep_dir)
 
         if settings.strategy == "grid":
             candidates = tune.grid(settings.space)
@@ -193,19 +188,19 @@ class TuneSweeper(Sweeper):
 
     # --- measuring a batch ------------------------------------------------------------------
 
-    def _evaluate(self, batch, state, cache, bench, device, source_text, sweep_dir):
-        from src.tune import space as tune
-        from src.job.pipeline import mark_failed, source_sha256
-        from src.job.cache import key as measurement_key
-        from src.records.record import Record
-        from src.sweep.worker import WorkerCrashed
+    def _evaluate(self, batch, state, cache, base, sweep_dir):
+        from dataclasses import replace
 
-        source_sha = source_sha256(source_text, batch[0][1]) if batch else None
+        from src.job.cache import key as measurement_key
+        from src.records.record import Record, mark_failed
+        from src.sweep.worker import WorkerCrashed
+        from src.tune import space as tune
+
         out: list = [None] * len(batch)
         launch = []
         for i, (params, spec) in enumerate(batch):
             if cache is not None:
-                hit = cache.get(measurement_key(spec, state.problem, bench, device, source_sha))
+                hit = cache.get(measurement_key(replace(base, spec=spec)))
                 if hit is not None:
                     hit.from_cache = True
                     name = f"{self.job_idx}_{state.kernel}_{state.problem.m}x{state.problem.n}x{state.problem.k}"
@@ -239,6 +234,7 @@ class TuneSweeper(Sweeper):
 
     def _write_back(self, settings, data: dict, gpu_spec: str) -> None:
         from src.tune import space as tune
+        from src.job.config import forget as forget_composed
         from src.tune.tuned import tuned_file
 
         if data["best"] is None:
@@ -247,6 +243,7 @@ class TuneSweeper(Sweeper):
         path = tuned_file(gpu_spec)
         tune.write_back(path, data["kernel"], settings.size_class, data["best"]["params"],
                         tune.measured_note(data, settings.size_class))
+        forget_composed()  # the next lookup composes the file as written
         data["written_to"] = str(path)
         log.info("best parameters for %s (when %s) written to %s", data["kernel"],
                  settings.size_class, path)

@@ -24,8 +24,12 @@ SUBDIR = "measurements"
 DEVICE_FIELDS = ("name", "compute_capability", "driver", "cuda_runtime", "nvrtc", "cupy")
 
 
-def key(spec, problem, bench: dict, device, source_sha256: str | None) -> str:
-    """The cache key of one job (hex SHA-256 of its canonical JSON description)."""
+def key(prepared) -> str:
+    """The cache key of one prepared job (a prepare.PreparedJob on a device): hex SHA-256 of its
+    canonical JSON description."""
+    spec, problem, bench = prepared.spec, prepared.problem, prepared.bench
+    source_sha256 = prepared.source_sha256
+    device = prepared.require_device()
     device_data = device if isinstance(device, dict) else vars(device)
     described = {
         "device": {f: device_data.get(f) for f in DEVICE_FIELDS},

@@ -258,6 +258,14 @@ def device_arch() -> str:
     return "sm_" + cp.cuda.Device().compute_capability
 
 
+def build_arch(spec: KernelSpec, device=None) -> str | None:
+    """What a kernel is built for: its config's fixed target (e.g. sm_90a for wgmma), else the
+    device's architecture (`device`: a gpu.Device); None when neither is known (no GPU)."""
+    if spec.arch:
+        return spec.arch
+    return None if device is None else "sm_" + device.compute_capability.replace(".", "")
+
+
 # Loaded functions of this process, keyed by cubin (the launch geometry belongs to the spec).
 _loaded: dict[tuple, tuple] = {}
 

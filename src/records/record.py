@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from pathlib import Path
 
 RECORD_FILE = "record.json"
@@ -127,3 +128,26 @@ def load_records(root: Path) -> list[Record]:
 def _job_num(name: str) -> float:
     head = name.split("_", 1)[0]
     return int(head) if head.isdigit() else math.inf
+
+
+def new_record(kernel: str, precision: str, backend: str, problem, **extra) -> Record:
+    """A job's record before it runs. `problem` holds m, n, k, alpha, beta as given (possibly
+    invalid: they are recorded as is)."""
+    return Record(kernel=kernel, precision=precision, backend=backend,
+                  **{key: problem[key] for key in ("m", "n", "k", "alpha", "beta")},
+                  timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra)
+
+
+# A failed record carries none of these: a kernel that failed anything has no figure anywhere.
+FIGURES = ("gflops", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_iqr", "samples",
+           "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak")
+
+
+def mark_failed(record: Record, exc) -> None:
+    """End a record with an expected failure (an errors.LabError): its status and message."""
+    record.status = exc.status
+    record.error = str(exc)
+    if getattr(exc, "rel_err", None) is not None:  # a verification failure says by how much
+        record.rel_err = exc.rel_err
+    for name in FIGURES:
+        setattr(record, name, None)

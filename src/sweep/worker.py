@@ -31,6 +31,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 
 from src.errors import ConfigError, LabError
 from src.records.record import Record
@@ -95,8 +96,11 @@ def _serve(conn) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from omegaconf import OmegaConf
 
-    from src.job.pipeline import JobOutputs, run_job
+    from src.job.baselines import Baselines
+    from src.job.measure import JobOutputs
+    from src.job.pipeline import run_job
 
+    baselines = Baselines()  # this worker's cuBLAS figures, kept for the jobs it runs next
     while True:
         try:
             message = conn.recv()
@@ -111,7 +115,8 @@ def _serve(conn) -> None:
         def progress(step: str, record: Record) -> None:
             conn.send(("progress", step, record.to_dict()))
 
-        record = run_job(cfg, outputs, explicit, progress=progress, run_id=run_id)
+        record = run_job(cfg, outputs, explicit, progress=progress, run_id=run_id,
+                         baselines=baselines)
         # A failed launch may have left the context poisoned; a fault always does. A job that
         # never reached the GPU (bad input, no GPU) cannot have hurt it.
         healthy = record.gpu is None or (record.status != "failed_launch" and _context_healthy())
@@ -171,7 +176,7 @@ class Worker:
             run_id: str | None = None):
         """Run one job (its resolved config as a plain dict) in the worker; return (record,
         outputs). `fallback` is the record to fail when the worker never reports one."""
-        from src.job.pipeline import JobOutputs
+        from src.job.measure import JobOutputs
 
         if not self.alive:
             if self._process is not None:
@@ -215,7 +220,7 @@ class Worker:
 
 
 def _failed(record: Record, exc: LabError) -> Record:
-    from src.job.pipeline import mark_failed
+    from src.records.record import mark_failed
 
     mark_failed(record, exc)
     return record
@@ -233,12 +238,22 @@ def shared_worker() -> Worker:
     return _worker
 
 
+@lru_cache(maxsize=None)
+def inline_baselines():
+    """The launching process's cuBLAS figures, for jobs run inline (isolation.mode=inline)."""
+    from src.job.baselines import Baselines
+
+    return Baselines()
+
+
 def run_isolated(cfg, explicit: set[str], run_id: str | None = None):
     """Run a job as `cfg.isolation` says: returns (record, outputs), whatever the kernel does.
     `run_id`: the job's MLflow run, recorded with the result."""
     from omegaconf import OmegaConf
 
-    from src.job.pipeline import JobOutputs, new_record, run_job
+    from src.job.measure import JobOutputs
+    from src.job.pipeline import run_job
+    from src.records.record import new_record
 
     try:
         isolation = Isolation.from_cfg(cfg)
@@ -248,7 +263,7 @@ def run_isolated(cfg, explicit: set[str], run_id: str | None = None):
         return _failed(record, exc), JobOutputs()
     if isolation.mode == "inline":
         outputs = JobOutputs()
-        return run_job(cfg, outputs, explicit, run_id=run_id), outputs
+        return run_job(cfg, outputs, explicit, run_id=run_id, baselines=inline_baselines()), outputs
     container = OmegaConf.to_container(cfg, resolve=True)
     container.pop("hydra", None)
     fallback = new_record(str(cfg.kernel.get("name")), str(cfg.kernel.get("precision")),

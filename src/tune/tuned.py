@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
 from simpleeval import SimpleEval
 
 from src.paths import CONF_DIR
 from src.errors import ConfigError
+from src.job.config import tuned_config
 from src.job.problem import Problem
 from src.job.spec import FUNCTIONS
 
@@ -42,9 +42,9 @@ def tuned_file(gpu_spec: str) -> Path:
 def lookup(kernel: str, gpu_spec: str, problem: Problem, explicit: set[str] = frozenset()) -> TunedChoice:
     """The tuned parameters for `kernel` on `gpu_spec` at this problem size (empty: none)."""
     path = tuned_file(gpu_spec)
-    if not path.is_file():
+    data = tuned_config(gpu_spec)
+    if data is None:
         return TunedChoice()
-    data = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
     classes = (data.get("kernels") or {}).get(kernel)
     if not classes:
         return TunedChoice()

@@ -1,0 +1,55 @@
+"""Configs a job reads besides its own: a baseline kernel's config and a GPU's tuned file, both
+composed through Hydra's compose API from conf/, as the runner composes the job's config. One
+place, so that no module reads conf/ by file path."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from omegaconf import OmegaConf
+
+from src.paths import CONF_DIR
+
+
+def _compose(overrides: tuple[str, ...]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():  # inside the Hydra app (inline jobs, tests)
+        return compose(config_name="config", overrides=list(overrides))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@lru_cache(maxsize=None)
+def _kernel_config(name: str) -> str:
+    return OmegaConf.to_yaml(_compose((f"kernel={name}",)).kernel, resolve=True)
+
+
+def kernel_config(name: str) -> dict:
+    """conf/kernel/<name>.yaml as the runner composes it (a fresh copy each call)."""
+    return OmegaConf.to_container(OmegaConf.create(_kernel_config(name)), resolve=True)
+
+
+@lru_cache(maxsize=None)
+def _tuned_config(gpu_spec: str) -> str | None:
+    from hydra.errors import MissingConfigException
+
+    if not (CONF_DIR / "tuned" / f"{gpu_spec}.yaml").is_file():
+        return None  # no tuned file for this GPU: the kernels' own defaults stand
+    try:
+        return OmegaConf.to_yaml(_compose((f"+tuned={gpu_spec}",)).tuned)
+    except MissingConfigException:
+        return None
+
+
+def tuned_config(gpu_spec: str) -> dict | None:
+    """conf/tuned/<gpu_spec>.yaml through the `tuned` config group, or None when it has none."""
+    text = _tuned_config(gpu_spec)
+    return None if text is None else OmegaConf.to_container(OmegaConf.create(text))
+
+
+def forget() -> None:
+    """Drop what was composed (a tuning sweep that wrote a tuned file back reads it anew)."""
+    _kernel_config.cache_clear()
+    _tuned_config.cache_clear()

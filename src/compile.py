@@ -84,12 +84,14 @@ class NvrtcKernel:
     device buffer of that size (split-K partials and tickets), allocated once per job; the
     kernel leaves its tickets zeroed for the next launch. A kernel whose config lists
     `launch.tensor_maps` takes one TMA descriptor per entry after that, encoded for the arrays
-    of the launch (and kept for the next launch on the same arrays).
+    of the launch (and kept for the next launch on the same arrays). A `launch.prepass` entry
+    (`prepass`, its loaded function) runs first, on the arguments up to the workspace.
     """
 
-    def __init__(self, spec: KernelSpec, function, report: ResourceReport):
+    def __init__(self, spec: KernelSpec, function, report: ResourceReport, prepass=None):
         self.spec = spec
         self.function = function
+        self.prepass = prepass
         self.report = report
         self.workspace = None
         self._maps: dict[tuple, tuple] = {}
@@ -115,6 +117,8 @@ class NvrtcKernel:
         if self.spec.tensor_maps:
             args += self._tensor_maps(a, b)
         try:
+            if self.prepass is not None:
+                self.prepass(self.spec.prepass.grid, self.spec.prepass.block, args[:9])
             self.function(self.spec.grid, self.spec.block, args,
                           shared_mem=self.spec.dynamic_smem_bytes)
         except Exception as exc:  # CUDADriverError: invalid configuration, out of resources, ...
@@ -124,12 +128,12 @@ class NvrtcKernel:
             ) from exc
 
     def _tensor_maps(self, a, b) -> tuple:
-        from .tensor_maps import encode
+        from .tensor_maps import encode, operand
 
         key = (a.data.ptr, a.shape, b.data.ptr, b.shape)
         if key not in self._maps:
-            arrays = {"a": a, "b": b}
-            self._maps = {key: tuple(encode(tm, arrays[tm.matrix]) for tm in self.spec.tensor_maps)}
+            arrays = {"a": a, "b": b, "workspace": self.workspace}
+            self._maps = {key: tuple(encode(tm, operand(tm, arrays)) for tm in self.spec.tensor_maps)}
         return self._maps[key]
 
 
@@ -269,12 +273,7 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
 
         return CublasGemm(spec)
 
-    cubin = build_cubin(expand_source(spec.source), spec.entry, spec.arch or device_arch(),
-                        cache_dir, spec.name)
-    key = (cubin.path, cubin.lowered_name, spec.dynamic_smem_bytes)
-    if key not in _loaded:
-        _loaded[key] = _load(spec, cubin)
-    function, report = _loaded[key]
+    function, report = _built(spec, spec.entry, cache_dir)
     if spec.threads > report.max_threads_per_block:
         raise LaunchFailed(
             f"kernel {spec.name} ({spec.entry}) cannot launch {spec.threads} threads per block: "
@@ -282,7 +281,18 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
             f"{report.max_threads_per_block} (rule: threads * registers <= registers per block). "
             f"Use smaller tiles or fewer threads."
         )
-    return NvrtcKernel(spec, function, report)
+    prepass = _built(spec, spec.prepass.entry, cache_dir)[0] if spec.prepass else None
+    return NvrtcKernel(spec, function, report, prepass)
+
+
+def _built(spec: KernelSpec, entry: str, cache_dir):
+    """(function, report) of one entry of the spec's source, built or found cached, loaded once."""
+    cubin = build_cubin(expand_source(spec.source), entry, spec.arch or device_arch(), cache_dir,
+                        spec.name)
+    key = (cubin.path, cubin.lowered_name, spec.dynamic_smem_bytes)
+    if key not in _loaded:
+        _loaded[key] = _load(spec, cubin)
+    return _loaded[key]
 
 
 def _load(spec: KernelSpec, cubin: Cubin):
@@ -370,7 +380,9 @@ def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = 
     with tempfile.TemporaryDirectory() as tmp:
         unit = Path(tmp) / "unit.cu"
         unit.write_text(expand_source(spec.source)
-                        + f"\nstatic auto* const sgemm_lab_entry = &{spec.entry};\n")
+                        + f"\nstatic auto* const sgemm_lab_entry = &{spec.entry};\n"
+                        + (f"static auto* const sgemm_lab_prepass = &{spec.prepass.entry};\n"
+                           if spec.prepass else ""))
         out = cubin if cubin is not None else Path(tmp) / "unit.cubin"
         cmd = [nvcc, *NVRTC_OPTIONS, "-ftz=true", "-cubin", *nvcc_arch_options(arch), "-Xptxas", "-v",
                "-diag-suppress", "177", "-o", str(out), str(unit)]

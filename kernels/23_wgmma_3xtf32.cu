@@ -11,8 +11,9 @@
 //   straight from shared memory and so must be two TF32 tiles there, and the TMA's 16-byte
 //   row-stride rule, which made 20 refuse N, K not multiples of 4. This chapter runs ANY M, N, K.
 //   Cost: one memory-bound pass, reading A (and B when copied) once and writing 2 (3) times its
-//   bytes: at 4096 about 0.1 ms of DRAM traffic (192 MiB) against ~1.3 ms of wgmma work, at
-//   8192 about 0.4 ms against ~10 ms. It is counted in the timing (the runner launches both).
+//   bytes: at 4096 192 MiB of DRAM traffic, about 0.07 ms at 3 TB/s, against ~1.3 ms of wgmma
+//   work at 100 TFLOP/s (5%); at 8192 about 0.27 ms against ~11 ms (2.5%). It is counted in the
+//   timing (the runner launches both kernels per launch).
 // - B, wgmma's register operand, is split in registers as its fragments are loaded: big =
 //   cvt.rna(b), small = cvt.rna(b - big): 3 instructions per value, 16 values per thread per
 //   32-k stage against 12 wgmmas. No second B tile, no extra shared memory for it.

@@ -260,3 +260,18 @@ def test_nvcc_spells_arch_specific_targets_as_gencode():
 
     assert nvcc_arch_options("sm_90") == ["-arch=sm_90"]
     assert nvcc_arch_options("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
+
+
+@needs_nvrtc
+def test_3xtf32_prepass_builds_with_nvrtc_as_the_runner_does(tmp_path):
+    """23's runner path builds two cubins from one source: the main entry (as for every chapter)
+    and its launch.prepass entry, a plain __global__ function found by its name expression."""
+    from src.compile import build_cubin
+
+    spec = default_spec("23_wgmma_3xtf32")
+    main = build_cubin(expand_source(spec.source), spec.entry, spec.arch, tmp_path, spec.name)
+    prepass = build_cubin(expand_source(spec.source), spec.prepass.entry, spec.arch, tmp_path,
+                          spec.name)
+    assert prepass.lowered_name.startswith("_Z19split_tf32_operands")
+    assert main.lowered_name.startswith("_Z18sgemm_wgmma_3xtf32") and main.path != prepass.path
+    assert open(prepass.path, "rb").read(4) == b"\x7fELF"

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from omegaconf import OmegaConf  # noqa: E402
 
-from src.job.compile import compile_offline  # noqa: E402
+from src.job.nvcc import compile_offline  # noqa: E402
 from src.job.gpu import limits_from_spec  # noqa: E402
 from src.job.problem import Problem  # noqa: E402
 from src.job.spec import build_spec  # noqa: E402

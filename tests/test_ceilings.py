@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from src.job import ceilings
-from src.job.compile import nvcc_path
+from src.job.nvcc import nvcc_path
 from tests.conftest import ROOT
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")

@@ -7,7 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from src.tune import tuned
-from src.job.compile import compile_offline, expand_source, nvcc_path
+from src.job.compile import expand_source
+from src.job.nvcc import compile_offline, nvcc_path
 from src.errors import CompileFailed
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
@@ -204,6 +205,36 @@ def test_sm90a_chapter_has_wgmma_setmaxnreg_and_no_spills():
 
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
+    ((4096, 4096, 4096), {}),                                           # promoted, small products first
+    ((4095, 4097, 333), {"order": 2}),                                  # B copied, big product first
+    ((4096, 4096, 4096), {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1}),  # 20's tile
+], ids=["promoted", "order2", "bm256-unpromoted"])
+def test_3xtf32_chapter_builds_both_entries_without_spills(shape, params):
+    """23 for sm_90a: the pre-pass entry and the main kernel are both in the build (the runner
+    launches both), neither spills, ptxas honours setmaxnreg, and the split and the wgmma's
+    scale-d predicate (promotion) are in the source."""
+    import re
+
+    cfg = OmegaConf.load(CONF_DIR / "kernel" / "23_wgmma_3xtf32.yaml")
+    cfg.params.update(params)
+    spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
+    report = compile_offline(spec, spec.arch)
+    log = report["log"]
+    assert report["arch"] == "sm_90a"
+    assert spec.prepass.entry in log and spec.entry.split("<")[0] in log
+    # one report per entry: every one spills nothing and has no stack frame
+    assert len(re.findall(r"Compiling entry function", log)) == 2, log
+    assert re.findall(r"(\d+) bytes spill stores", log) == ["0", "0"], log
+    assert re.findall(r"(\d+) bytes stack frame", log) == ["0", "0"], log
+    assert "C7508" not in log, "ptxas ignored setmaxnreg"
+    text = expand_source(spec.source)
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "cvt.rna.tf32.f32",
+                        "setp.ne.b32 p", "setmaxnreg.inc", "setmaxnreg.dec"):
+        assert instruction in text
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
     ((4096, 4096, 4096), {}),                               # persistent, stream-K, 16-byte B copies
     ((4095, 4097, 333), {}),                                # 4-byte B copies (N % 4 != 0)
     ((4096, 4096, 4096), {"schedule": 1, "split_k": 3}),    # one block per tile and K slice
@@ -226,7 +257,22 @@ def test_warp_specialized_chapter_builds_without_spills(shape, params):
 
 
 def test_nvcc_spells_arch_specific_targets_as_gencode():
-    from src.job.compile import nvcc_arch_options
+    from src.job.nvcc import nvcc_arch_options
 
     assert nvcc_arch_options("sm_90") == ["-arch=sm_90"]
     assert nvcc_arch_options("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
+
+
+@needs_nvrtc
+def test_3xtf32_prepass_builds_with_nvrtc_as_the_runner_does(tmp_path):
+    """23's runner path builds two cubins from one source: the main entry (as for every chapter)
+    and its launch.prepass entry, a plain __global__ function found by its name expression."""
+    from src.job.compile import build_cubin
+
+    spec = default_spec("23_wgmma_3xtf32")
+    main = build_cubin(expand_source(spec.source), spec.entry, spec.arch, tmp_path, spec.name)
+    prepass = build_cubin(expand_source(spec.source), spec.prepass.entry, spec.arch, tmp_path,
+                          spec.name)
+    assert prepass.lowered_name.startswith("_Z19split_tf32_operands")
+    assert main.lowered_name.startswith("_Z18sgemm_wgmma_3xtf32") and main.path != prepass.path
+    assert open(prepass.path, "rb").read(4) == b"\x7fELF"

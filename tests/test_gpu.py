@@ -96,6 +96,57 @@ def test_wgmma_refuses_unaligned_rows(compose):
     assert record.status == "unsupported_size" and "n % 4 == 0 and k % 4 == 0" in record.error
 
 
+THREE_TF32_VARIANTS = [{}, {"order": 2}, {"accumulation": 1},
+                       {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1},
+                       {"promote": 1, "in_flight": 1, "bn": 64}]
+
+
+@pytest.mark.parametrize("params", THREE_TF32_VARIANTS,
+                         ids=["configured", "order2", "unpromoted", "bm256", "promote1-bn64"])
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
+                                   (130, 260, 1030), (130, 258, 1031)])
+def test_3xtf32_any_shape_alpha_beta(compose, shape, params):
+    """23's pre-pass pads A's rows (and B's when N % 4 != 0) for the TMA and its epilogue is
+    predicated: any M, N, K, with alpha and beta, verified against the FP64 reference with the
+    FP32 tolerance (1e-5), in each of its code paths, with no local memory."""
+    m, n, k = shape
+    record = run_job(compose("kernel=23_wgmma_3xtf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *[f"kernel.params.{n}={v}" for n, v in params.items()],
+                             *QUICK),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert record.tolerance == 1e-5 and record.rel_err <= 1e-5
+    assert record.local_bytes == 0
+
+
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (1024, 1024, 4096), (512, 512, 16384),
+                                   (130, 260, 1030)])
+def test_3xtf32_error_within_twice_cublas_fp32(shape):
+    """The chapter's goal: on the same inputs, 23's normwise error is at most 1e-5 and at most
+    twice cuBLAS FP32's, and far below cuBLAS TF32's (what one TF32 product would give)."""
+    from benchmarks.accuracy_3xtf32 import rel_errors
+    from src.job.problem import Problem
+
+    errors = rel_errors(Problem(*shape, 0.5, 3.0), "uniform", seed=7)
+    assert errors["configured"] <= 1e-5, errors
+    assert errors["configured"] <= 2 * errors["cublas_fp32"], errors
+    assert errors["configured"] * 20 < errors["cublas_tf32"], errors
+
+
+def test_3xtf32_is_only_tf32_accurate_where_small_parts_underflow():
+    """Where 3xTF32 is worse than FP32 (documented in the chapter's header): A ~ 2^-120 is
+    normal FP32, but its small part (2^-11 .. 2^-22 of it) is below the normal range and the
+    split flushes it, so A enters with TF32's 11 bits. cuBLAS FP32 keeps FP32's accuracy on the
+    same inputs; 23's error is TF32-like: over 10x cuBLAS FP32's, near cuBLAS TF32's."""
+    from benchmarks.accuracy_3xtf32 import rel_errors
+    from src.job.problem import Problem
+
+    errors = rel_errors(Problem(512, 512, 2048, 1.0, 0.0), "tiny_a", seed=3)
+    assert errors["cublas_fp32"] <= 1e-5, errors
+    assert errors["configured"] > 10 * errors["cublas_fp32"], errors
+    assert errors["configured"] > 1e-5 and errors["configured"] < 2 * errors["cublas_tf32"], errors
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_kernel_alpha_beta(compose, kernel):
     """beta != 0 reads C (random, not NaN) and alpha scales the product."""

@@ -160,6 +160,14 @@ VIOLATIONS = [
     ("20_wgmma_tf32", dict(stages=2), SQUARE, "stages >= in_flight + 1"),
     ("20_wgmma_tf32", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
     ("20_wgmma_tf32", dict(), Problem(4096, 4098, 4096, 1, 0), "n % 4 == 0 and k % 4 == 0"),
+    ("23_wgmma_3xtf32", dict(bm=192), SQUARE, "bm == 128 or bm == 256"),
+    ("23_wgmma_3xtf32", dict(bn=256), SQUARE, "bn == 64 or bn == 128"),
+    ("23_wgmma_3xtf32", dict(bm=256, stages=2, in_flight=1), SQUARE, "accumulators <= 128"),
+    ("23_wgmma_3xtf32", dict(in_flight=3, stages=4), SQUARE, "in_flight == 1 or in_flight == 2"),
+    ("23_wgmma_3xtf32", dict(stages=2), SQUARE, "stages >= in_flight + 1"),
+    ("23_wgmma_3xtf32", dict(order=3), SQUARE, "order == 1 or order == 2"),
+    ("23_wgmma_3xtf32", dict(accumulation=3), SQUARE, "accumulation == 1 or accumulation == 2"),
+    ("23_wgmma_3xtf32", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
 ]
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
@@ -172,6 +180,8 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     ("21_ffma_hopper", "group_m >= 1 and split_k >= 1 and min_blocks >= 1"),
     ("20_wgmma_tf32", "group_m >= 1"),              # parameters are positive integers already
     ("20_wgmma_tf32", "compute_capability == 90"),  # H100 limits: test_sm90a_chapter_needs_hopper
+    ("23_wgmma_3xtf32", "group_m >= 1"),
+    ("23_wgmma_3xtf32", "compute_capability == 90"),
     ("22_ffma_warp_specialized", "compute_capability == 90"),
     ("22_ffma_warp_specialized", "group_m >= 1 and split_k >= 1 and sk_split >= 1"),
 }
@@ -253,9 +263,9 @@ def test_problem_scalars_must_be_numbers():
     assert p.flops == 2 * 2 * 3 * 4 and p.label == "2x3x4"
 
 
-@pytest.mark.parametrize("kernel", ["20_wgmma_tf32", "22_ffma_warp_specialized"])
+@pytest.mark.parametrize("kernel", ["20_wgmma_tf32", "22_ffma_warp_specialized", "23_wgmma_3xtf32"])
 def test_sm90a_chapter_needs_hopper(kernel):
-    """20 and 22 are built for sm_90a, which runs on compute capability 9.0 only: an A100 is
+    """20, 22 and 23 are built for sm_90a, which runs on compute capability 9.0 only: an A100 is
     refused before anything is compiled, with the rule named."""
     with pytest.raises(InvalidParams, match=r"compute_capability == 90.*compute_capability=80"):
         build_spec(kernel_cfg(kernel), SQUARE, limits_from_spec("a100"))
@@ -278,3 +288,33 @@ def test_cluster_schedule_launches_its_cluster_entry():
     plain = build_spec(kernel_cfg("22_ffma_warp_specialized", schedule=1, split_k=2), SQUARE, H100)
     assert plain.entry.startswith("sgemm_ffma_ws<") and plain.workspace_bytes > 0
 
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (4095, 4097, 333), (17, 33, 5), (1, 1, 1)])
+def test_3xtf32_prepass_and_workspace_follow_the_size(shape):
+    """23 launches its split pre-pass first, over every 4-float chunk of A's padded rows (and of
+    B's when N % 4 != 0), in at most 16 blocks per SM; its workspace holds A_big and A_small
+    (and B's copy) with rows padded to 16 bytes; the promotion period reaches the entry."""
+    m, n, k = shape
+    spec = build_spec(kernel_cfg("23_wgmma_3xtf32"), Problem(m, n, k, 1.0, 0.0), H100)
+    k_pad, n_pad = ceil_div(k, 4) * 4, ceil_div(n, 4) * 4
+    copied = k * n_pad if n % 4 else 0
+    assert spec.workspace_bytes == 4 * (2 * m * k_pad + copied)
+    work = m * k_pad // 4 + copied // 4
+    assert spec.prepass.entry == "split_tf32_operands" and spec.prepass.block == (256,)
+    assert spec.prepass.grid == (min(ceil_div(work, 256), 16 * H100["sms"]),)
+    assert spec.grid == (ceil_div(m, 128) * ceil_div(n, 128),) and spec.block == (384,)
+    assert spec.entry == "sgemm_wgmma_3xtf32<128, 128, 4, 8, 2, 1, 4>"
+    plain = build_spec(kernel_cfg("23_wgmma_3xtf32", accumulation=1), SQUARE, H100)
+    assert plain.entry.endswith(", 1, 0>")  # PROMOTE 0: no FP32 total
+
+
+def test_a_prepass_needs_a_workspace_entry_and_geometry():
+    cfg = kernel_cfg("23_wgmma_3xtf32")
+    del cfg["launch"]["prepass"]["grid"]
+    with pytest.raises(ConfigError, match="launch.prepass needs an entry, a grid and a block"):
+        build_spec(cfg, SQUARE, H100)
+    cfg = kernel_cfg("23_wgmma_3xtf32")
+    del cfg["launch"]["workspace_bytes"]
+    with pytest.raises(ConfigError, match="need launch.workspace_bytes"):
+        build_spec(cfg, SQUARE, H100)

@@ -47,6 +47,11 @@ def test_chapters_without_tensor_maps_have_none():
     (TensorMapSpec("a", (32, 512), 128), "at most 256 elements"),
     (TensorMapSpec("a", (2, 32), 0), "16-byte chunks"),
     (TensorMapSpec("a", (64, 32), 128), "inner box bytes <= swizzle bytes"),
+    (TensorMapSpec("workspace", (32, 32), 128), "exactly when matrix is workspace"),
+    (TensorMapSpec("a", (32, 32), 128, "f32", (0, 8, 8, 8)), "exactly when matrix is workspace"),
+    (TensorMapSpec("workspace", (32, 32), 128, "f32", (8, 8, 8, 8)), "16-byte aligned offset"),
+    (TensorMapSpec("workspace", (32, 32), 128, "f32", (0, 8, 6, 6)), "row stride of whole 16-byte"),
+    (TensorMapSpec("workspace", (32, 32), 128, "f32", (0, 8, 9, 8)), "1..stride columns"),
 ])
 def test_tma_rules_are_refused_with_their_rule(bad, rule):
     with pytest.raises(ConfigError, match=rule):
@@ -62,3 +67,25 @@ def test_a_box_needs_two_dimensions():
     cfg["launch"]["tensor_maps"][0]["box"] = [32]
     with pytest.raises(ConfigError, match="2-element box"):
         build_spec(cfg, Problem(4096, 4096, 4096, 1, 0), H100)
+
+
+def chapter23() -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / "23_wgmma_3xtf32.yaml"))
+
+
+@pytest.mark.parametrize("shape", [(1000, 1032, 260), (1000, 1030, 259), (1, 1, 1)])
+def test_3xtf32_maps_read_the_workspace_regions(shape):
+    """23's A_big and A_small are workspace regions with padded rows that stop at k (the TMA
+    zero-fills beyond); B is read in place when its rows are 16-byte aligned, else its copy."""
+    m, n, k = shape
+    spec = build_spec(chapter23(), Problem(m, n, k, 1, 0), H100)
+    big, small, b = spec.tensor_maps
+    k_pad, n_pad = -(-k // 4) * 4, -(-n // 4) * 4
+    assert (big.matrix, big.region, big.box) == ("workspace", (0, m, k, k_pad), (32, 128))
+    assert (small.matrix, small.region) == ("workspace", (4 * m * k_pad, m, k, k_pad))
+    if n % 4 == 0:
+        assert (b.matrix, b.region) == ("b", None)
+    else:
+        assert (b.matrix, b.region) == ("workspace", (8 * m * k_pad, k, n, n_pad))
+        assert spec.workspace_bytes == 4 * (2 * m * k_pad + k * n_pad)
+    assert all(tm.element == "f32" and tm.swizzle == 128 for tm in spec.tensor_maps)

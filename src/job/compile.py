@@ -13,7 +13,7 @@ GPU, and NVRTC works on one program per thread without holding the GIL, so `prec
 many candidates at once on CPU threads (a tuning sweep does that while the GPU times the
 previous candidates); a job then finds its cubin ready.
 
-`compile_offline` builds the same text with nvcc for a named architecture, with no GPU, and
+`nvcc.compile_offline` builds the same text with nvcc for a named architecture, with no GPU, and
 reads ptxas's resource report: the CPU tests use it.
 """
 
@@ -23,9 +23,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -84,12 +81,14 @@ class NvrtcKernel:
     device buffer of that size (split-K partials and tickets), allocated once per job; the
     kernel leaves its tickets zeroed for the next launch. A kernel whose config lists
     `launch.tensor_maps` takes one TMA descriptor per entry after that, encoded for the arrays
-    of the launch (and kept for the next launch on the same arrays).
+    of the launch (and kept for the next launch on the same arrays). A `launch.prepass` entry
+    (`prepass`, its loaded function) runs first, on the arguments up to the workspace.
     """
 
-    def __init__(self, spec: KernelSpec, function, report: ResourceReport):
+    def __init__(self, spec: KernelSpec, function, report: ResourceReport, prepass=None):
         self.spec = spec
         self.function = function
+        self.prepass = prepass
         self.report = report
         self.workspace = None
         self._maps: dict[tuple, tuple] = {}
@@ -115,6 +114,8 @@ class NvrtcKernel:
         if self.spec.tensor_maps:
             args += self._tensor_maps(a, b)
         try:
+            if self.prepass is not None:
+                self.prepass(self.spec.prepass.grid, self.spec.prepass.block, args[:9])
             self.function(self.spec.grid, self.spec.block, args,
                           shared_mem=self.spec.dynamic_smem_bytes)
         except Exception as exc:  # CUDADriverError: invalid configuration, out of resources, ...
@@ -124,12 +125,12 @@ class NvrtcKernel:
             ) from exc
 
     def _tensor_maps(self, a, b) -> tuple:
-        from src.job.tensor_maps import encode
+        from src.job.tensor_maps import encode, operand
 
         key = (a.data.ptr, a.shape, b.data.ptr, b.shape)
         if key not in self._maps:
-            arrays = {"a": a, "b": b}
-            self._maps = {key: tuple(encode(tm, arrays[tm.matrix]) for tm in self.spec.tensor_maps)}
+            arrays = {"a": a, "b": b, "workspace": self.workspace}
+            self._maps = {key: tuple(encode(tm, operand(tm, arrays)) for tm in self.spec.tensor_maps)}
         return self._maps[key]
 
 
@@ -277,12 +278,7 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
 
         return CublasGemm(spec)
 
-    cubin = build_cubin(expand_source(spec.source), spec.entry, spec.arch or device_arch(),
-                        cache_dir, spec.name)
-    key = (cubin.path, cubin.lowered_name, spec.dynamic_smem_bytes)
-    if key not in _loaded:
-        _loaded[key] = _load(spec, cubin)
-    function, report = _loaded[key]
+    function, report = _built(spec, spec.entry, cache_dir)
     if spec.threads > report.max_threads_per_block:
         raise LaunchFailed(
             f"kernel {spec.name} ({spec.entry}) cannot launch {spec.threads} threads per block: "
@@ -290,7 +286,18 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
             f"{report.max_threads_per_block} (rule: threads * registers <= registers per block). "
             f"Use smaller tiles or fewer threads."
         )
-    return NvrtcKernel(spec, function, report)
+    prepass = _built(spec, spec.prepass.entry, cache_dir)[0] if spec.prepass else None
+    return NvrtcKernel(spec, function, report, prepass)
+
+
+def _built(spec: KernelSpec, entry: str, cache_dir):
+    """(function, report) of one entry of the spec's source, built or found cached, loaded once."""
+    cubin = build_cubin(expand_source(spec.source), entry, spec.arch or device_arch(), cache_dir,
+                        spec.name)
+    key = (cubin.path, cubin.lowered_name, spec.dynamic_smem_bytes)
+    if key not in _loaded:
+        _loaded[key] = _load(spec, cubin)
+    return _loaded[key]
 
 
 def _load(spec: KernelSpec, cubin: Cubin):
@@ -342,52 +349,3 @@ def nvrtc_ptx(source_text: str, entry: str, compute_capability: str) -> str:
 
 
 # --- offline (no GPU): nvcc + ptxas report --------------------------------------------------
-
-_PTXAS = {
-    "registers": re.compile(r"Used (\d+) registers"),
-    "static_smem_bytes": re.compile(r"(\d+) bytes smem"),
-    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
-    "spill_store_bytes": re.compile(r"(\d+) bytes spill stores"),
-    "spill_load_bytes": re.compile(r"(\d+) bytes spill loads"),
-}
-
-
-def nvcc_path() -> str | None:
-    return shutil.which("nvcc")
-
-
-def nvcc_arch_options(arch: str) -> list[str]:
-    """nvcc's flags for `arch`. An arch-specific target (sm_90a) is spelled as -gencode: nvcc
-    13.0's -arch=sm_90a shorthand also runs a plain sm_90 pass, which rejects wgmma."""
-    if arch.endswith("a"):
-        number = arch[len("sm_"):]
-        return [f"-gencode=arch=compute_{number},code={arch}"]
-    return [f"-arch={arch}"]
-
-
-def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = None) -> dict:
-    """Build the spec's exact source and instantiation with nvcc for `arch`; return ptxas's report.
-
-    The template is instantiated by taking the entry's address in host code, which makes the
-    device pass emit exactly the instantiation NVRTC would get from `name_expressions`.
-    `cubin`, if given, keeps the binary (for cuobjdump --dump-sass).
-    """
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise CompileFailed("nvcc is not on PATH; offline compile checks need the CUDA toolkit.")
-    with tempfile.TemporaryDirectory() as tmp:
-        unit = Path(tmp) / "unit.cu"
-        unit.write_text(expand_source(spec.source)
-                        + f"\nstatic auto* const sgemm_lab_entry = &{spec.entry};\n")
-        out = cubin if cubin is not None else Path(tmp) / "unit.cubin"
-        cmd = [nvcc, *NVRTC_OPTIONS, "-ftz=true", "-cubin", *nvcc_arch_options(arch), "-Xptxas", "-v",
-               "-diag-suppress", "177", "-o", str(out), str(unit)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise CompileFailed(f"kernel {spec.name} ({spec.entry}) failed to compile for {arch}:\n"
-                            f"{proc.stderr.strip()}")
-    report: dict = {"arch": arch, "log": proc.stderr}
-    for key, pattern in _PTXAS.items():
-        found = pattern.search(proc.stderr)
-        report[key] = int(found.group(1)) if found else 0
-    return report

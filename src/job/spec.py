@@ -50,6 +50,7 @@ class KernelSpec:
     compute_type: str | None = None   # cuBLAS baselines only
     arch: str | None = None           # a fixed target (e.g. sm_90a for wgmma); None: the device's
     tensor_maps: tuple[TensorMapSpec, ...] = ()  # TMA descriptors passed after C (tensor_maps.py)
+    prepass: "Prepass | None" = None  # a kernel launched before the entry, on the same arguments
 
     @property
     def threads(self) -> int:
@@ -57,6 +58,16 @@ class KernelSpec:
         for b in self.block:
             total *= b
         return total
+
+
+@dataclass(frozen=True)
+class Prepass:
+    """launch.prepass: a second entry of the same source (e.g. one that fills the workspace),
+    launched before the main one with the main one's arguments up to the workspace."""
+
+    entry: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
 
 
 @lru_cache(maxsize=4096)
@@ -163,15 +174,14 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         raise ConfigError(f"kernel {name}: entry {cfg['entry']!r} names {exc}, neither a parameter "
                           f"nor a derived value.") from None
     workspace = launch.get("workspace_bytes")
-    tensor_maps = tuple(
-        TensorMapSpec(matrix=str(tm.get("matrix")),
-                      box=tuple(int(_evaluate(e, names, name)) for e in tm.get("box", ())),
-                      swizzle=int(tm.get("swizzle", 0)), element=str(tm.get("element", "f32")))
-        for tm in launch.get("tensor_maps") or ())
+    tensor_maps = tuple(_tensor_map(tm, names, name) for tm in launch.get("tensor_maps") or ())
     if any(len(tm.box) != 2 for tm in tensor_maps):
         raise ConfigError(f"kernel {name}: every launch.tensor_maps entry needs a 2-element box "
                           f"[inner, outer].")
     check_tensor_maps(tensor_maps, name)
+    if workspace is None and (launch.get("prepass") or any(tm.region for tm in tensor_maps)):
+        raise ConfigError(f"kernel {name}: launch.prepass and workspace tensor maps need "
+                          f"launch.workspace_bytes (rule: a pre-pass writes to the workspace).")
     return KernelSpec(
         name=name,
         backend=backend,
@@ -186,4 +196,26 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         workspace_bytes=None if workspace is None else int(_evaluate(workspace, names, name)),
         arch=cfg.get("arch"),
         tensor_maps=tensor_maps,
+        prepass=_prepass(launch.get("prepass"), names, name, {**params, **derived}),
     )
+
+
+def _tensor_map(tm: dict, names: dict, name: str) -> TensorMapSpec:
+    matrix = str(tm.get("matrix"))
+    if matrix not in ("a", "b", "workspace"):
+        matrix = str(_evaluate(matrix, names, name))  # an expression that picks one
+    region = tm.get("region") if matrix == "workspace" else None
+    return TensorMapSpec(
+        matrix=matrix, box=tuple(int(_evaluate(e, names, name)) for e in tm.get("box", ())),
+        swizzle=int(tm.get("swizzle", 0)), element=str(tm.get("element", "f32")),
+        region=None if region is None else tuple(int(_evaluate(e, names, name)) for e in region))
+
+
+def _prepass(cfg: dict | None, names: dict, name: str, values: dict) -> Prepass | None:
+    if not cfg:
+        return None
+    grid = tuple(int(_evaluate(e, names, name)) for e in cfg.get("grid", ()))
+    block = tuple(int(_evaluate(e, names, name)) for e in cfg.get("block", ()))
+    if not grid or not block or "entry" not in cfg:
+        raise ConfigError(f"kernel {name}: launch.prepass needs an entry, a grid and a block.")
+    return Prepass(entry=str(cfg["entry"]).format(**values), grid=grid, block=block)

@@ -6,6 +6,10 @@ A kernel config may list `launch.tensor_maps`, one entry per operand the kernel 
     tensor_maps:
       - {matrix: a, box: [32, bm], swizzle: 128, element: f32}
 
+`matrix` is `a`, `b` or `workspace`: a region of the kernel's workspace (launch.workspace_bytes)
+that a pre-pass (launch.prepass) has written, given as `region: [byte offset, rows, cols, row
+stride in elements]`; `matrix` may also be an expression of the sizes that picks one of the
+three (the spec step evaluates it, and the region only where it picks the workspace).
 `box` is the tile one copy moves, innermost (contiguous) dimension first, in elements; `swizzle`
 the shared-memory swizzle in bytes (0, 32, 64 or 128); `element` the TMA element type, `f32` or
 `tf32` (the TMA's TF32 type). The spec step evaluates the box against the parameters and checks
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 from src.errors import ConfigError, LaunchFailed
 
-MATRICES = ("a", "b")
+MATRICES = ("a", "b", "workspace")
 ELEMENT_BYTES = {"f32": 4, "tf32": 4}
 SWIZZLES = (0, 32, 64, 128)
 MAX_BOX = 256            # elements per box dimension
@@ -29,10 +33,11 @@ MAP_BYTES = 128          # sizeof(CUtensorMap)
 
 @dataclass(frozen=True)
 class TensorMapSpec:
-    matrix: str                 # "a" (M x K) or "b" (K x N), both row-major
+    matrix: str                 # "a" (M x K), "b" (K x N), both row-major, or "workspace"
     box: tuple[int, int]        # (inner, outer) elements
     swizzle: int                # bytes
     element: str = "f32"
+    region: tuple[int, int, int, int] | None = None  # workspace only: offset B, rows, cols, stride
 
 
 def check(maps: tuple[TensorMapSpec, ...], kernel: str) -> None:
@@ -48,6 +53,7 @@ def check(maps: tuple[TensorMapSpec, ...], kernel: str) -> None:
         if tm.swizzle not in SWIZZLES:
             raise ConfigError(f"{where}: swizzle must be one of {SWIZZLES} bytes, got {tm.swizzle} "
                               f"(rule: the TMA swizzles 32, 64 or 128 bytes, or none).")
+        _check_region(tm, where)
         inner_bytes = tm.box[0] * ELEMENT_BYTES[tm.element]
         if not all(1 <= b <= MAX_BOX for b in tm.box):
             raise ConfigError(f"{where}: box {list(tm.box)} has a dimension outside 1..{MAX_BOX} "
@@ -59,6 +65,31 @@ def check(maps: tuple[TensorMapSpec, ...], kernel: str) -> None:
             raise ConfigError(f"{where}: the box's inner dimension is {inner_bytes} bytes, wider than "
                               f"its {tm.swizzle}-byte swizzle (rule: inner box bytes <= swizzle "
                               f"bytes).")
+
+
+def _check_region(tm: TensorMapSpec, where: str) -> None:
+    if (tm.matrix == "workspace") != (tm.region is not None):
+        raise ConfigError(f"{where}: a workspace map needs a region and only a workspace map has "
+                          f"one (rule: region = [offset bytes, rows, cols, row stride] exactly "
+                          f"when matrix is workspace).")
+    if tm.region is not None:
+        offset, rows, cols, stride = tm.region
+        if offset % 16 or (stride * 4) % 16 or rows < 1 or not 1 <= cols <= stride:
+            raise ConfigError(f"{where}: region {list(tm.region)} is not a TMA tensor (rule: a "
+                              f"16-byte aligned offset, a row stride of whole 16-byte chunks and "
+                              f"at least one row of 1..stride columns).")
+
+
+def operand(tm: TensorMapSpec, arrays: dict):
+    """The 2-D device array `tm` describes: A or B itself, or its region of the workspace (a
+    strided view: rows x cols of a rows x stride float32 block)."""
+    if tm.region is None:
+        return arrays[tm.matrix]
+    import cupy as cp
+
+    offset, rows, cols, stride = tm.region
+    block = arrays["workspace"][offset:offset + 4 * rows * stride].view(cp.float32)
+    return block.reshape(rows, stride)[:, :cols]
 
 
 def encode(tm: TensorMapSpec, array):

@@ -1,0 +1,67 @@
+"""Offline builds with nvcc: the same source and instantiation NVRTC builds for a run, compiled
+for a named architecture on any machine with the CUDA toolkit (no GPU needed), for ptxas's
+resource report and the SASS (the CPU compile tests, benchmarks/sass.py)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from src.errors import CompileFailed
+from src.job.compile import NVRTC_OPTIONS, expand_source
+from src.job.spec import KernelSpec
+
+
+_PTXAS = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "static_smem_bytes": re.compile(r"(\d+) bytes smem"),
+    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
+    "spill_store_bytes": re.compile(r"(\d+) bytes spill stores"),
+    "spill_load_bytes": re.compile(r"(\d+) bytes spill loads"),
+}
+
+
+def nvcc_path() -> str | None:
+    return shutil.which("nvcc")
+
+
+def nvcc_arch_options(arch: str) -> list[str]:
+    """nvcc's flags for `arch`. An arch-specific target (sm_90a) is spelled as -gencode: nvcc
+    13.0's -arch=sm_90a shorthand also runs a plain sm_90 pass, which rejects wgmma."""
+    if arch.endswith("a"):
+        number = arch[len("sm_"):]
+        return [f"-gencode=arch=compute_{number},code={arch}"]
+    return [f"-arch={arch}"]
+
+
+def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = None) -> dict:
+    """Build the spec's exact source and instantiation with nvcc for `arch`; return ptxas's report.
+
+    The template is instantiated by taking the entry's address in host code, which makes the
+    device pass emit exactly the instantiation NVRTC would get from `name_expressions`.
+    `cubin`, if given, keeps the binary (for cuobjdump --dump-sass).
+    """
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CompileFailed("nvcc is not on PATH; offline compile checks need the CUDA toolkit.")
+    with tempfile.TemporaryDirectory() as tmp:
+        unit = Path(tmp) / "unit.cu"
+        unit.write_text(expand_source(spec.source)
+                        + f"\nstatic auto* const sgemm_lab_entry = &{spec.entry};\n"
+                        + (f"static auto* const sgemm_lab_prepass = &{spec.prepass.entry};\n"
+                           if spec.prepass else ""))
+        out = cubin if cubin is not None else Path(tmp) / "unit.cubin"
+        cmd = [nvcc, *NVRTC_OPTIONS, "-ftz=true", "-cubin", *nvcc_arch_options(arch), "-Xptxas", "-v",
+               "-diag-suppress", "177", "-o", str(out), str(unit)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileFailed(f"kernel {spec.name} ({spec.entry}) failed to compile for {arch}:\n"
+                            f"{proc.stderr.strip()}")
+    report: dict = {"arch": arch, "log": proc.stderr}
+    for key, pattern in _PTXAS.items():
+        found = pattern.search(proc.stderr)
+        report[key] = int(found.group(1)) if found else 0
+    return report

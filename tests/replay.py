@@ -50,11 +50,13 @@ def outputs_of(record: Record, cfg) -> JobOutputs:
 
 
 def replay_job(record: Record, uri: str, name: str, parent=None, sweep_dir: Path | None = None,
-               settings: tracking.Settings | None = None) -> str:
-    """One job as run.py runs it, with `record` as its result; returns the run id."""
+               settings: tracking.Settings | None = None, run_title: str | None = None) -> str:
+    """One job as run.py runs it, with `record` as its result (written to the job directory
+    `name` of `sweep_dir`); its run is named `run_title` (run.py's name: tracking.run_name), else
+    `name`. Returns the run id."""
     cfg = config_of(record, uri)
     settings = settings or tracking.Settings.from_cfg(cfg, ROOT, "config")
-    with tracking.job_run(settings, cfg, name, parent) as job:
+    with tracking.job_run(settings, cfg, run_title or name, parent) as job:
         if sweep_dir is not None:
             record.write(sweep_dir / name)
         job.log_result(record, outputs_of(record, cfg))

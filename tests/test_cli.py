@@ -115,9 +115,14 @@ def test_sweep_records_every_job_and_goes_on_after_failures(tmp_path, tracking_u
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     parent = parents[0]
     assert json.loads((sweep / "mlflow_parent.json").read_text())["run_id"] == parent.info.run_id
-    assert sorted(job.info.run_name for job in jobs) == sorted(records)  # one per job directory
+    by_title = {f"{r['kernel']} {r['m']}³": r for r in records.values()}  # run.py's run names
+    assert sorted(job.info.run_name for job in jobs) == sorted(by_title)  # one per job directory
+    ok = sum(r["status"] == "ok" for r in records.values())
+    outcome = f"{len(jobs)} jobs: {ok} ok" + (f", {len(jobs) - ok} failed" if ok < len(jobs) else "")
+    assert parent.info.run_name == f"kernel=glob(*) size=128 bench=quick ({outcome})"  # what it swept
+    assert parent.data.metrics["jobs_failed"] == len(jobs) - ok
     for job in jobs:
-        record = records[job.info.run_name]
+        record = by_title[job.info.run_name]
         assert job.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert job.info.status == ("FINISHED" if record["status"] == "ok" else "FAILED")
         assert job.data.tags["status"] == record["status"]

@@ -4,10 +4,12 @@ arithmetic, and no failed job in any figure."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_rgb
 
 import src.publish.plots as plots
 from src.records.collect import write_runs
@@ -15,6 +17,8 @@ from tests.runs_fixture import RUNS_FIXTURE, jsonl_jobs
 from tests.test_table import CEILINGS_FIXTURE
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# the published H100 run (dvc repro): every chapter, both precisions
+PUBLISHED_RUNS = Path(__file__).resolve().parent.parent / "results" / "runs.csv"
 
 
 @pytest.fixture
@@ -141,3 +145,25 @@ def test_nothing_to_plot_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="nothing to plot .2 unsupported_size."):
         plots.write_plots(tmp_path / "runs.csv", CEILINGS_FIXTURE, tmp_path / "plots")
     assert not (tmp_path / "plots" / "roofline.png").exists()
+
+
+def test_every_series_has_its_own_colour_and_marker_and_the_fastest_stand_out(tmp_path):
+    """The published runs: 22 kernels and two baselines, no two alike; 22 (FP32) and 20 (TF32),
+    the fastest of each precision at 8192, drawn heavier and named in bold."""
+    ok = plots.plotted_rows(plots.progression_frame(plots.records_from_runs(plots.read_runs(PUBLISHED_RUNS))))
+    kernels = plots._mine(ok)
+    headline = plots.headline_kernels(ok)
+    assert headline == ["20_wgmma_tf32", "22_ffma_warp_specialized"]
+    styles = plots.series_styles(kernels, headline)
+    colours = [tuple(to_rgb(s["color"])) for s in styles.values()]
+    assert len(set(colours)) == len(kernels) == 22
+    assert len({(c, s["marker"]) for c, s in zip(colours, styles.values())}) == len(kernels)
+
+
+def test_pct_of_cublas_compares_each_kernel_with_its_own_precision(tmp_path):
+    data = plots.write_plots(PUBLISHED_RUNS, CEILINGS_FIXTURE, tmp_path)["pct_of_cublas"]
+    for row in data.itertuples():
+        same = row.pct_of_cublas_tf32 if row.precision == "tf32" else row.pct_of_cublas_fp32
+        assert row.pct_of_cublas == same
+    assert data.pct_of_cublas.max() < 150  # no TF32 kernel against cuBLAS FP32 (700%)
+    assert set(data.precision) == {"fp32", "tf32"}

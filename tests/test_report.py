@@ -128,3 +128,9 @@ def test_gflops_figure_has_one_bar_per_job_that_ran(progression, mixed):
         fig.savefig(png, format="png")
         assert png.getvalue().startswith(b"\x89PNG\r\n\x1a\n")
     assert ("04_blocktile_1d bm=128", "1024") not in drawn  # invalid_params: no bar
+    # a row whose every job failed is not in the legend, and the legend lies inside the saved image
+    legend = fig.legends[0]
+    assert "04_blocktile_1d bm=128" not in [text.get_text() for text in legend.get_texts()]
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    assert box.x1 <= fig.bbox.x1 + 1 and box.y0 >= fig.bbox.y0 - 1

@@ -105,9 +105,64 @@ def test_job_params_are_the_flattened_composed_config(sweep):
         assert params["gpu.name"] == "auto"
         if record.ok:
             assert params["gpu_spec"] == record.gpu_spec == "h100_sxm"  # what auto picked
-        assert params["kernel.precision"] == record.precision
-        assert params["mlflow.tracking_uri"] == sweep["uri"]
+        assert params["kernel.precision"] == params["precision"] == record.precision
         assert all(len(value) <= tracking.MAX_PARAM_LENGTH for value in params.values())
+        # values, not formulas: the kernel's expressions are not params; what they resolved to is
+        assert not [key for key in params if key.startswith(("kernel.derived.", "kernel.launch.",
+                                                             "kernel.constraints", "mlflow."))]
+        if record.entry:
+            assert params["kernel.entry"] == record.entry and "{" not in params["kernel.entry"]
+            assert params["launch.grid"] == " x ".join(map(str, record.grid))
+            assert params["launch.block"] == " x ".join(map(str, record.block))
+
+
+def test_pct_of_cublas_is_against_the_same_precisions_baseline(sweep):
+    """One column that sorts every kernel fairly: TF32 kernels against cuBLAS TF32."""
+    checked = set()
+    for record, job in zip(sweep["records"], sweep["jobs"]):
+        if not record.ok:
+            assert "pct_of_cublas" not in job.data.metrics
+            continue
+        same = record.pct_of_cublas_tf32 if record.precision == "tf32" else record.pct_of_cublas_fp32
+        assert job.data.metrics["pct_of_cublas"] == pytest.approx(same)
+        checked.add(record.precision)
+        if record.kernel in ("cublas_fp32", "cublas_tf32"):
+            assert job.data.metrics["pct_of_cublas"] == pytest.approx(100.0)
+    assert checked == {"fp32", "tf32"}
+
+
+def test_runs_are_described_by_their_outcome(sweep):
+    """A job's description is its error (failed) or its headline figures (ok); a sweep's is
+    its summary table, with the counts as metrics."""
+    for record, job in zip(sweep["records"], sweep["jobs"]):
+        note = job.data.tags["mlflow.note.content"]
+        if record.ok:
+            assert note.startswith(f"{record.gflops:,.1f} GFLOP/s")
+        else:
+            assert note.startswith(f"**{record.status}**")
+            assert " ".join(record.error.split()) in " ".join(note.split())  # wrapped, all there
+    parent = sweep["client"].get_run(sweep["parent"].run_id)
+    assert parent.data.metrics == {"jobs": 24.0, "jobs_ok": 19.0, "jobs_failed": 5.0, "jobs_killed": 0.0}
+    assert parent.data.tags["mlflow.note.content"].startswith("SGEMM on NVIDIA H100")
+    assert parent.info.run_name.endswith("(24 jobs: 19 ok, 5 failed)")
+
+
+def test_run_names_say_kernel_shape_and_swept_tiles():
+    assert tracking.run_name("22_ffma_warp_specialized", 4096, 4096, 4096) == "22_ffma_warp_specialized 4096³"
+    assert tracking.run_name("05_blocktile_2d", 2048, 1024, 512, ["size=7"]) == "05_blocktile_2d 2048×1024×512"
+    assert tracking.run_name("06_vectorize", 4096, 4096, 4096,
+                             ["kernel=06_vectorize", "kernel.params.bm=64", "kernel.params.bk=16"]) \
+        == "06_vectorize 4096³ bk=16 bm=64"
+
+
+def test_error_file_is_wrapped_for_reading():
+    from src.sweep.tracking.job_run import wrap
+
+    line = "kernel x failed verification: " + "word " * 60
+    wrapped = wrap(line + "\n  File \"a.py\", line 3\n")
+    assert all(len(row) <= 100 for row in wrapped.splitlines())
+    assert " ".join(wrapped.split()) == " ".join((line + ' File "a.py", line 3').split())
+    assert '  File "a.py", line 3' in wrapped.splitlines()  # short lines kept as they are
 
 
 def test_job_metrics_are_the_records_figures(sweep):
@@ -177,7 +232,9 @@ def test_job_artifacts_are_config_record_source_and_report(sweep, tmp_path):
         if record.ok:
             assert "error.txt" not in names
         else:
-            assert artifact(client, run_id, "error.txt", tmp_path).strip() == record.error
+            text = artifact(client, run_id, "error.txt", tmp_path)  # wrapped for reading
+            assert " ".join(text.split()) == " ".join(record.error.split())
+            assert max(map(len, text.splitlines())) <= max(100, *map(len, record.error.split()))
         assert "kernel.ptx" not in names  # mlflow.log_ptx is off by default
 
 
@@ -464,7 +521,9 @@ def test_mlflow_report_shows_the_newest_sweep(sweep, capsys):
         assert capsys.readouterr().out.startswith("no sweep in")
     finally:
         mlflow.set_tracking_uri(None)  # the script sets MLflow's global URI; put it back
-    assert f"sweep run:  {sweep['parent'].run_id}  (sweep multirun sweep, FINISHED)" in lines
+    name = sweep["client"].get_run(sweep["parent"].run_id).info.run_name
+    assert name == f"mlflow.tracking_uri={sweep['uri']} (24 jobs: 19 ok, 5 failed)"  # its overrides
+    assert f"sweep run:  {sweep['parent'].run_id}  ({name}, FINISHED)" in lines
     assert "jobs:       total 24, ok 19, failed 5, killed 0" in lines
     rows = lines[lines.index("") + 2:]
     assert len(rows) == len(sweep["records"])

@@ -139,11 +139,13 @@ class TuneSweeper(Sweeper):
             log.info("tune %s at %s: %d candidates, %d pruned by the constraints, %d to measure",
                      state.kernel, problem.label, len(candidates), pruning.pruned_total,
                      len(pruning.valid))
+            _progress_total(len(pruning.valid))
             compile_ahead([spec for _, spec in pruning.valid])
             chunk = max(settings.batch, 32)
             for start in range(0, len(pruning.valid), chunk):
                 evaluate(pruning.valid[start:start + chunk])
         else:
+            _progress_total(settings.trials)
             self._tpe(settings, kernel_cfg, problem, limits, state, compile_ahead, evaluate)
 
         data = tune.summary(settings, state.kernel, problem, state.records, state.pruned,
@@ -208,6 +210,7 @@ class TuneSweeper(Sweeper):
                     hit.write(sweep_dir / name)  # the sweep's record; its MLflow run is the
                     # one that measured it (hit.mlflow_run_id), listed in the sweep run's trials
                     state.cached += 1
+                    _progress_reused()
                     out[i] = hit
                     continue
             launch.append(i)
@@ -258,6 +261,20 @@ class TuneSweeper(Sweeper):
         (sweep_dir / SUMMARY_MD).write_text(text)
         (sweep_dir / SUMMARY_JSON).write_text(json.dumps(summaries, indent=2, default=str) + "\n")
         print("\n" + text, flush=True)
+
+
+def _progress_total(count: int) -> None:
+    from src.sweep import progress
+
+    if progress.current is not None:  # the candidates this problem will measure
+        progress.current.add_total(count)
+
+
+def _progress_reused() -> None:
+    from src.sweep import progress
+
+    if progress.current is not None:
+        progress.current.reused(1)
 
 
 class _State:

@@ -62,7 +62,8 @@ def detect() -> Device:
         raise NoGPU(
             f"no CUDA GPU is visible to this process ({type(exc).__name__}: {exc}). The runner "
             f"compiles and times kernels on a GPU; check nvidia-smi, CUDA_VISIBLE_DEVICES and that "
-            f"the installed CuPy matches the driver (cupy-cuda13x for CUDA 13)."
+            f"CuPy is installed for the driver's CUDA major version (pip install -e '.[cuda13]', or "
+            f"'.[cuda12]' for a CUDA 12 driver)."
         ) from exc
     if count == 0:
         raise NoGPU("no CUDA GPU is visible to this process (cudaGetDeviceCount() == 0).")

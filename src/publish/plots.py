@@ -6,8 +6,12 @@ The rows are the table step's (src.publish.table.progression_frame: one per kern
 rows whose status is ok are drawn: a failed job is in no figure and no data file.
 
 - gflops_vs_size: GFLOP/s against size (log-log) for every hand-written kernel, with cuBLAS FP32
-  and TF32 as reference lines.
-- pct_of_cublas: % of cuBLAS FP32 and TF32 per hand-written kernel at the largest size.
+  and TF32 as reference lines; the headline kernels (the fastest hand-written kernel of each
+  precision at the largest size) drawn heavier.
+- pct_of_cublas: each hand-written kernel at the largest size against cuBLAS in its own
+  precision (FP32 kernels against cuBLAS FP32, TF32 kernels against cuBLAS TF32).
+
+Every kernel keeps one colour and marker, distinct from every other's, in all figures.
 - roofline: the measured FP32 FFMA ceiling and device-memory bandwidth of this GPU (and the
   datasheet peaks, dashed), with every kernel at every size as a point. Arithmetic intensity is
   2·M·N·K FLOP over the compulsory DRAM traffic: A and B read once and C written once,
@@ -64,9 +68,40 @@ def _title_gpu(frame: pd.DataFrame) -> str:
     return ", ".join(gpus) or "unknown GPU"
 
 
-def _colors(kernels: list[str]) -> dict[str, tuple]:
-    cmap = plt.get_cmap("tab10" if len(kernels) <= 10 else "tab20")
-    return {kernel: cmap(i % cmap.N) for i, kernel in enumerate(kernels)}
+# Enough distinct colours for every chapter (tab20, then Dark2) and markers cycled apart from
+# them, so no two series share both, and the same kernel looks the same in every figure.
+PALETTE = tuple(plt.get_cmap("tab20").colors) + tuple(plt.get_cmap("Dark2").colors)
+MARKERS = "ovs^D<>phP*Xd8H"
+
+
+HEADLINE_COLORS = ("#b00020", "#0b3d91")  # deep red, deep blue: in no other series
+
+
+def series_styles(kernels: list[str], headline: list[str] = ()) -> dict[str, dict]:
+    """A colour and a marker per kernel, in order: distinct colours for up to len(PALETTE)
+    kernels, and distinct (colour, marker) pairs well beyond; the headline kernels get strong
+    colours of their own."""
+    styles = {kernel: {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
+              for i, kernel in enumerate(kernels)}
+    for kernel, color in zip(headline, HEADLINE_COLORS * len(headline)):
+        if kernel in styles:
+            styles[kernel]["color"] = color
+    return styles
+
+
+def headline_kernels(ok: pd.DataFrame) -> list[str]:
+    """The fastest hand-written kernel of each precision at the largest size it ran."""
+    mine = ok[ok.backend != BASELINE_BACKEND]
+    if mine.empty:
+        return []
+    at_largest = mine[mine.size_n == mine.size_n.max()]
+    best = at_largest.sort_values("gflops").groupby("precision").tail(1)
+    return sorted(best.kernel)
+
+
+def same_precision_pct(rows: pd.DataFrame) -> pd.Series:
+    """% of cuBLAS in each row's own precision."""
+    return rows.pct_of_cublas_tf32.where(rows.precision == "tf32", rows.pct_of_cublas_fp32)
 
 
 def _mine(ok: pd.DataFrame) -> list[str]:
@@ -81,18 +116,22 @@ def _save(fig, path: Path) -> None:
 def plot_gflops_vs_size(ok: pd.DataFrame, gpu: str, path: Path) -> pd.DataFrame:
     sizes = ok.drop_duplicates("size").sort_values("size_n")[["size", "size_n"]]
     x = sizes.size_n.to_numpy()
-    colors = _colors(_mine(ok))
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    headline = headline_kernels(ok)
+    styles = series_styles(_mine(ok), headline)
+    fig, ax = plt.subplots(figsize=(9, 6.5))
 
     def series(kernel: str) -> np.ndarray:
         mine = ok[ok.kernel == kernel].set_index("size").gflops
         return np.array([mine.get(s, np.nan) for s in sizes["size"]], dtype=float)  # NaN: a gap
 
     for kernel in _mine(ok):
-        ax.plot(x, series(kernel), marker="o", color=colors[kernel], label=kernel)
+        heavy = kernel in headline
+        ax.plot(x, series(kernel), **styles[kernel], markersize=9 if heavy else 5,
+                linewidth=3.0 if heavy else 1.2, alpha=1.0 if heavy else 0.85, zorder=4 if heavy else 2,
+                label=kernel)
     for kernel, style in REFERENCE_STYLE.items():
         if kernel in set(ok.kernel):
-            ax.plot(x, series(kernel), marker="s", label=REFERENCE_LABEL[kernel], **style)
+            ax.plot(x, series(kernel), marker="s", label=REFERENCE_LABEL[kernel], zorder=3, **style)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(x, list(sizes["size"]))
@@ -101,39 +140,49 @@ def plot_gflops_vs_size(ok: pd.DataFrame, gpu: str, path: Path) -> pd.DataFrame:
     ax.set_ylabel("GFLOP/s")
     ax.set_title(f"SGEMM GFLOP/s against size, {gpu}")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    legend = ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=8,
+                       title="bold: fastest FP32 and TF32\nkernel at the largest size",
+                       title_fontsize=8)
+    for text in legend.get_texts():
+        if text.get_text() in headline:
+            text.set_fontweight("bold")
     _save(fig, path)
     return ok[["kernel", "size", "size_n", "gflops"]].rename(columns={"size": "size_label",
                                                                       "size_n": "size"})
 
 
 def largest_size(ok: pd.DataFrame) -> str | None:
-    mine = ok[(ok.backend != BASELINE_BACKEND) & ok.pct_of_cublas_fp32.notna()]
+    mine = ok[(ok.backend != BASELINE_BACKEND) & same_precision_pct(ok).notna()]
     return None if mine.empty else mine.sort_values("size_n").iloc[-1]["size"]
 
 
 def plot_pct_of_cublas(ok: pd.DataFrame, gpu: str, path: Path) -> pd.DataFrame:
+    """One bar per hand-written kernel: % of cuBLAS in its own precision (a TF32 kernel against
+    cuBLAS FP32 would read 700% and squash every FP32 bar)."""
     size = largest_size(ok)
-    rows = ok[(ok["size"] == size) & (ok.backend != BASELINE_BACKEND)].sort_values("kernel")
-    fig, ax = plt.subplots(figsize=(8, 0.5 * max(len(rows), 2) + 1.5))
+    rows = ok[(ok["size"] == size) & (ok.backend != BASELINE_BACKEND)].sort_values("kernel").copy()
+    rows["pct_of_cublas"] = same_precision_pct(rows)
+    fig, ax = plt.subplots(figsize=(8, 0.4 * max(len(rows), 2) + 1.5), layout="constrained")
     y = np.arange(len(rows))
-    fp32 = ax.barh(y - 0.2, rows.pct_of_cublas_fp32, height=0.4, color="tab:blue",
-                   label="% of cuBLAS FP32")
-    tf32 = ax.barh(y + 0.2, rows.pct_of_cublas_tf32, height=0.4, color="tab:orange",
-                   label="% of cuBLAS TF32")
-    ax.bar_label(fp32, fmt="%.1f%%", padding=3, fontsize=8)
-    ax.bar_label(tf32, fmt="%.1f%%", padding=3, fontsize=8)
+    colors = {"fp32": "tab:blue", "tf32": "tab:orange"}
+    for precision, label in (("fp32", "FP32 kernel, % of cuBLAS FP32"),
+                             ("tf32", "TF32 kernel, % of cuBLAS TF32")):
+        mask = (rows.precision == precision).to_numpy()
+        if mask.any():
+            bars = ax.barh(y[mask], rows.pct_of_cublas[mask], height=0.7, color=colors[precision],
+                           label=label)
+            ax.bar_label(bars, fmt="%.1f%%", padding=3, fontsize=8)
     ax.axvline(100, color="black", linestyle="--", linewidth=1)
     ax.set_yticks(y, list(rows.kernel))
     ax.invert_yaxis()
-    top = rows[["pct_of_cublas_fp32", "pct_of_cublas_tf32"]].max().max() if len(rows) else 0.0
-    ax.set_xlim(0, max(110.0, 1.15 * float(np.nan_to_num(top))))
-    ax.set_xlabel("% of cuBLAS (same shape, same protocol, same process)")
+    top = float(np.nan_to_num(rows.pct_of_cublas.max())) if len(rows) else 0.0
+    ax.set_xlim(0, max(110.0, 1.15 * top))
+    ax.set_xlabel("% of cuBLAS in the kernel's precision (same shape, protocol and process)")
     ax.set_title(f"% of cuBLAS at {size}, {gpu}" if size else f"% of cuBLAS: no data, {gpu}")
-    ax.legend(loc="lower right", frameon=False)
+    fig.legend(loc="outside lower center", ncols=2, frameon=False)
     _save(fig, path)
-    return rows[["kernel", "size", "pct_of_cublas_fp32", "pct_of_cublas_tf32"]].rename(
-        columns={"size": "size_label"})
+    return rows[["kernel", "precision", "size", "pct_of_cublas", "pct_of_cublas_fp32",
+                 "pct_of_cublas_tf32"]].rename(columns={"size": "size_label"})
 
 
 def plot_roofline(ok: pd.DataFrame, ceilings: dict, gpu: str, path: Path) -> pd.DataFrame:
@@ -163,14 +212,14 @@ def plot_roofline(ok: pd.DataFrame, ceilings: dict, gpu: str, path: Path) -> pd.
         ax.annotate(str(size), (x, 0), xycoords=("data", "axes fraction"), xytext=(2, 3),
                     textcoords="offset points", fontsize=7, color="0.4")
     kernels = _mine(ok)
-    colors = _colors(kernels)
-    markers = "ovs^D<>phP*X"
-    for i, kernel in enumerate(kernels + [k for k in REFERENCE_STYLE if k in set(ok.kernel)]):
+    headline = headline_kernels(ok)
+    styles = series_styles(kernels, headline)
+    for kernel in kernels + [k for k in REFERENCE_STYLE if k in set(ok.kernel)]:
         mine = ok[ok.kernel == kernel]
-        color = colors.get(kernel, REFERENCE_STYLE.get(kernel, {}).get("color"))
-        ax.scatter(mine.intensity, mine.gflops, color=color, marker=markers[i % len(markers)],
-                   s=36, zorder=3, label=REFERENCE_LABEL.get(kernel, kernel), edgecolors="white",
-                   linewidths=0.5)
+        style = styles.get(kernel) or {"color": REFERENCE_STYLE[kernel]["color"], "marker": "s"}
+        ax.scatter(mine.intensity, mine.gflops, **style, s=90 if kernel in headline else 36,
+                   zorder=4 if kernel in headline else 3, label=REFERENCE_LABEL.get(kernel, kernel),
+                   edgecolors="black" if kernel in headline else "white", linewidths=0.5)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(ai[0], ai[-1])

@@ -119,16 +119,22 @@ def gflops_figure(records: list[Record]):
     """GFLOP/s by kernel and size: one group of bars per size, one bar per row of the summary
     table (kernel, plus the tile parameters that vary), log scale; a failed job has no bar.
     A matplotlib Figure drawn on the Agg canvas (no display, no pyplot state)."""
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     rows, sizes, cell = _layout(records)
+    # a row with no ok job draws no bar, so it gets no colour and no legend entry either
+    rows = [label for label in rows if any(
+        (r := cell.get((label, size))) is not None and r.ok and r.gflops for size in sizes)]
 
     fig = Figure(figsize=(max(6.0, 1.1 * len(sizes) * max(len(rows), 4) / 4 + 3), 4.5),
                  layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     width = 0.8 / max(len(rows), 1)
+    colors = [cmap(i % cmap.N) for name in ("tab20", "Dark2")
+              for cmap in [matplotlib.colormaps[name]] for i in range(cmap.N)]
     drawn = 0
     for i, label in enumerate(rows):
         xs, heights = [], []
@@ -137,7 +143,7 @@ def gflops_figure(records: list[Record]):
             if r is not None and r.ok and r.gflops:
                 xs.append(j + (i - (len(rows) - 1) / 2) * width)
                 heights.append(r.gflops)
-        ax.bar(xs, heights, width, label=label)
+        ax.bar(xs, heights, width, label=label, color=colors[i % len(colors)])
         drawn += len(heights)
     ax.set_xticks(range(len(sizes)), sizes)
     ax.set_xlabel("size (M = N = K, or MxNxK)")
@@ -148,5 +154,6 @@ def gflops_figure(records: list[Record]):
         ax.text(0.5, 0.5, "no job succeeded", transform=ax.transAxes, ha="center")
     ax.set_title(summary_heading(records), fontsize="medium")
     ax.grid(axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if rows:  # in the figure's layout, so that log_figure's plain savefig keeps all of it
+        fig.legend(fontsize="small", loc="outside right upper")
     return fig

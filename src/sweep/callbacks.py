@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.records.record import load_records
@@ -18,6 +20,34 @@ log = logging.getLogger("sgemm")
 def _sweep_dir(config: DictConfig) -> Path:
     """The sweep directory, absolute: jobs resolve it against the same original cwd."""
     return Path(config.hydra.runtime.cwd) / str(config.hydra.sweep.dir)
+
+
+class SweepProgress(Callback):
+    """N of M, time spent and left, ok / failed so far: a line before each job (src/sweep/progress.py)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from src.sweep import progress
+
+        progress.current = progress.Progress(
+            progress.sweep_size(config, list(config.hydra.overrides.task)))
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        from src.sweep import progress
+
+        if progress.current is not None and config.hydra.mode == RunMode.MULTIRUN:
+            progress.current.job_started(list(config.hydra.overrides.task))
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        from src.sweep import progress
+
+        if progress.current is not None and config.hydra.mode == RunMode.MULTIRUN:
+            ok = job_return.status == JobStatus.COMPLETED
+            progress.current.job_ended(job_return._return_value if ok else None)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from src.sweep import progress
+
+        progress.current = None
 
 
 class SweepSummary(Callback):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import textwrap
 import traceback
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -45,14 +46,46 @@ METRICS = (
 DEVICE_TAGS = ("compute_capability", "driver", "cuda_runtime", "nvrtc", "cupy")
 
 
+# Config keys that are formulas or plumbing, not values: the kernel's derived values, launch
+# geometry and constraints are expressions over the parameters (their resolved values, entry,
+# grid and block, are logged with the result); where the run is stored needs no column.
+UNLOGGED = ("kernel.derived.", "kernel.launch.", "kernel.constraints", "kernel.size_constraints",
+            "kernel.entry", "mlflow.", "debug", "cache_dir")
+
+
 def job_params(cfg: DictConfig) -> dict[str, str]:
-    """The composed config, flattened, plus `kernel` (the kernel's name) for the runs table;
-    without a tuned kernel's kernel.params.* (chosen in the job, see src/tune/tuned.py)."""
+    """The composed config's values, flattened, plus `kernel` (the kernel's name) and `precision`
+    for the runs table; without the formulas (UNLOGGED) and without a tuned kernel's
+    kernel.params.* (chosen in the job, see src/tune/tuned.py, and logged with the result)."""
     params = flatten(OmegaConf.to_container(cfg, resolve=True))
+    params = {k: v for k, v in params.items() if not k.startswith(UNLOGGED)}
     if tuned.applies(cfg):  # decided in the job: logged with the result, as used
         params = {k: v for k, v in params.items() if not k.startswith("kernel.params.")}
     params["kernel"] = str(cfg.kernel.name)
+    params["precision"] = str(cfg.kernel.precision)
     return params
+
+
+def result_params(record: Record, tile_params_deferred: bool) -> dict[str, str]:
+    """What the job resolved: the instantiated entry, the launch geometry, the GPU spec, and for
+    a tuned kernel the tile parameters it ran with and where they came from."""
+    params = {"gpu_spec": record.gpu_spec} if record.gpu_spec else {}
+    if record.entry:
+        params["kernel.entry"] = record.entry
+    if record.grid:
+        params["launch.grid"] = " x ".join(str(v) for v in record.grid)
+    if record.block:
+        params["launch.block"] = " x ".join(str(v) for v in record.block)
+    if tile_params_deferred:
+        params.update(flatten({"kernel": {"params": record.params}}))
+        params["kernel.tuned_from"] = record.tuned_from or "none (config defaults)"
+    return params
+
+
+def pct_of_cublas(record: Record) -> float | None:
+    """% of cuBLAS in the record's own precision: a TF32 (tensor-core) kernel against cuBLAS
+    TF32, an FP32 one against cuBLAS FP32, so one column sorts every kernel fairly."""
+    return record.pct_of_cublas_tf32 if record.precision == "tf32" else record.pct_of_cublas_fp32
 
 
 def record_metrics(record: Record) -> dict[str, float]:
@@ -61,7 +94,45 @@ def record_metrics(record: Record) -> dict[str, float]:
         value = getattr(record, name)
         if value is not None and not isinstance(value, bool):
             metrics[name] = float(value)
+    if pct_of_cublas(record) is not None:
+        metrics["pct_of_cublas"] = float(pct_of_cublas(record))
     return metrics
+
+
+def run_name(kernel: str, m: int, n: int, k: int, overrides: list[str] = ()) -> str:
+    """`22_ffma_warp_specialized 4096³`, `05_blocktile_2d 2048×1024×512`; a tile sweep's job adds
+    the kernel.params.* set on its command line (`06_vectorize 4096³ bk=16 bm=64`)."""
+    shape = f"{m}³" if m == n == k else f"{m}×{n}×{k}"
+    tiles = sorted(o.split("kernel.params.", 1)[1] for o in overrides
+                   if o.lstrip("+~").startswith("kernel.params."))
+    return " ".join([str(kernel), shape, *tiles])
+
+
+def description(record: Record) -> str:
+    """The run's description (MLflow's note, shown atop the run page): the error of a failed
+    job, the headline figures of an ok one."""
+    if not record.ok:
+        return f"**{record.status}**\n\n```\n{wrap(record.error or record.status)}```\n"
+    pct = pct_of_cublas(record)
+    baseline = "cuBLAS TF32" if record.precision == "tf32" else "cuBLAS FP32"
+    text = f"{record.gflops:,.1f} GFLOP/s ({record.time_ms_median:.4f} ms median)"
+    if pct is not None:
+        text += f", {pct:.1f}% of {baseline} at the same shape"
+    if record.from_cache:
+        text += f"; reused from the cache (measured {record.timestamp})"
+    return text + "\n"
+
+
+def wrap(text: str, width: int = 100) -> str:
+    """Long lines broken at spaces for reading in a browser (tracebacks and logs keep their
+    short lines; the record keeps the exact text)."""
+    lines = []
+    for line in text.rstrip("\n").splitlines():
+        indent = line[:len(line) - len(line.lstrip())]
+        lines.append(textwrap.fill(line, width, subsequent_indent=indent,
+                                   break_long_words=False, break_on_hyphens=False)
+                     if len(line) > width else line)
+    return "\n".join(lines) + "\n"
 
 
 def record_tags(record: Record) -> dict[str, str]:
@@ -98,12 +169,9 @@ class JobRun:
     def log_result(self, record: Record, outputs=None) -> None:
         """Metrics, tags and files of a finished job (`outputs`: a job.JobOutputs, optional)."""
         self.record = record
-        params = {"gpu_spec": record.gpu_spec} if record.gpu_spec else {}
-        if self.tile_params_deferred:  # the tile parameters the job used, and where from
-            params.update(flatten({"kernel": {"params": record.params}}))
-            params["kernel.tuned_from"] = record.tuned_from or "none (config defaults)"
-        log_batch(self.client, self.run_id, params=params, metrics=record_metrics(record),
-                   tags=record_tags(record))
+        tags = {**record_tags(record), "mlflow.note.content": description(record)}
+        log_batch(self.client, self.run_id, params=result_params(record, self.tile_params_deferred),
+                  metrics=record_metrics(record), tags=tags)
         self.client.log_text(self.run_id, json.dumps(record.to_dict(), indent=2, default=str) + "\n",
                              "record.json")
         source = getattr(outputs, "source", None)
@@ -125,9 +193,10 @@ class JobRun:
     def end(self, status: str, error: str | None = None, status_tag: str | None = None) -> None:
         tags = {"status": status_tag} if status_tag else {}
         if error:
-            self.client.log_text(self.run_id, error if error.endswith("\n") else error + "\n",
-                                 "error.txt")
+            self.client.log_text(self.run_id, wrap(error), "error.txt")
             tags["error"] = first_line(error)
+            if self.record is None or self.record.ok:  # no description from a record yet
+                tags["mlflow.note.content"] = f"**{status_tag or status}**\n\n```\n{wrap(error)}```\n"
         if tags:
             log_batch(self.client, self.run_id, tags=tags)
         self.client.set_terminated(self.run_id, status)
@@ -207,5 +276,6 @@ def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
                         "this job is tracked as a run of its own", sweep_dir / PARENT_FILE)
         else:
             settings = replace(settings, tracking_uri=parent.tracking_uri)
-    with job_run(settings, cfg, Path(hc.runtime.output_dir).name, parent) as job:
+    name = run_name(cfg.kernel.name, cfg.m, cfg.n, cfg.k, list(hc.overrides.task))
+    with job_run(settings, cfg, name, parent) as job:
         yield job

@@ -37,6 +37,11 @@ DEFAULT_DB = "mlflow.db"            # MLflow 3's default store: sqlite:///mlflow
 ARTIFACTS_DIR = "mlruns"            # ... with artifacts under ./mlruns beside it
 
 
+# MLflow 3's UI opens an experiment of no declared kind on its GenAI (traces) page; this kind opens
+# it on the runs table.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+
 PARENT_FILE = "mlflow_parent.json"  # in the sweep directory: the parent run for the sweep's jobs
 
 
@@ -134,7 +139,8 @@ def ensure_experiment(mlflow_client, name: str, uri: str) -> str:
             slug = re.sub(r"[^\w.-]+", "_", name).strip("_") or "experiment"
             location = (db.parent / ARTIFACTS_DIR / slug).as_uri()
         try:
-            return mlflow_client.create_experiment(name, artifact_location=location)
+            return mlflow_client.create_experiment(name, artifact_location=location,
+                                                   tags=EXPERIMENT_TAGS)
         except MlflowException:  # made meanwhile by another process of the sweep
             experiment = mlflow_client.get_experiment_by_name(name)
             if experiment is None:

@@ -21,6 +21,32 @@ from src.tune.trials import trials_frame, tuning_tags
 
 log = logging.getLogger("sgemm")
 
+MAX_NOTE = 7000  # characters of the summary kept in the run's description (a tag: 8000 at most)
+
+
+def sweep_name(overrides: list[str]) -> str:
+    """The sweep's command line, which says what it swept: `kernel=glob(*) size=1024,4096`."""
+    return " ".join(overrides) or "(config defaults)"
+
+
+def counted_name(name: str, counts: dict[str, str]) -> str:
+    """The name with the outcome, so the runs table shows it beside the status icon (a sweep
+    that went on past failed jobs is FINISHED): `size=1024 (5 jobs: 2 ok, 3 failed)`."""
+    outcome = f"{counts['jobs']} jobs: {counts['jobs_ok']} ok"
+    for key in ("jobs_failed", "jobs_killed"):
+        if counts[key] != "0":
+            outcome += f", {counts[key]} {key[5:]}"
+    return f"{name} ({outcome})"
+
+
+def sweep_note(summary: str) -> str:
+    """The run's description: the sweep's summary, as its summary.md holds it."""
+    if len(summary) > MAX_NOTE:
+        summary = summary[:MAX_NOTE].rsplit("\n", 1)[0] + "\n\n(cut here: the whole table is " \
+                  "the summary file in Artifacts)\n"
+    return summary
+
+
 def child_runs(mlflow_client, parent: Parent) -> list:
     runs, token = [], None
     while True:
@@ -50,7 +76,7 @@ class SweepRun:
         experiment_id = ensure_experiment(mlflow_client, settings.experiment_name,
                                           settings.tracking_uri)
         run = mlflow_client.create_run(
-            experiment_id, run_name=f"sweep {sweep_dir.parent.name} {sweep_dir.name}",
+            experiment_id, run_name=sweep_name(overrides),
             tags={**context_tags(), "kind": "sweep", "sweep_dir": str(sweep_dir)})
         parent = Parent(run.info.run_id, experiment_id, settings.tracking_uri)
         sweep = cls(settings, sweep_dir, parent)
@@ -100,12 +126,30 @@ class SweepRun:
                 mlflow_client.log_figure(run_id, gflops_figure(records), "gflops.png")
             else:
                 log.warning("no job records under %s: no summary logged to MLflow", self.sweep_dir)
-            log_batch(mlflow_client, run_id, tags=counts)
+            self._log_outcome(mlflow_client, counts, records)
         except BaseException:
             self.close_unfinished()
             raise
         mlflow_client.set_terminated(run_id, FINISHED)
         self._close()
+
+    def _log_outcome(self, mlflow_client, counts: dict[str, str], records: list[Record]) -> None:
+        """Counts as tags and as metrics (columns to sort and filter by), the outcome in the
+        run's name, and the summary as its description."""
+        from src.records.summary import summary_markdown
+
+        tuning = self.sweep_dir / "tune_summary.md"
+        if tuning.is_file():
+            note = tuning.read_text()
+        elif records:
+            note = summary_markdown(records)
+        else:
+            note = "no job left a record"
+        run = mlflow_client.get_run(self.parent.run_id)
+        log_batch(mlflow_client, self.parent.run_id, tags={**counts, "mlflow.note.content": sweep_note(note)},
+                  metrics={key: float(value) for key, value in counts.items()
+                           if key in ("jobs", "jobs_ok", "jobs_failed", "jobs_killed")})
+        mlflow_client.update_run(self.parent.run_id, name=counted_name(run.info.run_name, counts))
 
     def close_unfinished(self) -> None:
         """The sweep stopped before its end (at exit, or on an error while finishing): KILLED
@@ -120,7 +164,8 @@ class SweepRun:
                    "stopped by an error (a job raised, see the FAILED runs, or the sweep's log)")
             mlflow_client.log_text(self.parent.run_id, f"the sweep did not finish: {why}\n",
                                    "error.txt")
-            log_batch(mlflow_client, self.parent.run_id, tags=counts)
+            log_batch(mlflow_client, self.parent.run_id, tags=counts,
+                      metrics={key: float(value) for key, value in counts.items()})
             mlflow_client.set_terminated(self.parent.run_id, KILLED if killed else FAILED)
         finally:
             self._close()

@@ -1,0 +1,94 @@
+"""Progress of a sweep in the launching process: before each job a line with N of M, the time
+spent, an estimate of the time left and the ok / failed counts so far, then the job's overrides.
+
+Hydra's basic launcher runs the jobs one after another in this process and calls the callbacks
+around each (on_job_start, on_job_end), so one Progress object sees them all. The total comes
+from the sweep's overrides (Hydra's own splitting) or, in a tuning sweep, from the tuning
+sweeper, which adds the candidates it will measure (`add_total`). In a terminal the line carries
+tqdm's bar and rate; otherwise (a log file, CI) it is plain text.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tqdm import tqdm
+
+
+class Progress:
+    def __init__(self, total: int | None = None, stream=None, clock=time.monotonic):
+        self.total = total
+        self.stream = stream if stream is not None else sys.stdout
+        self.clock = clock
+        self.started = clock()
+        self.done = self.ok = self.failed = 0
+
+    def add_total(self, count: int) -> None:
+        self.total = (self.total or 0) + count
+
+    def reused(self, count: int) -> None:
+        """`count` jobs of the total taken from the measurement cache instead of run."""
+        self.done += count
+        self.ok += count
+
+    def job_started(self, overrides: list[str]) -> None:
+        print(self.line(" ".join(overrides)), file=self.stream, flush=True)
+
+    def job_ended(self, record: dict | None) -> None:
+        """`record`: what the job returned (run.py: its record as a dict), None if it raised."""
+        self.done += 1
+        if isinstance(record, dict) and record.get("status") == "ok":
+            self.ok += 1
+        else:
+            self.failed += 1
+
+    def line(self, what: str) -> str:
+        elapsed = self.clock() - self.started
+        counts = f"{self.ok} ok, {self.failed} failed"
+        number = self.done + 1
+        if self._terminal():
+            meter = tqdm.format_meter(self.done, self.total, elapsed, ncols=60,
+                                      postfix=counts, unit="job")
+            return f"[{number}/{self.total or '?'}] {what}\n  {meter}"
+        total = f" of {self.total}" if self.total else ""
+        eta = ""
+        if self.total and self.done:
+            left = elapsed / self.done * max(self.total - self.done, 0)
+            eta = f", about {_clock(left)} left"
+        return f"job {number}{total}: {what}  ({_clock(elapsed)} elapsed{eta}; {counts} so far)"
+
+    def _terminal(self) -> bool:
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def sweep_size(config, arguments: list[str]) -> int | None:
+    """How many jobs Hydra's basic sweeper makes of `arguments` (None for another sweeper, which
+    reports its own total, or when the overrides cannot be counted here)."""
+    if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
+        return None
+    try:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        search_path = ConfigSearchPathImpl()  # the run's own, searchpath additions included
+        for source in config.hydra.runtime.config_sources:
+            search_path.append(source.provider, f"{source.schema}://{source.path}")
+        loader = ConfigLoaderImpl(config_search_path=search_path)
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(list(arguments))
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    except Exception:  # a count is a nicety: never stop a sweep for it
+        return None
+
+
+# The sweep in progress in this process (None between sweeps): the tuning sweeper adds to it.
+current: Progress | None = None

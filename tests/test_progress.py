@@ -1,0 +1,70 @@
+"""A sweep's progress line: N of M, time spent and left, ok / failed so far; tqdm's meter in a
+terminal, plain text elsewhere; M counted from the overrides as Hydra's basic sweeper splits them."""
+
+from __future__ import annotations
+
+import io
+
+from src.sweep.progress import Progress, sweep_size
+from tests.conftest import CONF_DIR, compose_config
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_plain_lines_count_jobs_and_estimate_the_rest():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(4, out, clock)
+    progress.job_started(["kernel=01_naive", "size=1024"])
+    clock.now += 30
+    progress.job_ended({"status": "ok"})
+    progress.job_started(["kernel=02_gmem_coalesce", "size=1024"])
+    clock.now += 10
+    progress.job_ended({"status": "failed_compile"})
+    progress.job_started(["kernel=03_smem_blocking", "size=1024"])
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "job 1 of 4: kernel=01_naive size=1024  (0:00 elapsed; 0 ok, 0 failed so far)"
+    assert lines[1] == ("job 2 of 4: kernel=02_gmem_coalesce size=1024  "
+                        "(0:30 elapsed, about 1:30 left; 1 ok, 0 failed so far)")
+    # 40 s for 2 jobs: 20 s each, 2 to go
+    assert lines[2] == ("job 3 of 4: kernel=03_smem_blocking size=1024  "
+                        "(0:40 elapsed, about 0:40 left; 1 ok, 1 failed so far)")
+
+
+def test_a_job_that_raised_counts_as_failed_and_reused_ones_as_ok():
+    progress = Progress(None, io.StringIO(), Clock())
+    progress.add_total(3)
+    progress.reused(1)
+    progress.job_ended(None)
+    assert (progress.total, progress.done, progress.ok, progress.failed) == (3, 2, 1, 1)
+
+
+def test_a_terminal_gets_tqdms_meter():
+    clock, out = Clock(), Terminal()
+    progress = Progress(96, out, clock)
+    for _ in range(12):
+        progress.job_ended({"status": "ok"})
+    clock.now += 60
+    progress.job_started(["kernel=22_ffma_warp_specialized", "size=4096"])
+    text = out.getvalue()
+    assert text.startswith("[13/96] kernel=22_ffma_warp_specialized size=4096\n")
+    assert "12/96" in text and "01:00<07:00" in text and "12 ok, 0 failed" in text
+
+
+def test_the_total_is_what_hydras_basic_sweeper_makes_of_the_overrides():
+    config = compose_config(return_hydra_config=True)
+    kernels = len(list((CONF_DIR / "kernel").glob("*.yaml")))
+    assert sweep_size(config, ["kernel=glob(*)", "size=1024,4096"]) == 2 * kernels
+    assert sweep_size(config, ["kernel=06_vectorize", "kernel.params.bk=8,16",
+                               "kernel.params.bm=64,128,256"]) == 6
+    assert sweep_size(config, ["size=1024"]) == 1

@@ -1,15 +1,15 @@
-"""Time variants of one chapter against cuBLAS in one process, with the runner's own steps
-(spec -> compile -> verify -> time, src/job/pipeline.py) and protocol (bench/default.yaml): a quick way to
-compare tile shapes or tensor-map settings on the GPU box before writing the winner into a
-config. Every variant is verified first; one that fails prints its error and is not timed.
+"""Time variants of one chapter against cuBLAS in one process, through the runner's own steps
+(src/job: prepare -> compile -> verify -> time, and its Baselines) and protocol (conf/bench/): a
+quick way to compare tile shapes or tensor-map settings on the GPU box before writing the winner
+into a config. Every variant is verified first; one that fails prints its error and is not timed.
 
   python benchmarks/variants.py 20_wgmma_tf32 --sizes 4096,8192 \\
       --vary bm=128,256 --vary stages=3,4 --vary map.a.element=f32,tf32
 
 `--vary key=v1,v2` crosses values: `key` is a parameter (kernel.params.<key>) or
 `map.<matrix>.<field>` for a launch.tensor_maps entry. A tuned chapter starts from the detected
-GPU's tuned values for each size (conf/tuned/), as in a run. `--shape m,n,k[,alpha,beta]` adds a
-verified-only problem (repeatable). Prints a table last.
+GPU's tuned values for each size (conf/tuned/), as in a run; `--tuned-for` borrows another GPU's.
+`--shape m,n,k[,alpha,beta]` adds a verified-only problem (repeatable). Prints a table last.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ import argparse
 import copy
 import itertools
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from src.job import gpu as gpu_mod  # noqa: E402
 from src.errors import LabError  # noqa: E402
-from src.job.pipeline import _verify_and_time, baseline_gflops, new_record  # noqa: E402
+from src.job.baselines import Baselines  # noqa: E402
+from src.job.config import compose  # noqa: E402
+from src.job.gpu import known_specs, resolve_spec  # noqa: E402
+from src.job.measure import verify_and_time, verify_only  # noqa: E402
+from src.job.prepare import prepare_kernel, target  # noqa: E402
 from src.job.problem import Problem  # noqa: E402
-from src.job.spec import build_spec  # noqa: E402
-from src.tune.tuned import apply as apply_tuned  # noqa: E402
-
-CONF = Path(__file__).resolve().parent.parent / "conf"
+from src.records.record import new_record  # noqa: E402
 
 
 def _value(text: str):
@@ -41,16 +41,44 @@ def _value(text: str):
         return text
 
 
-def variant_cfg(base: dict, choice: dict) -> dict:
-    cfg = copy.deepcopy(base)
+def with_maps(kernel_cfg: dict, choice: dict) -> dict:
+    """`map.<matrix>.<field>` choices applied to the config's launch.tensor_maps entries."""
+    cfg = copy.deepcopy(kernel_cfg)
     for key, value in choice.items():
         if key.startswith("map."):
             _, matrix, field = key.split(".")
             entry = next(tm for tm in cfg["launch"]["tensor_maps"] if tm["matrix"] == matrix)
             entry[field] = value
-        else:
-            cfg["params"][key] = value
     return cfg
+
+
+def parse_problems(sizes: str, shapes: list[str]) -> tuple[list[Problem], list[Problem]]:
+    timed = [Problem(*(3 * [int(s)] if "x" not in s else map(int, s.split("x"))), 1.0, 0.0)
+             for s in sizes.split(",")]
+    checked = []
+    for shape in shapes:
+        v = [float(x) for x in shape.split(",")]
+        checked.append(Problem(int(v[0]), int(v[1]), int(v[2]), v[3] if len(v) > 3 else 1.0,
+                               v[4] if len(v) > 4 else 0.0))
+    return timed, checked
+
+
+def run_variant(kernel_cfg, choice, problem, timed, where, bench, baselines) -> tuple[str, str]:
+    params = {k: v for k, v in choice.items() if not k.startswith("map.")}
+    prepared = prepare_kernel(with_maps(kernel_cfg, choice), problem, where, bench,
+                              overrides=params)
+    record = new_record(prepared.spec.name, prepared.spec.precision, prepared.spec.backend,
+                        vars(problem))
+    if not timed:
+        verify_only(prepared, record)
+        return "ok", (f"verified  rel_err {record.rel_err:.2e}  regs {record.registers}  "
+                      f"local {record.local_bytes} B")
+    gflops = verify_and_time(prepared, record)
+    baseline = "cublas_tf32" if prepared.spec.precision == "tf32" else "cublas_fp32"
+    ref = baselines.gflops(baseline, problem, bench, where)
+    pct = f"{100 * gflops / ref:.1f}% of {baseline} ({ref:,.0f})" if ref else "(no baseline)"
+    return "ok", (f"{gflops:,.0f} GFLOP/s {pct}  rel_err {record.rel_err:.2e}  "
+                  f"regs {record.registers}  local {record.local_bytes} B")
 
 
 def main() -> int:
@@ -64,66 +92,34 @@ def main() -> int:
                         help="GPU spec whose tuned values apply (default: the detected GPU's)")
     args = parser.parse_args()
 
-    # The kernel and protocol as the runner composes them (bench files may extend `default`).
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose("config", [f"kernel={args.kernel}", f"bench={args.bench}"])
-    base = OmegaConf.to_container(cfg.kernel, resolve=True)
+    cfg = compose(f"kernel={args.kernel}", f"bench={args.bench}")
+    kernel_cfg = OmegaConf.to_container(cfg.kernel, resolve=True)
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
-    device = gpu_mod.detect()
-    limits = gpu_mod.device_limits(device)
-    gpu_spec = (args.tuned_for if args.tuned_for != "auto"
-                else gpu_mod.resolve_spec({"name": "auto"}, device).name)
+    where = target(cfg.gpu)
+    device = where.device
+    if device is None:
+        print("no GPU: variants are timed on the GPU box", file=sys.stderr)
+        return 1
+    if args.tuned_for != "auto":  # borrow the tuned file, keep the detected device's limits
+        where = replace(where, gpu_spec=resolve_spec(known_specs()[args.tuned_for], device))
     print(f"device: {device.name} (cc {device.compute_capability}, driver {device.driver})")
 
     axes = [(k, [_value(v) for v in vs.split(",")])
             for k, vs in (item.split("=", 1) for item in args.vary)]
     choices = [dict(zip([k for k, _ in axes], combo))
                for combo in itertools.product(*[vs for _, vs in axes])] or [{}]
-    problems = [Problem(*(3 * [int(s)] if "x" not in s else map(int, s.split("x"))), 1.0, 0.0)
-                for s in args.sizes.split(",")]
-    checks = []
-    for shape in args.shape:
-        v = [float(x) for x in shape.split(",")]
-        checks.append(Problem(int(v[0]), int(v[1]), int(v[2]), v[3] if len(v) > 3 else 1.0,
-                              v[4] if len(v) > 4 else 0.0))
-
+    timed, checked = parse_problems(args.sizes, args.shape)
+    baselines = Baselines()
     rows = []
     for choice in choices:
         label = " ".join(f"{k}={v}" for k, v in choice.items()) or "configured"
-        for problem, timed in [(p, False) for p in checks] + [(p, True) for p in problems]:
-            # as in a run: the GPU's tuned values for this size first, the varied keys over them
-            cfg = copy.deepcopy(base)
-            apply_tuned(cfg, gpu_spec, problem, {k for k in choice if not k.startswith("map.")})
-            cfg = variant_cfg(cfg, choice)
-            record = new_record(cfg["name"], cfg["precision"], cfg["backend"], vars(problem))
+        for problem, is_timed in [(p, False) for p in checked] + [(p, True) for p in timed]:
             try:
-                spec = build_spec(cfg, problem, limits)
-                if timed:
-                    gflops = _verify_and_time(spec, problem, bench, device, record)
-                else:
-                    from src.job.compile import compile_kernel
-                    from src.job.problem import make_inputs
-                    from src.job.verify import verify
-
-                    kernel = compile_kernel(spec)
-                    record.registers = kernel.report.registers
-                    record.local_bytes = kernel.report.local_bytes
-                    inputs = make_inputs(problem, None)
-                    record.rel_err = verify(kernel, problem, inputs,
-                                            float(bench["tolerance"][spec.precision]), spec.name).rel_err
-                    gflops = None
+                status, text = run_variant(kernel_cfg, choice, problem, is_timed, where, bench,
+                                           baselines)
             except LabError as exc:
-                rows.append((label, problem.label, "FAILED", str(exc).splitlines()[0][:160]))
-                print(rows[-1], flush=True)
-                continue
-            ref = None
-            if timed:
-                ref = baseline_gflops("cublas_tf32" if cfg["precision"] == "tf32" else "cublas_fp32",
-                                      problem, bench, device)
-            pct = f"{100 * gflops / ref:.1f}%" if (gflops and ref) else ""
-            rows.append((label, problem.label, "ok",
-                         (f"{gflops:,.0f} GFLOP/s {pct} of cuBLAS ({ref:,.0f})  " if gflops else "verified  ")
-                         + f"rel_err {record.rel_err:.2e}  regs {record.registers}  local {record.local_bytes} B"))
+                status, text = "FAILED", str(exc).splitlines()[0][:160]
+            rows.append((label, problem.label, status, text))
             print(rows[-1], flush=True)
 
     print(f"\n{args.kernel} on {device.name}")

@@ -172,7 +172,7 @@ def test_wrong_kernel_is_caught(compose, tmp_path, monkeypatch):
 
         return Wrong()
 
-    monkeypatch.setattr("src.job.pipeline.compile_kernel", off_by_one_alpha)
+    monkeypatch.setattr("src.job.measure.compile_kernel", off_by_one_alpha)
     record = run_job(compose("kernel=06_vectorize", "size=512", *QUICK))
     assert record.status == "failed_verification"
     assert record.gflops is None and record.pct_of_cublas_fp32 is None

@@ -11,6 +11,11 @@ from omegaconf import OmegaConf
 from src.paths import CONF_DIR
 
 
+def compose(*overrides: str):
+    """The runner's whole config with these overrides (for tools that prepare jobs themselves)."""
+    return _compose(tuple(overrides))
+
+
 def _compose(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -76,6 +76,35 @@ def _keep_timing(record: Record, timing: Timing, flops: int) -> None:
     record.gflops = flops / (timing.median_ms * 1e-3) / 1e9
 
 
+def _compiled(prepared: PreparedJob, record: Record, outputs: JobOutputs | None, cache_dir: str):
+    kernel = compile_kernel(prepared.spec, cache_dir)
+    if kernel.report is not None:
+        if outputs is not None:
+            outputs.resources = kernel.report
+        for key, value in vars(kernel.report).items():
+            if hasattr(record, key):
+                setattr(record, key, value)
+    return kernel
+
+
+def verify_only(prepared: PreparedJob, record: Record, cache_dir: str = DEFAULT_CACHE_DIR) -> float:
+    """Compile and verify on fresh inputs, without timing (fills `record`; returns rel_err)."""
+    import cupy as cp
+
+    prepared.require_device()
+    kernel = _compiled(prepared, record, None, cache_dir)
+    inputs = make_inputs(prepared.problem, prepared.bench.get("seed"))
+    record.seed = inputs.seed
+    record.tolerance = float(prepared.bench["tolerance"][prepared.spec.precision])
+    try:
+        record.rel_err = verify(kernel, prepared.problem, inputs, record.tolerance,
+                                prepared.spec.name).rel_err
+    finally:
+        inputs = None
+        cp.get_default_memory_pool().free_all_blocks()
+    return record.rel_err
+
+
 def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs | None = None,
                     progress=_no_progress, cache_dir: str = DEFAULT_CACHE_DIR) -> float:
     """Compile, verify on fresh inputs, then time: fills `record`, returns GFLOP/s."""
@@ -83,14 +112,7 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
 
     spec, problem, bench = prepared.spec, prepared.problem, prepared.bench
     device = prepared.require_device()
-    kernel = compile_kernel(spec, cache_dir)
-    if kernel.report is not None:
-        if outputs is not None:
-            outputs.resources = kernel.report
-        for key, value in vars(kernel.report).items():
-            if hasattr(record, key):
-                setattr(record, key, value)
-
+    kernel = _compiled(prepared, record, outputs, cache_dir)
     inputs = make_inputs(problem, bench.get("seed"))
     faulted: list = []
     record.seed = inputs.seed

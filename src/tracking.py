@@ -268,12 +268,21 @@ def git_state(root: Path = ROOT) -> dict[str, str]:
             "git_dirty": "true" if status.stdout.strip() else "false"}
 
 
+# Where SLURM ran a job: tag <- the job's environment variable.
+SLURM_TAGS = {"slurm_job_id": "SLURM_JOB_ID", "slurm_array_job_id": "SLURM_ARRAY_JOB_ID",
+              "slurm_array_task_id": "SLURM_ARRAY_TASK_ID", "slurm_partition": "SLURM_JOB_PARTITION",
+              "slurm_node": "SLURMD_NODENAME"}
+
+
 def context_tags() -> dict[str, str]:
     """Where and from which code a run was made."""
     tags = {"host": socket.gethostname(), "pid": str(os.getpid()), "mlflow.source.name": "src.run",
             "mlflow.source.type": "LOCAL", **git_state()}
     if "git_commit" in tags:
         tags["mlflow.source.git.commit"] = tags["git_commit"]
+    for tag, variable in SLURM_TAGS.items():  # a job SLURM ran (hydra/launcher=slurm)
+        if os.environ.get(variable):
+            tags[tag] = os.environ[variable]
     try:
         tags["mlflow.user"] = getpass.getuser()
     except (KeyError, OSError):  # a container user with no passwd entry

@@ -157,6 +157,15 @@ class SlurmCluster:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr}")
         return proc.stdout
 
+    def cancel_all(self, timeout_s: float = STOP_TIMEOUT_S + 10) -> None:
+        """Cancels every job and waits (bounded) until none is left: a job's slurmstepd outlives
+        slurmd, so the jobs go before the daemons do."""
+        jobs = self.run("squeue", "-h", "-o", "%i").split()
+        if jobs:
+            self.run("scancel", "--full", *jobs)
+        wait_for("the cancelled jobs' end", lambda: not self.run("squeue", "-h", "-o", "%i").strip(),
+                 timeout_s=timeout_s)
+
 
 def start_slurm(daemons: Daemons, base: Path) -> SlurmCluster:
     """munged, slurmctld and slurmd of a one-node cluster named after this host, on loopback."""

@@ -35,7 +35,7 @@ def engines(tmp_path_factory):
         pytest.skip(reason)
     base = tmp_path_factory.mktemp("engines")
     daemons = cluster.Daemons()
-    postgres = None
+    postgres = slurm = None
     try:
         slurm = cluster.start_slurm(daemons, base / "slurm")
         postgres = cluster.start_postgres(daemons)
@@ -43,7 +43,11 @@ def engines(tmp_path_factory):
                                           base / "mlflow-server.log")
         yield {"slurm": slurm, "postgres": postgres, "url": url, "artifacts": base / "mlartifacts"}
     finally:
-        daemons.stop()
+        try:
+            if slurm is not None:
+                slurm.cancel_all()
+        finally:
+            daemons.stop()
         if postgres is not None:
             shutil.rmtree(postgres.dir, ignore_errors=True)
 
@@ -204,3 +208,18 @@ def test_an_unreachable_tracking_server_is_a_tracking_error_before_any_job(engin
     assert elapsed < 60, f"took {elapsed:.0f} s: MLflow's retries were not cut short"
     assert not (tmp_path / "sweep" / ".submitit").exists()  # nothing was submitted
     assert engines["slurm"].run("squeue", "-h", "-t", "all", "-o", "%i") == jobs_before
+
+
+def test_a_tuning_sweep_runs_its_trials_as_slurm_jobs(engines, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = run_sweep(engines, sweep_dir, "+tune=10_warptiling", "size=1024", "tune.strategy=tpe",
+                     "tune.trials=3", "tune.batch=2")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "measured: 3" in output and output.count("-> SLURM job") == 3, output
+    sweeps, jobs = server_runs(engines["url"])
+    sweep = next(run for run in sweeps if run.data.tags["sweep_dir"] == str(sweep_dir))
+    assert sweep.info.status == "FINISHED" and sweep.data.tags["tune_measured"] == "3"
+    trials = children_of(jobs, sweep)
+    assert len(trials) == 3 and all(run.data.tags["slurm_job_id"] for run in trials)
+    assert {run.data.tags["status"] for run in trials} <= STATUSES

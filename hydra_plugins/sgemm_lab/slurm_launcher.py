@@ -139,13 +139,11 @@ class SlurmLauncher(SubmititSlurm):
                 log.info("\t#%d : %s -> SLURM job %s (%s)", initial_job_idx + i,
                          " ".join(filter_overrides(job_overrides[i])), job.job_id, where)
                 submitted[i] = job
-        quiet = OnceAboutSacct()
-        logging.getLogger("submitit").addFilter(quiet)
-        try:
-            return [self._result(submitted[i], job_overrides[i], initial_job_idx + i)
-                    for i in range(len(job_overrides))]
-        finally:
-            logging.getLogger("submitit").removeFilter(quiet)
+        submitit_log = logging.getLogger("submitit")
+        if not any(isinstance(f, OnceAboutSacct) for f in submitit_log.filters):
+            submitit_log.addFilter(OnceAboutSacct())  # once per process, over all batches
+        return [self._result(submitted[i], job_overrides[i], initial_job_idx + i)
+                for i in range(len(job_overrides))]
 
     @staticmethod
     def _result(job, overrides: Sequence[str], idx: int) -> JobReturn:

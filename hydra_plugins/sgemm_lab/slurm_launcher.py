@@ -31,6 +31,8 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurm
 from omegaconf import OmegaConf
 
+from src.tracking import Terminated  # a KeyboardInterrupt: the job's open MLflow run ends KILLED
+
 log = logging.getLogger(__name__)
 
 ROUTING_KEYS = ("partition", "constraint")  # what a gpu/ config's `slurm:` block may set
@@ -60,9 +62,12 @@ class OnceAboutSacct(logging.Filter):
         return not seen
 
 
-def _slurm_signal(signum, frame):
-    from src.tracking import Terminated  # a KeyboardInterrupt: open MLflow runs end KILLED
+class Requeued(Terminated):
+    """submitit requeued this job (USR2 on preemption): its run ends KILLED, and this attempt
+    leaves no result, so that the launching process waits for the requeued one."""
 
+
+def _slurm_signal(signum, frame):
     raise Terminated(f"stopped by SLURM (signal {signal.Signals(signum).name}: time limit, "
                      f"preemption or scancel)")
 
@@ -79,13 +84,15 @@ class SlurmLauncher(SubmititSlurm):
                 if callable(submitit_usr2):
                     submitit_usr2(signum, frame)
             except SystemExit:  # requeued: this attempt's run ends KILLED, the next one reruns it
-                _slurm_signal(signum, frame)
+                raise Requeued("requeued by submitit after SLURM's USR2 (preemption)") from None
             except Exception:  # timed out: not requeued
                 _slurm_signal(signum, frame)
 
         signal.signal(signal.SIGUSR2, on_usr2)
         try:
             return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        except Requeued:  # no result for this attempt: the requeued one writes it
+            raise SystemExit(-1) from None
         except KeyboardInterrupt as exc:
             raise KilledBySlurm(f"{exc}; its MLflow run ended KILLED") from None
 

@@ -8,6 +8,8 @@ import os
 import signal
 import time
 
+from hydra.experimental.callback import Callback
+
 from src.records.record import Record
 
 
@@ -71,3 +73,14 @@ def slow_serve(conn):
         print(f"job started in worker {os.getpid()}", flush=True)
         time.sleep(120)
         conn.send(("done", _record(container, gflops=1.0).to_dict(), None, True))
+
+
+class SlowJobs(Callback):
+    """A Hydra callback (+hydra.callbacks.slow._target_=tests.fault_jobs.SlowJobs) that makes
+    every job of a sweep take two minutes: in the job's own process, wherever a launcher runs
+    it, the worker serves jobs with slow_serve."""
+
+    def on_job_start(self, config, **kwargs) -> None:
+        import src.sweep.worker
+
+        src.sweep.worker._serve = slow_serve

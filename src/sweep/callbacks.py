@@ -81,6 +81,8 @@ class MlflowSweep(Callback):
         try:
             settings = tracking.Settings.from_cfg(config, Path(config.hydra.runtime.cwd),
                                                   config.hydra.job.config_name)
+            if settings.enabled:  # a server that is down: say so now, not after MLflow's retries
+                tracking.check_reachable(settings.tracking_uri)
         except tracking.TrackingUnavailable as exc:  # before any job runs: stop, no traceback
             log.error("error [%s]: %s", exc.status, exc)
             raise SystemExit(1) from None

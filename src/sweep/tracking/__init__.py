@@ -8,11 +8,11 @@ from src.sweep.tracking.job_run import JobRun, NoTracking, hydra_job_run, job_ru
 from src.sweep.tracking.signals import Terminated
 from src.sweep.tracking.store import (
     ARTIFACTS_DIR, DEFAULT_DB, MAX_PARAM_LENGTH, PARENT_FILE, Parent, Settings, TrackingUnavailable,
-    check_tracking_uri, client, ensure_experiment, flatten, log_batch, resolve_tracking_uri)
+    check_reachable, check_tracking_uri, client, ensure_experiment, flatten, log_batch, resolve_tracking_uri)
 from src.sweep.tracking.sweep_run import SweepRun
 
 __all__ = [
     "ARTIFACTS_DIR", "DEFAULT_DB", "MAX_PARAM_LENGTH", "PARENT_FILE", "JobRun", "NoTracking", "Parent",
-    "Settings", "SweepRun", "Terminated", "TrackingUnavailable", "check_tracking_uri", "client",
+    "Settings", "SweepRun", "Terminated", "TrackingUnavailable", "check_reachable", "check_tracking_uri", "client",
     "ensure_experiment", "flatten", "hydra_job_run", "job_run", "log_batch", "resolve_tracking_uri", "run_name",
 ]

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from src.records.record import Record
 from src.sweep.tracking.signals import install_signal_handlers, mark_interrupted, restore_signal_handlers
 from src.sweep.tracking.store import (
-    FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, client, context_tags, ensure_experiment,
+    FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, check_reachable, client, context_tags,
+    ensure_experiment,
     first_line, flatten, log_batch)
 from src.tune import tuned
 
@@ -268,6 +269,8 @@ def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
         yield NoTracking()
         return
     parent = None
+    if hc.mode != RunMode.MULTIRUN:
+        check_reachable(settings.tracking_uri)  # a sweep's callback asked before any job
     if hc.mode == RunMode.MULTIRUN:
         sweep_dir = root / str(hc.sweep.dir)
         parent = Parent.read(sweep_dir)

@@ -87,6 +87,36 @@ def check_tracking_uri(uri: str) -> str:
     return uri
 
 
+SERVER_TIMEOUT_S = 10  # a tracking server that does not answer this soon is unreachable
+
+
+def check_reachable(uri: str, timeout_s: float = SERVER_TIMEOUT_S) -> None:
+    """For a tracking server (http, https): TrackingUnavailable unless it answers within
+    `timeout_s` (the launching process asks before a sweep or a single run starts).
+    MLflow's client retries a refused connection with back-off for minutes; this asks once,
+    so that a sweep stops before submitting any job. An MLflow server answers GET /health
+    with 200; 401 or 403 (an auth layer in front of it) also counts as up."""
+    import urllib.error
+    import urllib.request
+
+    if not uri.lower().startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return
+        reason = f"GET /health answered HTTP {exc.code}: no MLflow tracking server there"
+    except (OSError, ValueError) as exc:
+        reason = f"{getattr(exc, 'reason', None) or exc}; waited at most {timeout_s:g} s"
+    raise TrackingUnavailable(
+        f"MLflow cannot track runs at {uri!r}: the tracking server is unreachable ({reason}) "
+        f"(rule: a tracking server must answer before any job starts). Start it (see README, "
+        f"Scaling out), check the host and port, or set mlflow.tracking_uri=... or "
+        f"$MLFLOW_TRACKING_URI to another store, or turn tracking off with mlflow.enabled=false.")
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a local sqlite URI (as written: maybe relative), else None."""
     if not uri.startswith("sqlite:///"):
@@ -186,12 +216,21 @@ def git_state(root: Path = ROOT) -> dict[str, str]:
             "git_dirty": "true" if status.stdout.strip() else "false"}
 
 
+# Where SLURM ran a job: tag <- the job's environment variable.
+SLURM_TAGS = {"slurm_job_id": "SLURM_JOB_ID", "slurm_array_job_id": "SLURM_ARRAY_JOB_ID",
+              "slurm_array_task_id": "SLURM_ARRAY_TASK_ID", "slurm_partition": "SLURM_JOB_PARTITION",
+              "slurm_node": "SLURMD_NODENAME"}
+
+
 def context_tags() -> dict[str, str]:
     """Where and from which code a run was made."""
     tags = {"host": socket.gethostname(), "pid": str(os.getpid()), "mlflow.source.name": "src.run",
             "mlflow.source.type": "LOCAL", **git_state()}
     if "git_commit" in tags:
         tags["mlflow.source.git.commit"] = tags["git_commit"]
+    for tag, variable in SLURM_TAGS.items():  # a job SLURM ran (hydra/launcher=slurm)
+        if os.environ.get(variable):
+            tags[tag] = os.environ[variable]
     try:
         tags["mlflow.user"] = getpass.getuser()
     except (KeyError, OSError):  # a container user with no passwd entry

@@ -19,6 +19,7 @@
 //                 thread tile = TM x TN per sub-tile, WMITER*TM x WNITER*TN per thread.
 // Needs M % BM == 0, N % BN == 0, K % BK == 0, and N, K multiples of 4 (16-byte alignment).
 #include "common.cuh"
+#include "cp_async.cuh"
 
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int TN, int THREADS,
           int STAGES>

@@ -23,6 +23,9 @@
 //                 warp tile = WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN);
 //                 thread tile = TM x TN per sub-tile, WMITER*TM x WNITER*TN per thread.
 #include "common.cuh"
+#include "cp_async.cuh"
+#include "tile_order.cuh"
+#include "split_k.cuh"
 
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int TN, int THREADS,
           int STAGES, int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int KA, int FMA_ORDER>

@@ -21,6 +21,7 @@
 // 16 x 8 (WM / 16 x WN / 8 per warp, 4 accumulators each per lane).
 // Needs M, N, K multiples of the block tile (no edge handling).
 #include "common.cuh"
+#include "cp_async.cuh"
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned r;

@@ -44,6 +44,8 @@
 // transposed form: 64 columns of C by BM rows) -> warp 16 columns of C -> lane 2 columns x BM/4
 // rows (BM/2 accumulators).
 #include "common.cuh"
+#include "mbarrier.cuh"
+#include "warpgroup.cuh"
 
 // A CUtensorMap (driver API), encoded on the host (src/tensor_maps.py) and passed by value.
 struct alignas(64) TensorMap {

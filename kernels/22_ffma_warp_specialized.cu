@@ -58,6 +58,13 @@
 //                 thread tile = TM x TN as (TM / 4) x (TN / 4) float4 groups;
 //                 (SCHEDULE 3) cluster = SPLIT_K blocks, the K slices of one block tile.
 #include "common.cuh"
+#include "tile_order.cuh"
+#include "split_k.cuh"
+#include "ffma_stage.cuh"
+#include "ffma_thread_tile.cuh"
+#include "mbarrier.cuh"
+#include "warpgroup.cuh"
+#include "cluster.cuh"
 
 // A block's share of the work: k tiles [k_begin, k_end) of block tile `tile` (its position in
 // the grouped order). `parts` blocks share the tile's K (1: this block computes it whole); this
@@ -205,7 +212,7 @@ __device__ __forceinline__ void ffma_ws(int M, int N, int K, float alpha, const 
   if (threadIdx.x >= CONSUMERS) {
     // ---- Producer warpgroup: keeps the ring full, unit after unit ------------------------------
     if constexpr (CONSUMER_REGS > ENTRY_REGS) setmaxnreg_dec<PRODUCER_REGS>();
-    // Who copies what, as in 21 with 128 threads (copy_ffma_stage, common.cuh): BK threads per
+    // Who copies what, as in 21 with 128 threads (copy_ffma_stage, ffma_stage.cuh): BK threads per
     // row of A (consecutive k), PRODUCERS / BK threads per k row of B.
     const int p = threadIdx.x - CONSUMERS;
     const int a_m = p / BK, a_k = p % BK;
@@ -261,7 +268,7 @@ __device__ __forceinline__ void ffma_ws(int M, int N, int K, float alpha, const 
     load_ffma_fragments<TM, TN, LANE_ROWS, LANE_COLS, 4 * KK * AS_STRIDE, 4 * KK * BN>(
         frag_a[buf], frag_b[buf], stage_addr + a_frag, stage_addr + b_frag);
   };
-  // The outer product of one k, in 21's orders (common.cuh): 1 rows, 3 serpentine rows.
+  // The outer product of one k, in 21's orders (ffma_thread_tile.cuh): 1 rows, 3 serpentine rows.
   auto outer_product = [&](int buf) { ffma_outer_product<FMA_ORDER>(acc, frag_a[buf], frag_b[buf]); };
   auto for_each_fragment = [&](auto&& visit) {
     for_each_ffma_fragment<LANE_ROWS, LANE_COLS>(acc, warp_m + lane_row * 4, warp_n + lane_col * 4, visit);

@@ -24,10 +24,11 @@
 // Kept from 17: grouped tile order, split-K with a ticketed deterministic reduction, any M, N,
 // K, alpha, beta (B's 16-byte copies need N % 4 == 0, else VEC = 1 copies 4-byte elements).
 //
-// Tile hierarchy: block tile = BM x BN, K in steps of BK, STAGES tiles in flight;
-//                 warp tile = WM x WN, lanes (WM / TM) x (WN / TN);
-//                 thread tile = TM x TN as (TM / 4) x (TN / 4) float4 groups, WM / TM * 4 rows
-//                 (and WN / TN * 4 columns) apart.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN (K in SPLIT_K K slices), k tiles of BK, STAGES stages in flight
+//   warp tile   WM x WN, lane grid (WM / TM) x (WN / TN)
+//   thread tile TM x TN as (TM / 4) x (TN / 4) float4 groups, WM / TM * 4 rows (and WN / TN * 4
+//               columns) apart; fragments: TM of A, TN of B per k, two register sets
 #include "common.cuh"
 #include "cp_async.cuh"
 #include "tile_order.cuh"

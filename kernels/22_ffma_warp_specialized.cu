@@ -53,10 +53,13 @@
 // as LDS.128 with the k offset in the instruction, fragments double-buffered in registers, the
 // serpentine FFMA order, grouped tile order, split-K (SCHEDULE 1), any M, N, K, alpha, beta.
 //
-// Tile hierarchy: block tile = BM x BN, K in steps of BK, STAGES tiles in flight;
-//                 warp tile = WM x WN (consumer warps only), lanes (WM / TM) x (WN / TN);
-//                 thread tile = TM x TN as (TM / 4) x (TN / 4) float4 groups;
-//                 (SCHEDULE 3) cluster = SPLIT_K blocks, the K slices of one block tile.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN, k tiles of BK, STAGES stages in the producer -> consumer ring;
+//               (SCHEDULE 1) SPLIT_K K slices, (2) stream-K pieces, (3) SPLIT_K K slices as
+//               the blocks of one cluster
+//   warp tile   WM x WN (consumer warps only), lane grid (WM / TM) x (WN / TN)
+//   thread tile TM x TN as (TM / 4) x (TN / 4) float4 groups; fragments: TM of A, TN of B per
+//               k, two register sets
 #include "common.cuh"
 #include "tile_order.cuh"
 #include "split_k.cuh"

@@ -15,9 +15,11 @@
 // Predicted effect: the worklog's largest single step after vectorizing (A6000: 19.7 -> 21.7
 // TFLOP/s after tuning; seed 003 on a GH200: 31.4 -> 41.5 TFLOP/s, 83% of cuBLAS).
 //
-// Tile hierarchy: block tile = BM x BN, K in steps of BK;
-//                 warp tile = WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN);
-//                 thread tile = TM x TN per sub-tile, WMITER*TM x WNITER*TN per thread.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN, k tiles of BK
+//   warp tile   WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN) sub-tiles
+//   thread tile TM x TN per sub-tile, WMITER*TM x WNITER*TN accumulators; fragments: TM of A,
+//               TN of B per k and sub-tile
 // Needs M % BM == 0, N % BN == 0, K % BK == 0, and N, K multiples of 4 (16-byte alignment).
 #include "common.cuh"
 

@@ -10,9 +10,11 @@
 // Predicted effect: modest where occupancy already hides latency (the worklog's double-buffered
 // kernel gained a few percent); it matters more with one block per SM.
 //
-// Tile hierarchy: block tile = BM x BN, K in steps of BK;
-//                 warp tile = WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN);
-//                 thread tile = TM x TN per sub-tile, WMITER*TM x WNITER*TN per thread.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN, k tiles of BK, two stages
+//   warp tile   WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN) sub-tiles
+//   thread tile TM x TN per sub-tile, WMITER*TM x WNITER*TN accumulators; fragments: TM of A,
+//               TN of B per k and sub-tile
 // Needs M % BM == 0, N % BN == 0, K % BK == 0, and N, K multiples of 4 (16-byte alignment).
 #include "common.cuh"
 

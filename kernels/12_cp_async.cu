@@ -14,11 +14,14 @@
 // Predicted effect: the copy latency leaves the critical path entirely; fewer registers than 11
 // (no staging), so more accumulators or more blocks per SM.
 //
-// Tile hierarchy: block tile = BM x BN, K in steps of BK, STAGES tiles in flight;
-//                 warp tile = WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN);
-//                 thread tile = TM x TN per sub-tile, WMITER*TM x WNITER*TN per thread.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN, k tiles of BK, STAGES stages in flight
+//   warp tile   WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN) sub-tiles
+//   thread tile TM x TN per sub-tile, WMITER*TM x WNITER*TN accumulators; fragments: TM of A,
+//               TN of B per k and sub-tile
 // Needs M % BM == 0, N % BN == 0, K % BK == 0, and N, K multiples of 4 (16-byte alignment).
 #include "common.cuh"
+#include "cp_async.cuh"
 
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int TN, int THREADS,
           int STAGES>

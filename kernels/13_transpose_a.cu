@@ -13,8 +13,9 @@
 //   k-groups of one m share a bank).
 // Predicted effect (seed 004, RTX 5060 Laptop): 18.76 -> 16.44 ms, 0.80 -> 0.91 of cuBLAS.
 //
-// Tile hierarchy: block tile = 128 x 128, K in steps of 16; warp tile = 64 x 32 (2 x 4 warps);
-//                 thread tile = 8 x 8. Needs M, N multiples of 128 and K a multiple of 16.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  128 x 128, k tiles of 16; warp tile 64 x 32 (2 x 4 warps); thread tile 8 x 8.
+//   Needs M, N multiples of 128 and K a multiple of 16.
 #include "common.cuh"
 
 __global__ void __launch_bounds__(256)

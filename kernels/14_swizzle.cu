@@ -13,8 +13,9 @@
 //   power-of-two row; the swizzle costs two integer instructions per access.
 // Predicted effect (seed 004): 16.44 -> 15.71 ms, 0.95 of cuBLAS.
 //
-// Tile hierarchy: block tile = 128 x 128, K in steps of 16; warp tile = 64 x 32 (2 x 4 warps);
-//                 thread tile = 8 x 8. Needs M, N multiples of 128 and K a multiple of 16.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  128 x 128, k tiles of 16; warp tile 64 x 32 (2 x 4 warps); thread tile 8 x 8.
+//   Needs M, N multiples of 128 and K a multiple of 16.
 #include "common.cuh"
 
 // Column of element (k, m) of the transposed A tile: k's bits 2-3 XORed into m's bits 3-4.

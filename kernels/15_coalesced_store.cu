@@ -12,8 +12,9 @@
 // Predicted effect (seed 004): 15.71 -> 15.52 ms (0.96 of cuBLAS): small, the stores are once
 // per tile.
 //
-// Tile hierarchy: block tile = 128 x 128, K in steps of 16; warp tile = 16 x 128 (8 x 1 warps);
-//                 thread tile = 8 x (4 + 4). Needs M, N multiples of 128 and K a multiple of 16.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  128 x 128, k tiles of 16; warp tile 16 x 128 (8 x 1 warps);
+//   thread tile 8 x (4 + 4). Needs M, N multiples of 128 and K a multiple of 16.
 #include "common.cuh"
 
 // Column of element (k, m) of the transposed A tile: k's bits 2-3 XORed into m's bits 3-4.

@@ -12,8 +12,9 @@
 //   (two blocks per SM), and the resource report confirms it fits without spilling.
 // Predicted effect (seed 004): 15.52 -> 14.19 ms, 1.06x cuBLAS on an RTX 5060 Laptop GPU.
 //
-// Tile hierarchy: block tile = 128 x 128, K in steps of 16, two buffers; warp tile = 16 x 128;
-//                 thread tile = 8 x (4 + 4). Needs M, N multiples of 128 and K a multiple of 16.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  128 x 128, k tiles of 16, two stages; warp tile 16 x 128;
+//   thread tile 8 x (4 + 4). Needs M, N multiples of 128 and K a multiple of 16.
 #include "common.cuh"
 
 // Column of element (k, m) of the transposed A tile: k's bits 2-3 XORed into m's bits 3-4.

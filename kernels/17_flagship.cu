@@ -19,10 +19,15 @@
 // Predicted effect: at 4096 and 8192 12's speed minus a little for the predicates; the tile
 // order helps most at 8192, where B (256 MB) is far larger than L2; split-K is for 1024.
 //
-// Tile hierarchy: block tile = BM x BN (x K / SPLIT_K), K in steps of BK, STAGES tiles in flight;
-//                 warp tile = WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN);
-//                 thread tile = TM x TN per sub-tile, WMITER*TM x WNITER*TN per thread.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN (K in SPLIT_K K slices), k tiles of BK, STAGES stages in flight
+//   warp tile   WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN) sub-tiles
+//   thread tile TM x TN per sub-tile, WMITER*TM x WNITER*TN accumulators; fragments: TM of A
+//               (read KA k at a time) and TN of B per k and sub-tile
 #include "common.cuh"
+#include "cp_async.cuh"
+#include "tile_order.cuh"
+#include "split_k.cuh"
 
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int TN, int THREADS,
           int STAGES, int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int KA, int FMA_ORDER>

@@ -12,10 +12,11 @@
 // is rounded to TF32 in the kernel with wmma::__float_to_tf32 (cvt.rna.tf32.f32: round to
 // nearest, ties away from zero), as cuBLAS's TF32 mode rounds its FP32 inputs.
 //
-// Tile hierarchy: block tile BM x BN (K step BK, A and B staged in shared memory, float4 global
-// loads) -> warp tile WM x WN -> 16 x 16 accumulator fragments (a fragment's elements are spread
-// over the warp's 32 lanes in an unspecified layout, which is why the epilogue goes through a
-// small per-warp shared-memory tile before the alpha/beta store).
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN, k tiles of BK (A and B staged in shared memory, float4 global loads)
+//   warp tile   WM x WN of 16 x 16 accumulator fragments (a fragment's elements are spread over
+//               the warp's 32 lanes in an unspecified layout, which is why the epilogue goes
+//               through a small per-warp shared-memory tile before the alpha/beta store)
 // Needs M, N, K multiples of the block tile (no edge handling: that is the later chapters' work).
 #include "common.cuh"
 #include <mma.h>

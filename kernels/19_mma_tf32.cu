@@ -17,10 +17,13 @@
 // - FP32 -> TF32: cvt.rna.tf32.f32 on each element as it leaves shared memory (round to nearest,
 //   ties away; the inputs stay FP32 in memory).
 //
-// Tile hierarchy: block tile BM x BN x BK (STAGES in flight) -> warp tile WM x WN -> MMA tiles
-// 16 x 8 (WM / 16 x WN / 8 per warp, 4 accumulators each per lane).
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN, k tiles of BK, STAGES stages in flight
+//   warp tile   WM x WN of 16 x 8 MMA tiles (WM / 16 x WN / 8 per warp, 4 accumulators each per
+//               lane); fragments: the mma.sync operands of each MMA tile and 8 k
 // Needs M, N, K multiples of the block tile (no edge handling).
 #include "common.cuh"
+#include "cp_async.cuh"
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned r;

@@ -39,11 +39,15 @@
 // - Tried and left out: pairs of CTAs in a cluster sharing the A tile through TMA multicast
 //   (half the A traffic from L2) verified but ran at 40-45% of cuBLAS TF32 on the H100.
 //
-// Tile hierarchy: block tile BM x BN x 32 (BM rows of C from A, BN columns of C from B; 32 k =
-// one 128-byte swizzle row) -> consumer warpgroup tile BM x 64 (one wgmma m64nBMk8 per 8 k, in
-// transposed form: 64 columns of C by BM rows) -> warp 16 columns of C -> lane 2 columns x BM/4
-// rows (BM/2 accumulators).
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN, k tiles of 32 (BM rows of C from A, BN columns of C from B; 32 k =
+//               one 128-byte swizzle row), STAGES stages in the producer -> consumer ring
+//   consumer warpgroup tile BM x 64 (one wgmma m64nBMk8 per 8 k, in transposed form: 64
+//               columns of C by BM rows) -> warp 16 columns of C -> thread tile 2 columns x
+//               BM/4 rows (BM/2 accumulators)
 #include "common.cuh"
+#include "mbarrier.cuh"
+#include "warpgroup.cuh"
 
 // A CUtensorMap (driver API), encoded on the host (src/tensor_maps.py) and passed by value.
 struct alignas(64) TensorMap {

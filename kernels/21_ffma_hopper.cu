@@ -24,11 +24,17 @@
 // Kept from 17: grouped tile order, split-K with a ticketed deterministic reduction, any M, N,
 // K, alpha, beta (B's 16-byte copies need N % 4 == 0, else VEC = 1 copies 4-byte elements).
 //
-// Tile hierarchy: block tile = BM x BN, K in steps of BK, STAGES tiles in flight;
-//                 warp tile = WM x WN, lanes (WM / TM) x (WN / TN);
-//                 thread tile = TM x TN as (TM / 4) x (TN / 4) float4 groups, WM / TM * 4 rows
-//                 (and WN / TN * 4 columns) apart.
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  BM x BN (K in SPLIT_K K slices), k tiles of BK, STAGES stages in flight
+//   warp tile   WM x WN, lane grid (WM / TM) x (WN / TN)
+//   thread tile TM x TN as (TM / 4) x (TN / 4) float4 groups, WM / TM * 4 rows (and WN / TN * 4
+//               columns) apart; fragments: TM of A, TN of B per k, two register sets
 #include "common.cuh"
+#include "cp_async.cuh"
+#include "tile_order.cuh"
+#include "split_k.cuh"
+#include "ffma_stage.cuh"
+#include "ffma_thread_tile.cuh"
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int THREADS, int STAGES,
           int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int FMA_ORDER, int LOADS_FIRST>
@@ -59,7 +65,7 @@ sgemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
   const int block_row = tile_m * BM;
   const int block_col = tile_n * BN;
 
-  // Who copies what (copy_ffma_stage, common.cuh). A (4-byte copies: A is transposed on the
+  // Who copies what (copy_ffma_stage, ffma_stage.cuh). A (4-byte copies: A is transposed on the
   // way, As[k][m]): consecutive threads take consecutive k of a row, so one copy instruction
   // reads whole 4*BK-byte pieces of rows. B: B_LANES threads per k row, so one copy instruction
   // reads whole lines and a thread's B copies are one address plus constants.
@@ -99,7 +105,7 @@ sgemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
     load_ffma_fragments<TM, TN, LANE_ROWS, LANE_COLS, 4 * KK * AS_STRIDE, 4 * KK * BN>(
         frag_a[buf], frag_b[buf], stage_addr + a_frag, stage_addr + b_frag);
   };
-  // The thread tile's outer product for one k (FMA_ORDER: see common.cuh).
+  // The thread tile's outer product for one k (FMA_ORDER: see ffma_thread_tile.cuh).
   auto outer_product = [&](int buf) { ffma_outer_product<FMA_ORDER>(acc, frag_a[buf], frag_b[buf]); };
 
   // Pipeline: all STAGES tiles in flight at the start. At the last k of tile t the warps wait

@@ -75,6 +75,33 @@ def test_expand_source_inlines_the_header_with_line_marks():
     assert f'#line {include_line + 1} "kernels/06_vectorize.cu"' in text
 
 
+HEADERS = sorted(p.name for p in KERNELS_DIR.glob("*.cuh"))
+
+
+@pytest.mark.parametrize("header", HEADERS)
+def test_each_header_says_what_it_holds_and_is_guarded(header):
+    """A header opens with what it holds and why, and carries an include guard: the runner pastes
+    headers into one text, where #pragma once cannot stop a header reached twice."""
+    lines = (KERNELS_DIR / header).read_text().splitlines()
+    assert lines[0].startswith(f"// {header}: "), "a header opens with `// <name>: what it holds`"
+    guard = next(l for l in lines if not l.startswith("//"))
+    assert guard.startswith("#ifndef SGEMM_LAB_"), header
+    assert lines[lines.index(guard) + 1] == guard.replace("#ifndef", "#define"), header
+    assert lines[-1].startswith("#endif"), header
+
+
+def test_expand_source_pastes_nested_includes():
+    """22 includes ffma_stage.cuh, which includes cp_async.cuh: both end up in the text, and
+    every header 22 reaches is in it (common.cuh through several others)."""
+    text = expand_source(KERNELS_DIR / "22_ffma_warp_specialized.cu")
+    assert "#include" not in text
+    for header in ("common.cuh", "tile_order.cuh", "split_k.cuh", "ffma_stage.cuh", "cp_async.cuh",
+                   "ffma_thread_tile.cuh", "mbarrier.cuh", "warpgroup.cuh", "cluster.cuh"):
+        assert f'#line 1 "kernels/{header}"' in text, header
+    # a chapter that needs none of the pipeline headers gets none of them
+    assert "kernels/cp_async.cuh" not in expand_source(KERNELS_DIR / "06_vectorize.cu")
+
+
 @needs_nvcc
 def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
     broken = tmp_path / "99_broken.cu"

@@ -48,15 +48,18 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def expand_source(path: Path, _seen: frozenset = frozenset()) -> str:
-    """The kernel source with its local "..." includes pasted in, once each, with #line marks."""
+def expand_source(path: Path, _pasted: set | None = None) -> str:
+    """The kernel source with its local "..." includes pasted in, once each in the whole text
+    (a header two others include is pasted at its first include), with #line marks."""
+    pasted = {path.resolve()} if _pasted is None else _pasted
     out = [f'#line 1 "{_rel(path)}"']
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         match = _INCLUDE.match(line)
         if match:
             header = (path.parent / match.group(1)).resolve()
-            if header not in _seen:
-                out.append(expand_source(header, _seen | {header, path.resolve()}))
+            if header not in pasted:
+                pasted.add(header)
+                out.append(expand_source(header, pasted))
             out.append(f'#line {lineno + 1} "{_rel(path)}"')
         else:
             out.append(line)

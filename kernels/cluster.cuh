@@ -1,0 +1,27 @@
+// cluster.cuh: thread-block clusters (sm_90), as 22 uses them to add a tile's K slices up in
+// distributed shared memory: a cluster-wide barrier, another block's address of a shared-memory
+// location, a store there, and an arrival on another block's mbarrier.
+#ifndef SGEMM_LAB_CLUSTER_CUH
+#define SGEMM_LAB_CLUSTER_CUH
+
+// All threads of all blocks of the cluster meet (release / acquire at cluster scope): after it,
+// every block of the cluster has started and sees what the others did before it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The address of the same shared-memory location in block `rank` of the cluster.
+__device__ __forceinline__ unsigned cluster_map(unsigned smem_address, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_address), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ void st_cluster_f32x4(unsigned remote, float x, float y, float z, float w) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(remote), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+// One arrival on another block's barrier, after (release) this thread's stores to its memory.
+__device__ __forceinline__ void mbar_arrive_remote(unsigned remote_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+
+#endif  // SGEMM_LAB_CLUSTER_CUH

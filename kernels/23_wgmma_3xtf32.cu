@@ -61,6 +61,8 @@
 // Tile hierarchy as in 20: block tile BM x BN x 32 -> consumer warpgroup BM x 64 (wgmma
 // m64nBMk8 on C^T = B^T A^T) -> warp 16 columns of C -> lane 2 columns x BM / 4 rows.
 #include "common.cuh"
+#include "mbarrier.cuh"
+#include "warpgroup.cuh"
 
 // --- TMA, wgmma and TF32 rounding, as in 20 ----------------------------------------------------
 struct alignas(64) TensorMap {

@@ -50,7 +50,7 @@ def compose():
 
 
 def load_jsonl(name: str):
-    """Records from tests/data/ (real H100 runs, written by benchmarks/progression.sh)."""
+    """Records from tests/data/ (real H100 runs, written by the retired issue-2 acceptance script)."""
     from src.records.record import Record
 
     lines = (DATA_DIR / name).read_text().splitlines()

@@ -1,7 +1,7 @@
 """Builds tests/data/runs_h100.csv, the recorded `runs.csv` the table and plots tests run on.
 
 Provenance: every row is a real H100 job record from tests/data/ (written by
-benchmarks/progression.sh on an NVIDIA H100 80GB HBM3), passed through src.records.collect unchanged:
+the issue-2 acceptance run, benchmarks/progression.sh, since retired, on an NVIDIA H100 80GB HBM3), passed through src.records.collect unchanged:
 
 - all 16 jobs of records_h100_progression.jsonl (kernels 01-06 and both cuBLAS baselines at 1024
   and 4096, all ok), and

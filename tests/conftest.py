@@ -24,9 +24,12 @@ def _gpu_visible() -> str | None:
         return f"no usable CUDA GPU ({type(exc).__name__})"
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k deselects: the chapter names are keywords to it
 def pytest_collection_modifyitems(config, items):
     reason = None
     for item in items:
+        for mark in item.iter_markers("chapter"):
+            item.extra_keyword_matches.update(mark.args)
         if "gpu" in item.keywords:
             if reason is None:
                 reason = _gpu_visible() or ""

@@ -56,6 +56,7 @@ def test_fp32_flagships_any_shape_alpha_beta(compose, kernel, params, shape):
     assert all(record.params[name] == value for name, value in params.items())
 
 
+@pytest.mark.chapter("22_ffma_warp_specialized")
 @pytest.mark.parametrize("shape", [(4096, 4096, 4096), (1024, 1024, 1024), (896, 4864, 512),
                                    (1000, 1000, 16), (2048, 2048, 2056), (8192, 1024, 3000)],
                          ids=["3.88-waves", "32-tiles", "133-tiles", "fewer-k-than-blocks",
@@ -76,6 +77,7 @@ def test_stream_k_splits(compose, shape, sk_split):
     assert record.rel_err <= record.tolerance and record.local_bytes == 0
 
 
+@pytest.mark.chapter("20_wgmma_tf32")
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4100, 332), (17, 36, 4), (1, 4, 4),
                                    (333, 1500, 4092), (4096, 4096, 4096)])
 @pytest.mark.parametrize("in_flight", [1, 2])
@@ -91,6 +93,7 @@ def test_wgmma_any_tile_alpha_beta(compose, shape, in_flight):
     assert record.rel_err <= record.tolerance and record.local_bytes == 0
 
 
+@pytest.mark.chapter("20_wgmma_tf32")
 def test_wgmma_refuses_unaligned_rows(compose):
     record = run_job(compose("kernel=20_wgmma_tf32", "m=64", "n=66", "k=64", *QUICK))
     assert record.status == "unsupported_size" and "n % 4 == 0 and k % 4 == 0" in record.error
@@ -101,6 +104,7 @@ THREE_TF32_VARIANTS = [{}, {"order": 2}, {"accumulation": 1},
                        {"promote": 1, "in_flight": 1, "bn": 64}]
 
 
+@pytest.mark.chapter("23_wgmma_3xtf32")
 @pytest.mark.parametrize("params", THREE_TF32_VARIANTS,
                          ids=["configured", "order2", "unpromoted", "bm256", "promote1-bn64"])
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
@@ -119,6 +123,7 @@ def test_3xtf32_any_shape_alpha_beta(compose, shape, params):
     assert record.local_bytes == 0
 
 
+@pytest.mark.chapter("23_wgmma_3xtf32")
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (1024, 1024, 4096), (512, 512, 16384),
                                    (130, 260, 1030)])
 def test_3xtf32_error_within_twice_cublas_fp32(shape):
@@ -133,6 +138,7 @@ def test_3xtf32_error_within_twice_cublas_fp32(shape):
     assert errors["configured"] * 20 < errors["cublas_tf32"], errors
 
 
+@pytest.mark.chapter("23_wgmma_3xtf32")
 def test_3xtf32_is_only_tf32_accurate_where_small_parts_underflow():
     """Where 3xTF32 is worse than FP32 (documented in the chapter's header): A ~ 2^-120 is
     normal FP32, but its small part (2^-11 .. 2^-22 of it) is below the normal range and the

@@ -52,15 +52,22 @@ def target(gpu_cfg) -> Target:
     try:
         device = gpu_mod.detect()
     except NoGPU:
-        data = OmegaConf.to_container(gpu_cfg, resolve=True) if not isinstance(gpu_cfg, dict) else gpu_cfg
-        if data.get("name") == "auto":
-            data = gpu_mod.known_specs()[NO_GPU_STAND_IN]
-        return Target(None, gpu_mod.limits_from_spec(data["name"]), gpu_mod.resolve_spec(data, None))
+        return datasheet_target(gpu_cfg)
     spec = gpu_mod.resolve_spec(gpu_cfg, device)
     if spec.match and not any(re.search(p, device.name, re.IGNORECASE) for p in spec.match):
         log.warning("gpu=%s was requested but the device is %r: pct_of_peak uses %s's datasheet.",
                     spec.name, device.name, spec.name)
     return Target(device, gpu_mod.device_limits(device), spec)
+
+
+def datasheet_target(gpu_cfg) -> Target:
+    """A target with no device: the named GPU's datasheet limits and spec (the stand-in's for
+    gpu=auto), whether or not a GPU is here. For checking or building a configuration for a GPU
+    that is not this one (the SASS tool builds for the named spec's architecture)."""
+    data = OmegaConf.to_container(gpu_cfg, resolve=True) if not isinstance(gpu_cfg, dict) else gpu_cfg
+    if data.get("name") == "auto":
+        data = gpu_mod.known_specs()[NO_GPU_STAND_IN]
+    return Target(None, gpu_mod.limits_from_spec(data["name"]), gpu_mod.resolve_spec(data, None))
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Chapter 23's error next to cuBLAS FP32's (and TF32's) on the SAME inputs, against the runner's
-FP64 reference (src/verify.reference): the K sweep of its error analysis, and inputs of a chosen
+FP64 reference (src.job.verify.reference): the K sweep of its error analysis, and inputs of a chosen
 distribution (uniform, a wide dynamic range, tiny A). Compiled and launched through the runner's
-own steps (spec -> compile_kernel -> launch, pre-pass included). Needs a GPU.
+own steps (prepare_kernel -> compile_kernel -> launch, pre-pass included). Needs a GPU.
 
   python benchmarks/accuracy_3xtf32.py --mn 2048 --ks 1024,2048,4096,8192,16384 \\
       --variant configured --variant accumulation=1 --variant order=2 --inputs uniform,tiny_a
@@ -14,15 +14,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from omegaconf import OmegaConf  # noqa: E402
-
-from src.job import gpu as gpu_mod  # noqa: E402
 from src.job.compile import compile_kernel  # noqa: E402
+from src.job.config import kernel_config  # noqa: E402
+from src.job.prepare import Target, prepare_kernel, target  # noqa: E402
 from src.job.problem import Inputs, Problem  # noqa: E402
-from src.job.spec import build_spec  # noqa: E402
 from src.job.verify import reference  # noqa: E402
 
-KERNEL_CONF = Path(__file__).resolve().parent.parent / "conf" / "kernel"
 CHAPTER = "23_wgmma_3xtf32"
 BASELINES = ("cublas_fp32", "cublas_tf32")
 
@@ -56,11 +53,10 @@ def make_operands(problem: Problem, kind: str, seed: int) -> Inputs:
     return Inputs(a=a, b=b, c=c0.copy(), c0=c0, seed=seed)
 
 
-def _kernel(name: str, params: dict, problem: Problem, limits: dict):
-    cfg = OmegaConf.to_container(OmegaConf.load(KERNEL_CONF / f"{name}.yaml"))
-    if params:
-        cfg["params"].update(params)
-    return compile_kernel(build_spec(cfg, problem, limits))
+def _kernel(name: str, params: dict, problem: Problem, where: Target):
+    prepared = prepare_kernel(kernel_config(name), problem, where, overrides=params or None)
+    prepared.require_device()
+    return compile_kernel(prepared.spec)
 
 
 def rel_errors(problem: Problem, kind: str = "uniform", seed: int = 0,
@@ -69,14 +65,13 @@ def rel_errors(problem: Problem, kind: str = "uniform", seed: int = 0,
     parameters) and of cuBLAS FP32 and TF32, all on one set of inputs."""
     import cupy as cp
 
-    device = gpu_mod.detect()
-    limits = gpu_mod.device_limits(device)
+    where = target({"name": "auto"})
     inputs = make_operands(problem, kind, seed)
     ref = reference(problem, inputs)
     ref_norm = cp.linalg.norm(ref)
-    kernels = {label: _kernel(CHAPTER, params, problem, limits)
+    kernels = {label: _kernel(CHAPTER, params, problem, where)
                for label, params in (variants or {"configured": {}}).items()}
-    kernels.update({name: _kernel(name, {}, problem, limits) for name in BASELINES})
+    kernels.update({name: _kernel(name, {}, problem, where) for name in BASELINES})
     errors = {}
     for label, kernel in kernels.items():
         inputs.c[...] = inputs.c0

@@ -13,38 +13,45 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from omegaconf import OmegaConf  # noqa: E402
 
-from src.job import gpu  # noqa: E402
 from src.job.compile import compile_kernel  # noqa: E402
+from src.job.config import kernel_config  # noqa: E402
+from src.job.gpu import known_specs  # noqa: E402
+from src.job.prepare import prepare_kernel, target  # noqa: E402
 from src.job.problem import Problem, make_inputs  # noqa: E402
-from src.job.spec import build_spec  # noqa: E402
-from src.tune.tuned import apply as apply_tuned  # noqa: E402
 
-CONF = Path(__file__).resolve().parent.parent / "conf" / "kernel"
 
-ap = argparse.ArgumentParser()
-ap.add_argument("kernels", nargs="+")
-ap.add_argument("--size", type=int, default=4096)
-ap.add_argument("--launches", type=int, default=3)
-ap.add_argument("--tuned-for", default="auto", help="GPU spec whose tuned values apply")
-args = ap.parse_args()
-device = gpu.detect()
-spec_name = (args.tuned_for if args.tuned_for != "auto"
-             else gpu.resolve_spec({"name": "auto"}, device).name)
-problem = Problem(args.size, args.size, args.size, 1.0, 0.0)
-inputs = make_inputs(problem)
-for item in args.kernels:
-    name, _, overrides = item.partition(":")
-    cfg = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
-    apply_tuned(cfg, spec_name, problem)
-    for pair in filter(None, overrides.split(",")):
-        key, value = pair.split("=")
-        cfg["params"][key] = int(value)
-    kernel = compile_kernel(build_spec(cfg, problem, gpu.device_limits(device)))
-    for _ in range(args.launches):
-        kernel.launch(inputs.a, inputs.b, inputs.c, problem.alpha, problem.beta)
+def overrides_of(text: str) -> dict:
+    """`bk=16,stages=4` as parameters."""
+    pairs = (pair.split("=", 1) for pair in filter(None, text.split(",")))
+    return {key: int(value) for key, value in pairs}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kernels", nargs="+", help="NAME or NAME:param=value,...")
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--launches", type=int, default=3)
+    parser.add_argument("--tuned-for", default="auto", help="GPU spec whose tuned values apply")
+    args = parser.parse_args()
+    # a named spec is taken as given on this device: its tuned values, this device's limits
+    where = target(known_specs()[args.tuned_for] if args.tuned_for != "auto" else {"name": "auto"})
+    problem = Problem(args.size, args.size, args.size, 1.0, 0.0)
+    inputs = make_inputs(problem)
     import cupy as cp
 
-    cp.cuda.runtime.deviceSynchronize()
-    print(f"{item}: {getattr(kernel.spec, 'entry', None) or name} launched {args.launches}x", flush=True)
+    for item in args.kernels:
+        name, _, overrides = item.partition(":")
+        prepared = prepare_kernel(kernel_config(name), problem, where,
+                                  overrides=overrides_of(overrides) or None)
+        prepared.require_device()
+        kernel = compile_kernel(prepared.spec)
+        for _ in range(args.launches):
+            kernel.launch(inputs.a, inputs.b, inputs.c, problem.alpha, problem.beta)
+        cp.cuda.runtime.deviceSynchronize()
+        print(f"{item}: {prepared.spec.entry or name} launched {args.launches}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

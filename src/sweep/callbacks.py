@@ -65,7 +65,7 @@ class SweepSummary(Callback):
 
 
 class MlflowSweep(Callback):
-    """The sweep's parent run (src/sweep/tracking.py): created at the start, its id written to the
+    """The sweep's parent run (src/sweep/tracking/): created at the start, its id written to the
     sweep directory for the jobs, which nest their own runs under it wherever they run; at the
     end the summary table, the GFLOP/s figure and the job counts, and FINISHED. A sweep that
     stops early (Ctrl-C, SIGTERM, an error) is ended KILLED or FAILED at exit."""

@@ -45,6 +45,8 @@
 //   consumer warpgroup tile BM x 64 (one wgmma m64nBMk8 per 8 k, in transposed form: 64
 //               columns of C by BM rows) -> warp 16 columns of C -> thread tile 2 columns x
 //               BM/4 rows (BM/2 accumulators)
+// The TMA and wgmma wrappers (tma.cuh, wgmma.cuh) are shared with 23; the kernel's own steps
+// (producer, fragment keep-alive, epilogue) are named functions above it.
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "warpgroup.cuh"

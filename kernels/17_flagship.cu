@@ -29,6 +29,95 @@
 #include "tile_order.cuh"
 #include "split_k.cuh"
 
+// The thread tile's outer product for one k: acc[r][c] += frag_a[r][kk] * frag_b[c], R rows and
+// CN columns. The order of the FFMAs as written (the compiler keeps most of it) decides which
+// operand consecutive FFMAs share (the operand reuse cache) and so how often three source
+// registers collide in one register bank (a dispatch stall).
+template <int R, int CN, int KA, int FMA_ORDER>
+__device__ __forceinline__ void outer_product(float* acc, const float (&frag_a)[R][KA], int kk,
+                                              const float* frag_b) {
+  // R = WM * WN / (32 * WNITER * TN) is even for every tile the constraints admit
+  static_assert(FMA_ORDER != 4 || R % 2 == 0, "zig-zag row pairs need an even row count");
+  if (FMA_ORDER == 2) {  // column by column: the B value is shared
+#pragma unroll
+    for (int c = 0; c < CN; ++c)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r * CN + c] += frag_a[r][kk] * frag_b[c];
+  } else if (FMA_ORDER == 4) {  // row pairs, zig-zag: (r,c) (r+1,c) (r+1,c+1) (r,c+1) ...
+                                // every FFMA shares A or B with the one before it
+#pragma unroll
+    for (int r = 0; r < R; r += 2)
+#pragma unroll
+      for (int c = 0; c < CN; ++c) {
+        const int first = (c & 1) ? r + 1 : r;
+        acc[first * CN + c] += frag_a[first][kk] * frag_b[c];
+        acc[(2 * r + 1 - first) * CN + c] += frag_a[2 * r + 1 - first][kk] * frag_b[c];
+      }
+  } else {  // row by row (1), or serpentine (3): the A value is shared, and with 3 also
+            // the B value at each turn
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int cc = 0; cc < CN; ++cc) {
+        const int c = (FMA_ORDER == 3 && (r & 1)) ? CN - 1 - cc : cc;
+        acc[r * CN + c] += frag_a[r][kk] * frag_b[c];
+      }
+  }
+}
+
+// The A fragments of KA consecutive k: for each of the lane's WMITER * TM rows of the warp tile,
+// one LDS.128 (KA = 4) or LDS.64 (KA = 2) at `as` (the warp tile's first row, at the first k).
+template <int WMITER, int TM, int WSUBM, int LANE_ROWS, int AS_STRIDE, int KA>
+__device__ __forceinline__ void load_a_fragments(float (&reg_a)[WMITER * TM][KA], const float* as,
+                                                 int lane_row) {
+#pragma unroll
+  for (int i = 0; i < WMITER; ++i) {
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+      const float* src = &as[(i * WSUBM + r * LANE_ROWS + lane_row) * AS_STRIDE];
+      if (KA == 4) {
+        const float4 v = load_float4(src);
+        reg_a[i * TM + r][0] = v.x; reg_a[i * TM + r][1] = v.y;
+        reg_a[i * TM + r][KA > 2 ? 2 : 0] = v.z; reg_a[i * TM + r][KA > 3 ? 3 : 0] = v.w;
+      } else {
+        const float2 v = *reinterpret_cast<const float2*>(src);
+        reg_a[i * TM + r][0] = v.x; reg_a[i * TM + r][1] = v.y;
+      }
+    }
+  }
+}
+
+// The B fragments of one k: the lane's WNITER * TN columns of the warp tile as float4s (LDS.128)
+// from `bs` (the warp tile's first column, at that k).
+template <int WNITER, int TN, int WSUBN, int LANE_COLS>
+__device__ __forceinline__ void load_b_fragments(float (&reg_b)[WNITER * TN], const float* bs,
+                                                 int lane_col) {
+#pragma unroll
+  for (int j = 0; j < WNITER; ++j) {
+#pragma unroll
+    for (int c = 0; c < TN; c += 4) {
+      const float4 v = load_float4(&bs[j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4]);
+      reg_b[j * TN + c] = v.x; reg_b[j * TN + c + 1] = v.y;
+      reg_b[j * TN + c + 2] = v.z; reg_b[j * TN + c + 3] = v.w;
+    }
+  }
+}
+
+// The epilogue for one float4 of accumulators v at (row, col) of C: C = alpha * v + beta * C,
+// inside C only (VEC = 1: N need not be a multiple of 4, so element by element).
+template <int VEC>
+__device__ __forceinline__ void store_fragment(float* C, int M, int N, int row, int col,
+                                               const float* v, float alpha, float beta) {
+  if (row >= M) return;
+  if (VEC == 4) {
+    if (col < N) store_axpby4(&C[row * N + col], v, alpha, beta);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (col + e < N) store_axpby(&C[row * N + col + e], v[e], alpha, beta);
+  }
+}
+
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int TN, int THREADS,
           int STAGES, int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int KA, int FMA_ORDER>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -131,65 +220,12 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
       // KA consecutive k of each of the lane's rows of A: one LDS.128 (KA = 4) or LDS.64 (KA = 2)
       // per row. KA = 2 halves the registers that hold A, at twice the A load instructions.
       float reg_a[WMITER * TM][KA];
-#pragma unroll
-      for (int i = 0; i < WMITER; ++i) {
-#pragma unroll
-        for (int r = 0; r < TM; ++r) {
-          const float* src = &as[(i * WSUBM + r * LANE_ROWS + lane_row) * AS_STRIDE + kc];
-          if (KA == 4) {
-            const float4 v = load_float4(src);
-            reg_a[i * TM + r][0] = v.x; reg_a[i * TM + r][1] = v.y;
-            reg_a[i * TM + r][KA > 2 ? 2 : 0] = v.z; reg_a[i * TM + r][KA > 3 ? 3 : 0] = v.w;
-          } else {
-            const float2 v = *reinterpret_cast<const float2*>(src);
-            reg_a[i * TM + r][0] = v.x; reg_a[i * TM + r][1] = v.y;
-          }
-        }
-      }
+      load_a_fragments<WMITER, TM, WSUBM, LANE_ROWS, AS_STRIDE, KA>(reg_a, as + kc, lane_row);
 #pragma unroll
       for (int kk = 0; kk < KA; ++kk) {
         float reg_b[WNITER * TN];
-#pragma unroll
-        for (int j = 0; j < WNITER; ++j) {
-#pragma unroll
-          for (int c = 0; c < TN; c += 4) {
-            const float4 v =
-                load_float4(&bs[(kc + kk) * BN + j * WSUBN + (c / 4 * LANE_COLS + lane_col) * 4]);
-            reg_b[j * TN + c] = v.x; reg_b[j * TN + c + 1] = v.y;
-            reg_b[j * TN + c + 2] = v.z; reg_b[j * TN + c + 3] = v.w;
-          }
-        }
-        // The order of the outer product's FFMAs as written (the compiler keeps most of it): it
-        // decides which operand consecutive FFMAs share (the operand reuse cache) and so how
-        // often three source registers collide in one register bank (a dispatch stall).
-        constexpr int R = WMITER * TM, CN = WNITER * TN;
-        // R = WM * WN / (32 * WNITER * TN) is even for every tile the constraints admit
-        static_assert(FMA_ORDER != 4 || R % 2 == 0, "zig-zag row pairs need an even row count");
-        if (FMA_ORDER == 2) {  // column by column: the B value is shared
-#pragma unroll
-          for (int c = 0; c < CN; ++c)
-#pragma unroll
-            for (int r = 0; r < R; ++r) acc[r * CN + c] += reg_a[r][kk] * reg_b[c];
-        } else if (FMA_ORDER == 4) {  // row pairs, zig-zag: (r,c) (r+1,c) (r+1,c+1) (r,c+1) ...
-                                      // every FFMA shares A or B with the one before it
-#pragma unroll
-          for (int r = 0; r < R; r += 2)
-#pragma unroll
-            for (int c = 0; c < CN; ++c) {
-              const int first = (c & 1) ? r + 1 : r;
-              acc[first * CN + c] += reg_a[first][kk] * reg_b[c];
-              acc[(2 * r + 1 - first) * CN + c] += reg_a[2 * r + 1 - first][kk] * reg_b[c];
-            }
-        } else {  // row by row (1), or serpentine (3): the A value is shared, and with 3 also
-                  // the B value at each turn
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int cc = 0; cc < CN; ++cc) {
-              const int c = (FMA_ORDER == 3 && (r & 1)) ? CN - 1 - cc : cc;
-              acc[r * CN + c] += reg_a[r][kk] * reg_b[c];
-            }
-        }
+        load_b_fragments<WNITER, TN, WSUBN, LANE_COLS>(reg_b, bs + (kc + kk) * BN, lane_col);
+        outer_product<WMITER * TM, WNITER * TN, KA, FMA_ORDER>(acc, reg_a, kk, reg_b);
       }
     }
   }
@@ -216,14 +252,6 @@ sgemm_flagship(int M, int N, int K, float alpha, const float* __restrict__ A,
 
   // --- epilogue: C = alpha * acc + beta * C, inside C only
   for_each_fragment([&](int tile_row, int tile_col, float* v) {
-    const int row = block_row + tile_row, col = block_col + tile_col;
-    if (row >= M) return;
-    if (VEC == 4) {
-      if (col < N) store_axpby4(&C[row * N + col], v, alpha, beta);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (col + e < N) store_axpby(&C[row * N + col + e], v[e], alpha, beta);
-    }
+    store_fragment<VEC>(C, M, N, block_row + tile_row, block_col + tile_col, v, alpha, beta);
   });
 }

@@ -45,92 +45,67 @@
 //   consumer warpgroup tile BM x 64 (one wgmma m64nBMk8 per 8 k, in transposed form: 64
 //               columns of C by BM rows) -> warp 16 columns of C -> thread tile 2 columns x
 //               BM/4 rows (BM/2 accumulators)
+// The TMA and wgmma wrappers (tma.cuh, wgmma.cuh) are shared with 23; the kernel's own steps
+// (producer, fragment keep-alive, epilogue) are named functions above it.
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "warpgroup.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
 
-// A CUtensorMap (driver API), encoded on the host (src/tensor_maps.py) and passed by value.
-struct alignas(64) TensorMap {
-  unsigned long long opaque[16];
-};
-
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
+// Producer (one thread of warpgroup 0): walks K, refilling each stage as soon as the consumers
+// release it: A's BM x 32 box and BN / 32 boxes of B (32 k rows x 32 columns) per stage.
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void produce_k_tiles(unsigned char* a_tiles, unsigned char* b_tiles,
+                                                u64* full, u64* empty, const TensorMap* tmap_a,
+                                                const TensorMap* tmap_b, int m0, int n0,
+                                                int k_tiles) {
+  constexpr int BK = 32, A_STAGE = BM * BK * 4, B_BOX = BK * 32 * 4, B_STAGE = (BN / 32) * B_BOX;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % STAGES;
+    mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
+    mbar_arrive_expect_tx(&full[s], A_STAGE + B_STAGE);
+    tma_load_2d(a_tiles + s * A_STAGE, tmap_a, &full[s], kt * BK, m0);
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i)
+      tma_load_2d(b_tiles + s * B_STAGE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, kt * BK);
+  }
 }
 
-// --- TMA: a 2-D box of the tensor map at (x = inner coordinate, y = outer) into shared memory --
-__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, u64* bar, int x,
-                                            int y) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(smem_addr(bar)), "r"(x), "r"(y)
-      : "memory");
+// A wgmma reads its register fragments while it runs: they must keep their registers until
+// its group has completed. The empty asm makes them live up to here, so the compiler cannot
+// hand those registers to the next tile's fragments earlier.
+__device__ __forceinline__ void keep_fragments(unsigned (&frag)[4][4]) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[ks][i]));
 }
 
-// --- wgmma ------------------------------------------------------------------------------------
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int PENDING>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
-}
-
-// Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: rows of 128 bytes (32
-// floats of k), groups of 8 rows 1024 bytes apart (stride byte offset), tile 1024-byte aligned.
-// Moving along k inside the swizzle row is a plain byte offset on the start address.
-__device__ __forceinline__ u64 smem_desc_k_sw128(unsigned addr) {
-  return static_cast<u64>((addr & 0x3FFFF) >> 4)  // start address / 16
-         | (1ull << 16)                                 // leading byte offset: unused (K-major SW128)
-         | (static_cast<u64>(1024 >> 4) << 32)     // stride byte offset / 16
-         | (1ull << 62);                                // layout: 128-byte swizzle
-}
-
-// D (64 x N, FP32, N / 2 registers per lane) += A (64 x 8 TF32, 4 registers per lane) * B (8 x N
-// TF32 in shared memory, descriptor). Lane (warp w, g = lane / 4, t = lane % 4) supplies A rows
-// 16w + g (a[0], a[2]) and 16w + g + 8 (a[1], a[3]) at k = t (a[0], a[1]) and t + 4 (a[2], a[3]),
-// and holds D(16w + g, 8j + 2t + {0, 1}) in d[4j + {0, 1}], D(16w + g + 8, ...) in d[4j + {2, 3}].
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float* d, const unsigned* a, u64 desc_b);
-
-#define ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define ACC16(d, i) ACC4(d, i), ACC4(d, i + 4), ACC4(d, i + 8), ACC4(d, i + 12)
-#define ACC64(d) ACC16(d, 0), ACC16(d, 16), ACC16(d, 32), ACC16(d, 48)
-#define ACC128(d) ACC64(d), ACC16(d, 64), ACC16(d, 80), ACC16(d, 96), ACC16(d, 112)
-
-template <>
-__device__ __forceinline__ void wgmma_rs<128>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-      "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
-      : ACC64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-      : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<256>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-      "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-      "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-      "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-      "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-      "}, {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
-      : ACC128(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-      : "memory");
+// The epilogue: d[4j + {0, 2}] are C(m0 + 8j + 2t, n .. n + 1), d[4j + {1, 3}] the next row.
+// N is a multiple of 4, so a column pair is in or out as a whole.
+template <int BM>
+__device__ __forceinline__ void store_tile_pairs(const float* d, float* C, int M, int N, int m0,
+                                                 int n, int t, float alpha, float beta) {
+  if (n < N) {
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j) {
+      const int m = m0 + 8 * j + 2 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (m + h < M) {
+          float2* p = reinterpret_cast<float2*>(C + (size_t)(m + h) * N + n);
+          float2 v = make_float2(alpha * d[4 * j + h], alpha * d[4 * j + h + 2]);
+          if (beta != 0.0f) {
+            const float2 old = *p;
+            v.x += beta * old.x;
+            v.y += beta * old.y;
+          }
+          *p = v;
+        }
+      }
+    }
+  }
 }
 
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT>
@@ -166,30 +141,15 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
   const int n0 = ((blockIdx.x % group_tiles) / rows_here) * BN;
   const int k_tiles = CEIL_DIV(K, BK);
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);                   // the producer's arrive, plus the TMA's bytes
-      mbar_init(&empty[s], CONSUMERS * 4);      // one arrive per consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (threadIdx.x == 0) init_stage_ring<STAGES, CONSUMERS>(full, empty);
   __syncthreads();
 
   if (threadIdx.x < 128) {
     // Producer warpgroup: one thread walks K, refilling each stage as soon as it is released.
     setmaxnreg_dec<PRODUCER_REGS>();
-    if (threadIdx.x == 0) {
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % STAGES;
-        mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full[s], A_STAGE + B_STAGE);
-        tma_load_2d(a_tiles + s * A_STAGE, &tmap_a, &full[s], kt * BK, m0);
-#pragma unroll
-        for (int i = 0; i < BN / 32; ++i)
-          tma_load_2d(b_tiles + s * B_STAGE + i * B_BOX, &tmap_b, &full[s], n0 + 32 * i, kt * BK);
-      }
-    }
+    if (threadIdx.x == 0)
+      produce_k_tiles<BM, BN, STAGES>(a_tiles, b_tiles, full, empty, &tmap_a, &tmap_b, m0, n0,
+                                      k_tiles);
   } else {
     // Consumer warpgroup c: columns n0 + 64c .. n0 + 64c + 63 of C, all BM rows.
     setmaxnreg_inc<CONSUMER_REGS>();
@@ -231,15 +191,7 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
         wgmma_rs<BM>(d, frag[ks], smem_desc_k_sw128(a_tile + ks * 32));
       wgmma_commit();
     };
-    // A wgmma reads its register fragments while it runs: they must keep their registers until
-    // its group has completed. The empty asm makes them live up to here, so the compiler cannot
-    // hand those registers to the next tile's fragments earlier.
-    auto keep = [](unsigned (&frag)[BK / 8][4]) {
-#pragma unroll
-      for (int ks = 0; ks < BK / 8; ++ks)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[ks][i]));
-    };
+    auto keep = [](unsigned (&frag)[BK / 8][4]) { keep_fragments(frag); };
 
     unsigned frag0[BK / 8][4], frag1[BK / 8][4];
     if (IN_FLIGHT == 1) {  // issue a tile, wait for it, release it
@@ -272,27 +224,7 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
       release((k_tiles - 1) % STAGES);
     }
 
-    // Epilogue: d[4j + {0, 2}] are C(m0 + 8j + 2t, n .. n + 1), d[4j + {1, 3}] the next row.
-    // N is a multiple of 4, so a column pair is in or out as a whole.
     const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
-    if (n < N) {
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j) {
-        const int m = m0 + 8 * j + 2 * t;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (m + h < M) {
-            float2* p = reinterpret_cast<float2*>(C + (size_t)(m + h) * N + n);
-            float2 v = make_float2(alpha * d[4 * j + h], alpha * d[4 * j + h + 2]);
-            if (beta != 0.0f) {
-              const float2 old = *p;
-              v.x += beta * old.x;
-              v.y += beta * old.y;
-            }
-            *p = v;
-          }
-        }
-      }
-    }
+    store_tile_pairs<BM>(d, C, M, N, m0, n, t, alpha, beta);
   }
 }

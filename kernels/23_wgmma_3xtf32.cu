@@ -48,7 +48,7 @@
 //   rounds once per k; here the tensor core truncates once per wgmma (3 per 8 k) into a partial
 //   of 32 * PROMOTE k, and the register total rounds once per period. Expected: rel_err a few
 //   times 1e-7, growing slowly with K (measured at K = 1024 ... 16384 by
-//   benchmarks/chapter23_proof.sh; see kernels/README.md).
+//   benchmarks/proof.sh 23; see kernels/README.md).
 // Where it is worse than FP32:
 // - Tiny values: small is about 2^-11 ... 2^-22 of x, so for |x| below about 2^-114 it falls
 //   under FP32's normal range, and the split (built with -ftz) flushes it: such an operand is
@@ -63,86 +63,9 @@
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "warpgroup.cuh"
-
-// --- TMA, wgmma and TF32 rounding, as in 20 ----------------------------------------------------
-struct alignas(64) TensorMap {
-  unsigned long long opaque[16];
-};
-
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-
-__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, u64* bar, int x,
-                                            int y) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(smem_addr(bar)), "r"(x), "r"(y)
-      : "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int PENDING>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
-}
-
-// K-major, 128-byte-swizzled tile: rows of 128 bytes, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ u64 smem_desc_k_sw128(unsigned addr) {
-  return static_cast<u64>((addr & 0x3FFFF) >> 4) | (1ull << 16) |
-         (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
-}
-
-// D (64 x N) = A (64 x 8, registers) * B (8 x N, shared memory) + (accumulate ? D : 0): 20's
-// fragment layout, with wgmma's scale-d predicate to restart the accumulator (promotion).
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float* d, const unsigned* a, u64 desc_b, int accumulate);
-
-#define ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define ACC16(d, i) ACC4(d, i), ACC4(d, i + 4), ACC4(d, i + 8), ACC4(d, i + 12)
-#define ACC64(d) ACC16(d, 0), ACC16(d, 16), ACC16(d, 32), ACC16(d, 48)
-#define ACC128(d) ACC64(d), ACC16(d, 64), ACC16(d, 80), ACC16(d, 96), ACC16(d, 112)
-
-template <>
-__device__ __forceinline__ void wgmma_rs<128>(float* d, const unsigned* a, u64 desc_b,
-                                              int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-      : ACC64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-      : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<256>(float* d, const unsigned* a, u64 desc_b,
-                                              int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-      "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-      "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-      "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-      "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-      "}, {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
-      : ACC128(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-      : "memory");
-}
+// TensorMap, tma_load_2d, init_stage_ring; to_tf32, the wgmma wrappers and descriptor: as in 20
+#include "tma.cuh"
+#include "wgmma.cuh"
 
 // x = big + small (+ at most 2^-22 |x|), both TF32 values held as FP32 bit patterns.
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
@@ -230,6 +153,30 @@ __device__ __forceinline__ void store_tile(const float* acc, float* C, int M, in
   }
 }
 
+// Producer (one thread of warpgroup 0): walks K, refilling each stage as soon as the consumers
+// release it: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B, one stage after
+// another in `smem`.
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void produce_k_tiles(unsigned char* smem, u64* full, u64* empty,
+                                                const TensorMap* tmap_a_big,
+                                                const TensorMap* tmap_a_small,
+                                                const TensorMap* tmap_b, int m0, int n0,
+                                                int k_tiles) {
+  constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4;
+  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % STAGES;
+    unsigned char* stage = smem + s * STAGE;
+    mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
+    mbar_arrive_expect_tx(&full[s], STAGE);
+    tma_load_2d(stage, tmap_a_big, &full[s], kt * BK, m0);
+    tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], kt * BK, m0);
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i)
+      tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, kt * BK);
+  }
+}
+
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int ORDER, int PROMOTE>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
     sgemm_wgmma_3xtf32(int M, int N, int K, float alpha, const float* __restrict__ A,
@@ -258,31 +205,14 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
   const int n0 = ((blockIdx.x % group_tiles) / rows_here) * BN;
   const int k_tiles = CEIL_DIV(K, BK);
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], CONSUMERS * 4);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (threadIdx.x == 0) init_stage_ring<STAGES, CONSUMERS>(full, empty);
   __syncthreads();
 
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
-    if (threadIdx.x == 0) {
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % STAGES;
-        unsigned char* stage = smem + s * STAGE;
-        mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full[s], STAGE);
-        tma_load_2d(stage, &tmap_a_big, &full[s], kt * BK, m0);
-        tma_load_2d(stage + A_TILE, &tmap_a_small, &full[s], kt * BK, m0);
-#pragma unroll
-        for (int i = 0; i < BN / 32; ++i)
-          tma_load_2d(stage + 2 * A_TILE + i * B_BOX, &tmap_b, &full[s], n0 + 32 * i, kt * BK);
-      }
-    }
+    if (threadIdx.x == 0)
+      produce_k_tiles<BM, BN, STAGES>(smem, full, empty, &tmap_a_big, &tmap_a_small, &tmap_b, m0,
+                                      n0, k_tiles);
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
     const int c = threadIdx.x / 128 - 1;

@@ -6,12 +6,12 @@
 //   (int M, int N, int K, float alpha, const float* A, const float* B, float beta, float* C)
 // What only some chapters need lives in its own header next to this one (tile_order.cuh,
 // split_k.cuh, cp_async.cuh, ffma_stage.cuh, ffma_thread_tile.cuh, mbarrier.cuh, warpgroup.cuh,
-// cluster.cuh; see kernels/README.md), and each chapter includes what it uses.
+// cluster.cuh, tma.cuh, wgmma.cuh; see kernels/README.md), and each chapter includes what it uses.
 // The runner (src/job/compile.py expand_source) pastes a chapter's local includes into its source,
 // recursively, before handing it to NVRTC, so the compiled text (and CuPy's cache key) is
 // self-contained. A header reached twice (a chapter including two headers that both include
-// this one) is pasted twice: the include guards, not #pragma once, make the second copy empty,
-// since by then everything is one file.
+// this one) is pasted once, at its first include; each header still carries an include guard
+// (not #pragma once, which means nothing once everything is one file).
 #ifndef SGEMM_LAB_COMMON_CUH
 #define SGEMM_LAB_COMMON_CUH
 

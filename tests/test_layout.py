@@ -19,12 +19,7 @@ MAX_CUDA_FUNCTION_LINES = 150
 PACKAGES = ("src", "hydra_plugins", "benchmarks")  # whose private names stay private
 
 # "path" or "path::function" -> why it is over today
-KNOWN: dict[str, str] = {
-    "kernels/17_flagship.cu": "kernels/17_flagship.cu: sgemm_flagship is 196 lines; the kernel "
-                              "split of issue 17 cuts it into named steps",
-    "kernels/20_wgmma_tf32.cu": "kernels/20_wgmma_tf32.cu: sgemm_wgmma_tf32 is 162 lines; the "
-                                "kernel split of issue 17 cuts it into named steps",
-}
+KNOWN: dict[str, str] = {}
 
 
 def python_files(*roots: str) -> list[Path]:

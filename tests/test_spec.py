@@ -164,7 +164,7 @@ VIOLATIONS = [
     ("23_wgmma_3xtf32", dict(bn=256), SQUARE, "bn == 64 or bn == 128"),
     ("23_wgmma_3xtf32", dict(bm=256, stages=2, in_flight=1), SQUARE, "accumulators <= 128"),
     ("23_wgmma_3xtf32", dict(in_flight=3, stages=4), SQUARE, "in_flight == 1 or in_flight == 2"),
-    ("23_wgmma_3xtf32", dict(stages=2), SQUARE, "stages >= in_flight + 1"),
+    ("23_wgmma_3xtf32", dict(stages=2, in_flight=2), SQUARE, "stages >= in_flight + 1"),
     ("23_wgmma_3xtf32", dict(order=3), SQUARE, "order == 1 or order == 2"),
     ("23_wgmma_3xtf32", dict(accumulation=3), SQUARE, "accumulation == 1 or accumulation == 2"),
     ("23_wgmma_3xtf32", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
@@ -304,7 +304,7 @@ def test_3xtf32_prepass_and_workspace_follow_the_size(shape):
     assert spec.prepass.entry == "split_tf32_operands" and spec.prepass.block == (256,)
     assert spec.prepass.grid == (min(ceil_div(work, 256), 16 * H100["sms"]),)
     assert spec.grid == (ceil_div(m, 128) * ceil_div(n, 128),) and spec.block == (384,)
-    assert spec.entry == "sgemm_wgmma_3xtf32<128, 128, 4, 8, 2, 1, 4>"
+    assert spec.entry == "sgemm_wgmma_3xtf32<128, 128, 4, 8, 1, 1, 2>"
     plain = build_spec(kernel_cfg("23_wgmma_3xtf32", accumulation=1), SQUARE, H100)
     assert plain.entry.endswith(", 1, 0>")  # PROMOTE 0: no FP32 total
 

@@ -54,6 +54,20 @@ class Record:
     pct_of_cublas_fp32: float | None = None
     pct_of_cublas_tf32: float | None = None
     pct_of_peak: float | None = None
+    # the paired comparison: kernel and baseline timed interleaved (src/job/paired.py)
+    baseline: str | None = None            # the baseline it was paired with (its own precision's)
+    baseline_gflops: float | None = None   # that baseline's GFLOP/s in the same rounds
+    pct_of_cublas: float | None = None     # 100 x gflops / baseline_gflops (ratio of the medians)
+    pct_ci_low: float | None = None        # bootstrap 95% interval of pct_of_cublas, over the pairs
+    pct_ci_high: float | None = None
+    verdict: str | None = None             # faster / slower only if the interval excludes 100%; else tie
+    kernel_time_ms: list | None = None     # the kept paired samples, kernel and baseline
+    baseline_time_ms: list | None = None
+    # checks of the timed launches (src/job/measure.py)
+    checked_sample: int | None = None      # the timed sample whose output was checked (C poisoned first)
+    rel_err_timed: float | None = None     # worst rel_err of that sample and of the last timed launch
+    rel_err_fresh: float | None = None     # rel_err of a launch on fresh inputs after the timing
+    throttle_reasons: list | None = None   # NVML power/thermal throttle reasons seen while timing
     # compile report
     registers: int | None = None
     static_smem_bytes: int | None = None
@@ -103,10 +117,10 @@ class Record:
         parts = [f"{self.gflops:>10,.1f} GFLOP/s", f"{self.time_ms_median:9.4f} ms"]
         if self.samples_throttled:
             parts.append(f"{self.samples_throttled} throttled samples left out")
-        if self.precision == "tf32" and self.pct_of_cublas_tf32 is not None:
-            parts.append(f"{self.pct_of_cublas_tf32:6.1f}% of cuBLAS TF32")  # same precision
-        elif self.pct_of_cublas_fp32 is not None:
-            parts.append(f"{self.pct_of_cublas_fp32:6.1f}% of cuBLAS FP32")
+        if self.pct_of_cublas is not None and self.backend != "cublas":
+            which = "TF32" if self.precision == "tf32" else "FP32"
+            parts.append(f"{self.pct_of_cublas:6.1f}% of cuBLAS {which} "
+                         f"[{self.pct_ci_low:.1f}, {self.pct_ci_high:.1f}] {self.verdict}")
         parts.append(f"rel_err {self.rel_err:.1e}")
         if self.registers is not None:
             parts.append(f"{self.registers} regs, {self.local_bytes} B local")
@@ -140,7 +154,9 @@ def new_record(kernel: str, precision: str, backend: str, problem, **extra) -> R
 
 # A failed record carries none of these: a kernel that failed anything has no figure anywhere.
 FIGURES = ("gflops", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_iqr", "samples",
-           "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak")
+           "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak", "cublas_fp32_gflops",
+           "cublas_tf32_gflops", "baseline_gflops", "pct_of_cublas", "pct_ci_low", "pct_ci_high",
+           "verdict", "kernel_time_ms", "baseline_time_ms")
 
 
 def mark_failed(record: Record, exc) -> None:

@@ -117,10 +117,14 @@ class Record:
         parts = [f"{self.gflops:>10,.1f} GFLOP/s", f"{self.time_ms_median:9.4f} ms"]
         if self.samples_throttled:
             parts.append(f"{self.samples_throttled} throttled samples left out")
-        if self.pct_of_cublas is not None and self.backend != "cublas":
-            which = "TF32" if self.precision == "tf32" else "FP32"
+        which = "TF32" if self.precision == "tf32" else "FP32"
+        if self.pct_ci_low is not None and self.backend != "cublas":  # paired: with its interval
             parts.append(f"{self.pct_of_cublas:6.1f}% of cuBLAS {which} "
                          f"[{self.pct_ci_low:.1f}, {self.pct_ci_high:.1f}] {self.verdict}")
+        elif self.precision == "tf32" and self.pct_of_cublas_tf32 is not None:
+            parts.append(f"{self.pct_of_cublas_tf32:6.1f}% of cuBLAS TF32")  # same precision
+        elif self.pct_of_cublas_fp32 is not None:
+            parts.append(f"{self.pct_of_cublas_fp32:6.1f}% of cuBLAS FP32")
         parts.append(f"rel_err {self.rel_err:.1e}")
         if self.registers is not None:
             parts.append(f"{self.registers} regs, {self.local_bytes} B local")

@@ -59,6 +59,7 @@ class TimedVerificationFailed(VerificationFailed):
     timing, was not: the kernel's later launches do other work than its first."""
 
     status = "failed_timed_verification"
+    rel_err_field = "rel_err_timed"  # the record field its rel_err goes to (rel_err: the first launch's)
 
 
 class Implausible(LabError):

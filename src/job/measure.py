@@ -14,6 +14,7 @@ failed_timed_verification; a figure beyond the GPU's ceiling fails as failed_imp
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -215,6 +216,9 @@ def _check_fresh(kernel, prepared: PreparedJob, tolerance: float) -> float:
         return verify(kernel, prepared.problem, inputs, tolerance, prepared.spec.name,
                       what="verification on fresh inputs after the timed launches",
                       error=TimedVerificationFailed).rel_err
+    except TimedVerificationFailed as exc:
+        exc.rel_err_field = "rel_err_fresh"
+        raise
     finally:
         inputs = None
         _free()
@@ -248,7 +252,9 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         record.throttle_reasons = sorted(set(reasons_before or []) | set(throttle_reasons(device) or []))
         cp.cuda.get_current_stream().synchronize()
         record.checked_sample = spot.index
+        checks_started = time.perf_counter()
         record.rel_err_timed = _check_timed(spec.name, spot, inputs, ref, tolerance)
+        record.check_seconds = time.perf_counter() - checks_started
     except cp.cuda.runtime.CUDARuntimeError as exc:
         faulted.append(inputs)
         raise LaunchFailed(f"kernel {spec.name} faulted while being timed: {exc}") from exc
@@ -259,7 +265,9 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         if not faulted:  # a faulted context cannot free memory: its worker exits instead
             inputs = base_inputs = ref = spot = None  # drop the device arrays
             _free()
+    checks_started = time.perf_counter()
     record.rel_err_fresh = _check_fresh(kernel, prepared, tolerance)
+    record.check_seconds += time.perf_counter() - checks_started
     bound = plausibility.ceiling(spec.precision, prepared.kernel_cfg.get("math"),
                                  prepared.target.gpu_spec, plausibility.load_measured(device.name))
     plausibility.check(spec.name, problem, result.timings[0].median_ms, bound,

@@ -67,6 +67,7 @@ class Record:
     checked_sample: int | None = None      # the timed sample whose output was checked (C poisoned first)
     rel_err_timed: float | None = None     # worst rel_err of that sample and of the last timed launch
     rel_err_fresh: float | None = None     # rel_err of a launch on fresh inputs after the timing
+    check_seconds: float | None = None     # wall time of those two checks (their overhead per job)
     throttle_reasons: list | None = None   # NVML power/thermal throttle reasons seen while timing
     # compile report
     registers: int | None = None
@@ -168,6 +169,6 @@ def mark_failed(record: Record, exc) -> None:
     record.status = exc.status
     record.error = str(exc)
     if getattr(exc, "rel_err", None) is not None:  # a verification failure says by how much
-        record.rel_err = exc.rel_err
+        setattr(record, getattr(exc, "rel_err_field", "rel_err"), exc.rel_err)
     for name in FIGURES:
         setattr(record, name, None)

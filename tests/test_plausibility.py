@@ -77,6 +77,8 @@ def test_a_kernel_faster_than_its_bytes_can_move_is_implausible(h100, measured):
     plausibility.check("ok", problem, 1.2 * floor_ms, bound)
     with pytest.raises(Implausible, match="cross from device memory"):
         plausibility.check("cheat", problem, 0.5 * floor_ms, bound)
+    # without the flush the inputs may come from L2: no memory floor
+    plausibility.check("unflushed", problem, 0.5 * floor_ms, bound, l2_flushed=False)
 
 
 def test_without_measured_ceilings_the_datasheet_bounds_fp32(h100):

@@ -102,7 +102,9 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
     bench, problem = prepared.bench, prepared.problem
     flush = None
     if bench["flush_l2"]:
-        flush = _flush.setdefault(device.l2_bytes, L2Flush(device.l2_bytes))
+        if device.l2_bytes not in _flush:  # made once: setdefault would allocate one every job
+            _flush[device.l2_bytes] = L2Flush(device.l2_bytes)
+        flush = _flush[device.l2_bytes]
     arms = [Arm(_launcher(kernel, problem, inputs), _between(problem, inputs, flush),
                 spot.before, spot.after)]
     if baseline is not None:
@@ -271,7 +273,8 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
     bound = plausibility.ceiling(spec.precision, prepared.kernel_cfg.get("math"),
                                  prepared.target.gpu_spec, plausibility.load_measured(device.name))
     plausibility.check(spec.name, problem, result.timings[0].median_ms, bound,
-                       float(bench.get("plausibility_margin", plausibility.DEFAULT_MARGIN)))
+                       float(bench.get("plausibility_margin", plausibility.DEFAULT_MARGIN)),
+                       l2_flushed=bool(bench["flush_l2"]))
     _keep_timing(record, result.timings[0], problem.flops)
     if len(result.timings) == 2:
         _keep_pairing(record, spec.precision, baseline.name, result, problem.flops)

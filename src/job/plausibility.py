@@ -67,9 +67,10 @@ def bytes_moved(problem) -> int:
 
 
 def check(name: str, problem, time_ms: float, bound: Ceiling,
-          margin: float = DEFAULT_MARGIN) -> None:
-    """Raise Implausible when `time_ms` for `problem` beats the math ceiling or the memory
-    floor by more than `margin`."""
+          margin: float = DEFAULT_MARGIN, l2_flushed: bool = True) -> None:
+    """Raise Implausible when `time_ms` for `problem` beats the math ceiling or (when the L2
+    was flushed before each launch, so nothing could be served from it) the memory floor by
+    more than `margin`."""
     gflops = problem.flops / (time_ms * 1e-3) / 1e9
     if bound.math_gflops and gflops > margin * bound.math_gflops:
         raise Implausible(
@@ -78,7 +79,7 @@ def check(name: str, problem, time_ms: float, bound: Ceiling,
             f"({bound.math_source}: {bound.math_gflops:,.0f} GFLOP/s) (rule: a figure may beat "
             f"the ceiling by at most {margin - 1:.0%}, bench.plausibility_margin). No figure is "
             f"published: the kernel does less work than the problem asks, or the timing is wrong.")
-    if bound.bandwidth_gbs:
+    if bound.bandwidth_gbs and l2_flushed:
         floor_ms = bytes_moved(problem) / (bound.bandwidth_gbs * 1e9) * 1e3
         if time_ms * margin < floor_ms:
             raise Implausible(

@@ -126,3 +126,13 @@ def test_the_spot_check_poisons_c_before_its_sample_and_keeps_the_output_after(b
         spot.after(i)
     assert spot.snapshot[:2].tolist() == [7.0, 7.0]
     assert np.isnan(spot.snapshot[2:]).all() == (beta == 0.0)
+
+
+@pytest.mark.parametrize("name", ["alpha", "beta"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_alpha_and_beta_must_be_finite(name, value):
+    from src.errors import InvalidProblem
+
+    cfg = {"m": 8, "n": 8, "k": 8, "alpha": 1.0, "beta": 0.0, name: value}
+    with pytest.raises(InvalidProblem, match=f"rule: {name} finite"):
+        Problem.from_cfg(cfg)

@@ -107,6 +107,6 @@ def test_healthy_kernels_pass_every_check(compose, kernel):
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
     assert record.pct_of_cublas is not None and record.verdict in ("faster", "slower", "tie")
     assert record.pct_of_cublas == pytest.approx(100 * record.gflops / record.baseline_gflops)
-    assert record.samples >= 20 and record.check_seconds < 1.0
+    assert record.samples >= 20 and record.check_seconds < 2.0
     if kernel.startswith("cublas"):
         assert record.pct_of_cublas == 100.0

@@ -50,14 +50,14 @@ def _job(beta: float, bench_overrides: dict | None = None):
     return prepare_kernel(kcfg, Problem(64, 48, 32, 1.5, beta), where, bench)
 
 
-def _run(monkeypatch, kernel, beta=0.0, baseline=True):
+def _run(monkeypatch, kernel, beta=0.0, baseline=True, stronger=None):
     fake_cupy.install(monkeypatch)
     monkeypatch.setattr(measure_mod, "compile_kernel", lambda spec, cache_dir=None: kernel)
     prepared = _job(beta)
     record = new_record("01_naive", "fp32", "nvrtc", vars(prepared.problem))
     paired = Baseline("cublas_fp32", Gemm(), 1e-5) if baseline else None
     try:
-        verify_and_time(prepared, record, baseline=paired)
+        verify_and_time(prepared, record, baseline=paired, stronger=stronger)
     except TimedVerificationFailed as exc:
         mark_failed(record, exc)
     return record
@@ -108,3 +108,29 @@ def test_a_kernel_right_only_on_the_inputs_it_was_timed_on_is_caught(monkeypatch
 def test_without_a_baseline_the_kernel_is_timed_alone(monkeypatch):
     r = _run(monkeypatch, Gemm(), baseline=False)
     assert r.status == "ok" and r.gflops > 0 and r.pct_of_cublas is None and r.kernel_time_ms is None
+
+
+class Slow(Gemm):
+    def launch(self, a, b, c, alpha, beta):
+        super().launch(a, b, c, alpha, beta)
+        super().launch(a, b, c, alpha, beta)  # twice the work (beta = 0: the same C)
+
+
+@pytest.mark.parametrize("stronger_kernel,best", [(Gemm(), None), (Slow(), "cublas_fp32")])
+def test_the_stronger_of_two_baselines_is_the_one_compared(monkeypatch, stronger_kernel, best):
+    stronger = Baseline("cublaslt_fp32_autotuned", stronger_kernel, 1e-5)
+    r = _run(monkeypatch, Gemm(), stronger=stronger)
+    assert r.status == "ok" and r.cublaslt_gflops > 0 and r.best_cublas in (
+        "cublas_fp32", "cublaslt_fp32_autotuned")
+    if best is not None:  # the autotuned one does twice the work: the default is stronger
+        assert r.best_cublas == best and r.pct_of_best_cublas == pytest.approx(r.pct_of_cublas)
+    assert r.pct_best_ci_low <= r.pct_of_best_cublas <= r.pct_best_ci_high
+
+
+def test_without_nvmath_the_autotuned_baseline_is_missing_not_a_crash(monkeypatch):
+    import sys
+
+    from src.job.baselines import Baselines
+
+    monkeypatch.setitem(sys.modules, "nvmath", None)  # import fails as if not installed
+    assert Baselines().autotuned("fp32", _job(0.0)) is None

@@ -36,6 +36,21 @@ class Baselines:
                 self._kernels[name] = None
         return self._kernels[name]
 
+    def autotuned(self, precision: str, job: PreparedJob) -> Baseline | None:
+        """cuBLASLt autotuned for each shape (src/job/cublaslt.py), or None with a warning when
+        nvmath-python is missing or refuses (the record's cublaslt fields then stay empty)."""
+        name = f"cublaslt_{precision}_autotuned"
+        if name not in self._kernels:
+            try:
+                from src.job.cublaslt import AutotunedGemm
+
+                tolerance = float(job.bench["tolerance"][precision])
+                self._kernels[name] = Baseline(name, AutotunedGemm(precision), tolerance)
+            except Exception as exc:  # ImportError, or nvmath refusing this device
+                log.warning("baseline %s is not available: %s: %s", name, type(exc).__name__, exc)
+                self._kernels[name] = None
+        return self._kernels[name]
+
     def gflops(self, name: str, problem: Problem, bench: dict, where: Target) -> float | None:
         """`name` timed alone at this shape (tools that want one figure; jobs are paired)."""
         prepared = prepare_kernel(kernel_config(name), problem, where, bench)

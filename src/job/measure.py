@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from src.errors import LaunchFailed, TimedVerificationFailed, VerificationFailed
+from src.errors import LabError, LaunchFailed, TimedVerificationFailed
 from src.job import gpu as gpu_mod
 from src.job import plausibility
 from src.job.compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel
@@ -98,7 +98,7 @@ def _launcher(kernel, problem, inputs: Inputs):
 
 
 def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
-          baseline: Baseline | None, base_inputs: Inputs | None) -> Interleaved:
+          paired: list[tuple[Baseline, Inputs]]) -> Interleaved:
     bench, problem = prepared.bench, prepared.problem
     flush = None
     if bench["flush_l2"]:
@@ -107,7 +107,7 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
         flush = _flush[device.l2_bytes]
     arms = [Arm(_launcher(kernel, problem, inputs), _between(problem, inputs, flush),
                 spot.before, spot.after)]
-    if baseline is not None:
+    for baseline, base_inputs in paired:
         arms.append(Arm(_launcher(baseline.kernel, problem, base_inputs),
                         _between(problem, base_inputs, flush)))
     return measure_interleaved(
@@ -142,6 +142,22 @@ def _keep_pairing(record: Record, precision: str, baseline: str, result: Interle
                 100 * ratio.ci_low, 100 * ratio.ci_high, ratio.verdict)
     record.baseline_time_ms = list(result.kept_ms[1])
     record.kernel_time_ms = list(result.kept_ms[0])
+
+
+def _keep_best(record: Record, names: list[str], result: Interleaved, flops: int) -> None:
+    """Against the stronger of the paired baselines (cuBLAS's default heuristic and the
+    autotuned cuBLASLt): the one with the shorter median in these rounds."""
+    if not names:
+        return
+    medians = [t.median_ms for t in result.timings[1:]]
+    if "cublaslt" in names[-1]:
+        record.cublaslt_gflops = flops / (medians[-1] * 1e-3) / 1e9
+    best = 1 + min(range(len(medians)), key=medians.__getitem__)
+    ratio = paired_ratio(result.kept_ms[0], result.kept_ms[best])
+    record.best_cublas = names[best - 1]
+    record.pct_of_best_cublas = 100 * ratio.ratio
+    record.pct_best_ci_low, record.pct_best_ci_high = 100 * ratio.ci_low, 100 * ratio.ci_high
+    record.verdict_best = ratio.verdict
 
 
 def _keep_ratio(record, precision, baseline, base_gflops, pct, low, high, verdict) -> None:
@@ -193,9 +209,9 @@ def _paired_inputs(baseline: Baseline | None, problem, inputs: Inputs, ref) -> I
     base_inputs = Inputs(inputs.a, inputs.b, inputs.c0.copy(), inputs.c0, inputs.seed)
     try:
         verify(baseline.kernel, problem, base_inputs, baseline.tolerance, baseline.name, ref=ref)
-    except VerificationFailed as exc:
-        log.warning("baseline %s failed its check, so %s is not paired: %s", baseline.name,
-                    problem.label, exc)
+    except LabError as exc:
+        log.warning("baseline %s failed its check, so %s is not paired with it: %s",
+                    baseline.name, problem.label, exc)
         return None
     return base_inputs
 
@@ -228,9 +244,10 @@ def _check_fresh(kernel, prepared: PreparedJob, tolerance: float) -> float:
 
 def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs | None = None,
                     progress=_no_progress, cache_dir: str = DEFAULT_CACHE_DIR,
-                    baseline: Baseline | None = None) -> float:
-    """Compile, verify on fresh inputs, time (interleaved with `baseline` if given), check the
-    timed output and a fresh-input launch, check plausibility: fills `record`, returns GFLOP/s."""
+                    baseline: Baseline | None = None, stronger: Baseline | None = None) -> float:
+    """Compile, verify on fresh inputs, time (interleaved with `baseline`, and `stronger`, the
+    autotuned cuBLASLt, if given), check the timed output and a fresh-input launch, check
+    plausibility: fills `record`, returns GFLOP/s."""
     import cupy as cp
 
     spec, problem, bench = prepared.spec, prepared.problem, prepared.bench
@@ -246,11 +263,12 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         ref = reference(problem, inputs)
         record.rel_err = verify(kernel, problem, inputs, tolerance, spec.name, ref=ref).rel_err
         progress("verified", record)
-        base_inputs = _paired_inputs(baseline, problem, inputs, ref)
+        paired = [(b, i) for b in (baseline, stronger)
+                  if (i := _paired_inputs(b, problem, inputs, ref)) is not None]
         spot = SpotCheck(inputs, problem.beta, int(bench["min_samples"]))
         reasons_before = throttle_reasons(device)
-        result = _time(kernel, prepared, inputs, spot, device,
-                       baseline if base_inputs is not None else None, base_inputs)
+        result = _time(kernel, prepared, inputs, spot, device, paired)
+        arm_names = [b.name for b, _ in paired]
         record.throttle_reasons = sorted(set(reasons_before or []) | set(throttle_reasons(device) or []))
         cp.cuda.get_current_stream().synchronize()
         record.checked_sample = spot.index
@@ -265,7 +283,7 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         raise
     finally:
         if not faulted:  # a faulted context cannot free memory: its worker exits instead
-            inputs = base_inputs = ref = spot = None  # drop the device arrays
+            inputs = paired = ref = spot = None  # drop the device arrays
             _free()
     checks_started = time.perf_counter()
     record.rel_err_fresh = _check_fresh(kernel, prepared, tolerance)
@@ -276,8 +294,10 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
                        float(bench.get("plausibility_margin", plausibility.DEFAULT_MARGIN)),
                        l2_flushed=bool(bench["flush_l2"]))
     _keep_timing(record, result.timings[0], problem.flops)
-    if len(result.timings) == 2:
+    names = [b.name for b in (baseline, stronger) if b is not None and b.name in arm_names]
+    if names and names[0] == getattr(baseline, "name", None):
         _keep_pairing(record, spec.precision, baseline.name, result, problem.flops)
+    _keep_best(record, names, result, problem.flops)
     return record.gflops
 
 
@@ -290,7 +310,10 @@ def measure(prepared: PreparedJob, baselines, record: Record, outputs: JobOutput
     own = spec.backend == "cublas"
     name = PAIRED_BASELINE.get(spec.precision)
     baseline = None if own or name is None else baselines.paired(name, prepared)
-    gflops = verify_and_time(prepared, record, outputs, progress, cache_dir, baseline)
+    stronger = None
+    if prepared.bench.get("best_cublas") and not own and name is not None:
+        stronger = baselines.autotuned(spec.precision, prepared)
+    gflops = verify_and_time(prepared, record, outputs, progress, cache_dir, baseline, stronger)
     progress("timed", record)
     if own:
         _keep_ratio(record, spec.precision, spec.name, gflops, 100.0, 100.0, 100.0, "tie")

@@ -63,6 +63,13 @@ class Record:
     verdict: str | None = None             # faster / slower only if the interval excludes 100%; else tie
     kernel_time_ms: list | None = None     # the kept paired samples, kernel and baseline
     baseline_time_ms: list | None = None
+    # against the stronger of cuBLAS's default and the autotuned cuBLASLt (bench.best_cublas)
+    cublaslt_gflops: float | None = None   # the autotuned cuBLASLt's GFLOP/s in the same rounds
+    best_cublas: str | None = None         # which of the two was faster here
+    pct_of_best_cublas: float | None = None
+    pct_best_ci_low: float | None = None
+    pct_best_ci_high: float | None = None
+    verdict_best: str | None = None
     # checks of the timed launches (src/job/measure.py)
     checked_sample: int | None = None      # the timed sample whose output was checked (C poisoned first)
     rel_err_timed: float | None = None     # worst rel_err of that sample and of the last timed launch
@@ -161,7 +168,8 @@ def new_record(kernel: str, precision: str, backend: str, problem, **extra) -> R
 FIGURES = ("gflops", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_iqr", "samples",
            "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak", "cublas_fp32_gflops",
            "cublas_tf32_gflops", "baseline_gflops", "pct_of_cublas", "pct_ci_low", "pct_ci_high",
-           "verdict", "kernel_time_ms", "baseline_time_ms")
+           "verdict", "kernel_time_ms", "baseline_time_ms", "cublaslt_gflops", "best_cublas",
+           "pct_of_best_cublas", "pct_best_ci_low", "pct_best_ci_high", "verdict_best")
 
 
 def mark_failed(record: Record, exc) -> None:

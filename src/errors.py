@@ -54,6 +54,21 @@ class VerificationFailed(LabError):
         self.rel_err = rel_err
 
 
+class TimedVerificationFailed(VerificationFailed):
+    """The first launch was right but a timed launch, or a launch on fresh inputs after the
+    timing, was not: the kernel's later launches do other work than its first."""
+
+    status = "failed_timed_verification"
+    rel_err_field = "rel_err_timed"  # the record field its rel_err goes to (rel_err: the first launch's)
+
+
+class Implausible(LabError):
+    """A figure beyond what the GPU can do for the kernel's precision (its math ceiling or the
+    time the bytes that must move take at full memory bandwidth): a measurement or kernel bug."""
+
+    status = "failed_implausible"
+
+
 class InternalError(LabError):
     """An unexpected exception: a bug in the lab itself, recorded so that a sweep goes on."""
 

@@ -24,7 +24,8 @@ def test_kernel_verified(compose, kernel, shape):
     assert record.status == "ok", record.error
     assert record.rel_err <= record.tolerance
     assert record.gflops > 0 and record.samples >= 5
-    assert record.pct_of_cublas_fp32 > 0
+    assert record.pct_of_cublas > 0 and record.pct_ci_low <= record.pct_of_cublas <= record.pct_ci_high
+    assert max(record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
 
 
 FP32_FLAGSHIP_RUNS = [("17_flagship", {"split_k": 1}), ("17_flagship", {"split_k": 3}),

@@ -1,15 +1,16 @@
-"""Baselines: cuBLAS FP32 and TF32 at a job's shape, measured once per process with the job's own
-protocol and kept for the next job of that shape. An object the caller owns (the worker keeps one
-per process), passed to measure(), so two callers never share figures by accident."""
+"""Baselines: cuBLAS FP32 and TF32, compiled once per process and handed to measure() to be timed
+interleaved with each kernel of their precision (measure.py). An object the caller owns (the
+worker keeps one per process), so two callers never share state by accident."""
 
 from __future__ import annotations
 
 import logging
 
 from src.errors import LabError
+from src.job.compile import compile_kernel
 from src.job.config import kernel_config
-from src.job.measure import verify_and_time
-from src.job.prepare import Target, prepare_kernel
+from src.job.measure import Baseline, verify_and_time
+from src.job.prepare import PreparedJob, Target, prepare_kernel
 from src.job.problem import Problem
 from src.records.record import new_record
 
@@ -18,27 +19,44 @@ log = logging.getLogger(__name__)
 NAMES = ("cublas_fp32", "cublas_tf32")
 
 
-def _bench_key(bench: dict) -> tuple:
-    return tuple(sorted((k, str(v)) for k, v in bench.items()))
-
-
 class Baselines:
     def __init__(self) -> None:
-        self._gflops: dict[tuple, float] = {}
+        self._kernels: dict[str, Baseline | None] = {}
 
-    def remember(self, name: str, problem: Problem, bench: dict, gflops: float) -> None:
-        """A baseline measured as a job of its own stands for this shape from now on."""
-        self._gflops[(name, problem, _bench_key(bench))] = gflops
+    def paired(self, name: str, job: PreparedJob) -> Baseline | None:
+        """Baseline `name`, ready to time beside `job` (None, with a warning, if it cannot be
+        built: the job is then measured alone and has no % of cuBLAS)."""
+        if name not in self._kernels:
+            try:
+                prepared = prepare_kernel(kernel_config(name), job.problem, job.target, job.bench)
+                tolerance = float(job.bench["tolerance"][prepared.spec.precision])
+                self._kernels[name] = Baseline(name, compile_kernel(prepared.spec), tolerance)
+            except LabError as exc:
+                log.warning("baseline %s is not available: %s", name, exc)
+                self._kernels[name] = None
+        return self._kernels[name]
+
+    def autotuned(self, precision: str, job: PreparedJob) -> Baseline | None:
+        """cuBLASLt autotuned for each shape (src/job/cublaslt.py), or None with a warning when
+        nvmath-python is missing or refuses (the record's cublaslt fields then stay empty)."""
+        name = f"cublaslt_{precision}_autotuned"
+        if name not in self._kernels:
+            try:
+                from src.job.cublaslt import AutotunedGemm
+
+                tolerance = float(job.bench["tolerance"][precision])
+                self._kernels[name] = Baseline(name, AutotunedGemm(precision), tolerance)
+            except Exception as exc:  # ImportError, or nvmath refusing this device
+                log.warning("baseline %s is not available: %s: %s", name, type(exc).__name__, exc)
+                self._kernels[name] = None
+        return self._kernels[name]
 
     def gflops(self, name: str, problem: Problem, bench: dict, where: Target) -> float | None:
-        """`name`'s GFLOP/s at this shape (measured now if not yet); None if it failed."""
-        key = (name, problem, _bench_key(bench))
-        if key not in self._gflops:
-            prepared = prepare_kernel(kernel_config(name), problem, where, bench)
-            scratch = new_record(name, prepared.spec.precision, "cublas", vars(problem))
-            try:
-                self._gflops[key] = verify_and_time(prepared, scratch)
-            except LabError as exc:
-                log.warning("baseline %s at %s failed: %s", name, problem.label, exc)
-                return None
-        return self._gflops[key]
+        """`name` timed alone at this shape (tools that want one figure; jobs are paired)."""
+        prepared = prepare_kernel(kernel_config(name), problem, where, bench)
+        scratch = new_record(name, prepared.spec.precision, "cublas", vars(problem))
+        try:
+            return verify_and_time(prepared, scratch)
+        except LabError as exc:
+            log.warning("baseline %s at %s failed: %s", name, problem.label, exc)
+            return None

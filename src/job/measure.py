@@ -1,27 +1,42 @@
-"""Measure step: a prepared job is compiled, verified on fresh inputs, then timed; its figure is
-compared with the cuBLAS baselines of the same shape and protocol, measured in the same process.
+"""Measure step: a prepared job is compiled, verified on fresh inputs, then timed interleaved with
+its baseline (cuBLAS in the kernel's precision, A B A B ..., same flush protocol), and the output
+of the timed launches is checked too.
 
-    PreparedJob -> compiled module -> verified result -> timed result (filled into the record)
+    PreparedJob -> compiled -> verified (first launch) -> timed with the baseline, paired
+                -> timed output checked (a random timed sample, poisoned first; the last one)
+                -> verified again on fresh inputs -> plausible? -> figures in the record
+
+A kernel whose timed launches or later launches disagree with its first fails as
+failed_timed_verification; a figure beyond the GPU's ceiling fails as failed_implausible
+(plausibility.py); neither gets a figure anywhere.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
-from src.errors import LaunchFailed
+import numpy as np
+
+from src.errors import LabError, LaunchFailed, TimedVerificationFailed
 from src.job import gpu as gpu_mod
+from src.job import plausibility
 from src.job.compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel
+from src.job.paired import paired_ratio
 from src.job.prepare import PreparedJob
-from src.job.problem import make_inputs
-from src.job.timing import L2Flush, Timing
-from src.job.timing import measure as time_launches
-from src.job.verify import verify
+from src.job.problem import Inputs, make_inputs
+from src.job.protocol import check_bench, throttle_reasons
+from src.job.timing import Arm, Interleaved, L2Flush, Timing, measure_interleaved
+from src.job.verify import check, reference, verify
 from src.records.record import Record
 
 log = logging.getLogger(__name__)
 
 _flush: dict[int, L2Flush] = {}  # one flush buffer per L2 size, reused by every job
+
+# The baseline each precision is paired with (3xTF32 kernels are FP32-accurate: cuBLAS FP32).
+PAIRED_BASELINE = {"fp32": "cublas_fp32", "tf32": "cublas_tf32"}
 
 
 @dataclass
@@ -35,32 +50,73 @@ class JobOutputs:
     resources: ResourceReport | None = None
 
 
+@dataclass
+class Baseline:
+    """A compiled baseline to pair the kernel with (baselines.Baselines.paired makes one)."""
+
+    name: str
+    kernel: object
+    tolerance: float
+
+
 def _no_progress(step: str, record: Record) -> None:
     pass
 
 
-def _time(kernel, prepared: PreparedJob, inputs, device) -> Timing:
-    bench, problem = prepared.bench, prepared.problem
-    flush = None
-    if bench["flush_l2"]:
-        flush = _flush.setdefault(device.l2_bytes, L2Flush(device.l2_bytes))
+class SpotCheck:
+    """The output of one timed sample, chosen at random: C is NaN-poisoned before it (when
+    beta != 0 the restore of C0 does that job) and copied aside after it, for `check`."""
+
+    def __init__(self, inputs: Inputs, beta: float, samples: int):
+        self.inputs, self.beta = inputs, beta
+        self.index = int(np.random.default_rng().integers(0, max(samples, 1)))
+        self.snapshot = None
+
+    def before(self, i: int) -> None:
+        if i == self.index and self.beta == 0.0:
+            self.inputs.c.fill(np.nan)
+
+    def after(self, i: int) -> None:
+        if i == self.index:
+            self.snapshot = self.inputs.c.copy()
+
+
+def _between(problem, inputs: Inputs, flush):
+    if flush is None and problem.beta == 0.0:
+        return None
 
     def between():
         if problem.beta != 0.0:
             inputs.c[...] = inputs.c0  # time on the same realistic C every sample
         if flush is not None:
             flush()
+    return between
 
-    return time_launches(
-        lambda: kernel.launch(inputs.a, inputs.b, inputs.c, problem.alpha, problem.beta),
-        warmup=int(bench["warmup"]), min_samples=int(bench["min_samples"]),
+
+def _launcher(kernel, problem, inputs: Inputs):
+    return lambda: kernel.launch(inputs.a, inputs.b, inputs.c, problem.alpha, problem.beta)
+
+
+def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
+          paired: list[tuple[Baseline, Inputs]]) -> Interleaved:
+    bench, problem = prepared.bench, prepared.problem
+    flush = None
+    if bench["flush_l2"]:
+        if device.l2_bytes not in _flush:  # made once: setdefault would allocate one every job
+            _flush[device.l2_bytes] = L2Flush(device.l2_bytes)
+        flush = _flush[device.l2_bytes]
+    arms = [Arm(_launcher(kernel, problem, inputs), _between(problem, inputs, flush),
+                spot.before, spot.after)]
+    for baseline, base_inputs in paired:
+        arms.append(Arm(_launcher(baseline.kernel, problem, base_inputs),
+                        _between(problem, base_inputs, flush)))
+    return measure_interleaved(
+        arms, warmup=int(bench["warmup"]), min_samples=int(bench["min_samples"]),
         max_samples=int(bench["max_samples"]), target_rel_iqr=float(bench["target_rel_iqr"]),
         max_seconds=float(bench["max_seconds"]),
-        between=between if (flush is not None or problem.beta != 0.0) else None,
-        read_clock=lambda: gpu_mod.sm_clock_mhz(device),
-        max_clock_mhz=device.max_sm_clock_mhz,
+        read_clock=lambda: gpu_mod.sm_clock_mhz(device), max_clock_mhz=device.max_sm_clock_mhz,
         throttle_threshold=bench.get("throttle_threshold"),
-    )
+        short_ms=bench.get("short_kernel_ms"), short_min_samples=bench.get("short_min_samples"))
 
 
 def _keep_timing(record: Record, timing: Timing, flops: int) -> None:
@@ -76,6 +132,42 @@ def _keep_timing(record: Record, timing: Timing, flops: int) -> None:
     record.gflops = flops / (timing.median_ms * 1e-3) / 1e9
 
 
+def _keep_pairing(record: Record, precision: str, baseline: str, result: Interleaved,
+                  flops: int) -> None:
+    """The paired comparison: the baseline's GFLOP/s from the same rounds, the ratio of the
+    medians (so % == gflops / baseline_gflops exactly) and its bootstrap 95% interval."""
+    ratio = paired_ratio(result.kept_ms[0], result.kept_ms[1])
+    base_gflops = flops / (result.timings[1].median_ms * 1e-3) / 1e9
+    _keep_ratio(record, precision, baseline, base_gflops, 100 * ratio.ratio,
+                100 * ratio.ci_low, 100 * ratio.ci_high, ratio.verdict)
+    record.baseline_time_ms = list(result.kept_ms[1])
+    record.kernel_time_ms = list(result.kept_ms[0])
+
+
+def _keep_best(record: Record, names: list[str], result: Interleaved, flops: int) -> None:
+    """Against the stronger of the paired baselines (cuBLAS's default heuristic and the
+    autotuned cuBLASLt): the one with the shorter median in these rounds."""
+    if not names:
+        return
+    medians = [t.median_ms for t in result.timings[1:]]
+    if "cublaslt" in names[-1]:
+        record.cublaslt_gflops = flops / (medians[-1] * 1e-3) / 1e9
+    best = 1 + min(range(len(medians)), key=medians.__getitem__)
+    ratio = paired_ratio(result.kept_ms[0], result.kept_ms[best])
+    record.best_cublas = names[best - 1]
+    record.pct_of_best_cublas = 100 * ratio.ratio
+    record.pct_best_ci_low, record.pct_best_ci_high = 100 * ratio.ci_low, 100 * ratio.ci_high
+    record.verdict_best = ratio.verdict
+
+
+def _keep_ratio(record, precision, baseline, base_gflops, pct, low, high, verdict) -> None:
+    record.baseline, record.baseline_gflops = baseline, base_gflops
+    record.pct_of_cublas, record.pct_ci_low, record.pct_ci_high = pct, low, high
+    record.verdict = verdict
+    setattr(record, f"cublas_{precision}_gflops", base_gflops)
+    setattr(record, f"pct_of_cublas_{precision}", pct)
+
+
 def _compiled(prepared: PreparedJob, record: Record, outputs: JobOutputs | None, cache_dir: str):
     kernel = compile_kernel(prepared.spec, cache_dir)
     if kernel.report is not None:
@@ -87,10 +179,14 @@ def _compiled(prepared: PreparedJob, record: Record, outputs: JobOutputs | None,
     return kernel
 
 
-def verify_only(prepared: PreparedJob, record: Record, cache_dir: str = DEFAULT_CACHE_DIR) -> float:
-    """Compile and verify on fresh inputs, without timing (fills `record`; returns rel_err)."""
+def _free() -> None:
     import cupy as cp
 
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def verify_only(prepared: PreparedJob, record: Record, cache_dir: str = DEFAULT_CACHE_DIR) -> float:
+    """Compile and verify on fresh inputs, without timing (fills `record`; returns rel_err)."""
     prepared.require_device()
     kernel = _compiled(prepared, record, None, cache_dir)
     inputs = make_inputs(prepared.problem, prepared.bench.get("seed"))
@@ -101,27 +197,84 @@ def verify_only(prepared: PreparedJob, record: Record, cache_dir: str = DEFAULT_
                                 prepared.spec.name).rel_err
     finally:
         inputs = None
-        cp.get_default_memory_pool().free_all_blocks()
+        _free()
     return record.rel_err
 
 
+def _paired_inputs(baseline: Baseline | None, problem, inputs: Inputs, ref) -> Inputs | None:
+    """The baseline's own C (same A, B, C0), after checking the baseline on them; None (and no
+    pairing) when there is no baseline or it fails its own check."""
+    if baseline is None:
+        return None
+    base_inputs = Inputs(inputs.a, inputs.b, inputs.c0.copy(), inputs.c0, inputs.seed)
+    try:
+        verify(baseline.kernel, problem, base_inputs, baseline.tolerance, baseline.name, ref=ref)
+    except LabError as exc:
+        log.warning("baseline %s failed its check, so %s is not paired with it: %s",
+                    baseline.name, problem.label, exc)
+        return None
+    return base_inputs
+
+
+def _check_timed(name: str, spot: SpotCheck, inputs: Inputs, ref, tolerance: float) -> float:
+    """The timed launches' output: the spot-checked sample and the last one (C as it is now)."""
+    err = check(spot.snapshot, ref, tolerance, name,
+                f"verification of timed sample {spot.index} (C poisoned before it)",
+                TimedVerificationFailed).rel_err
+    last = check(inputs.c, ref, tolerance, name, "verification of the last timed launch",
+                 TimedVerificationFailed).rel_err
+    return max(err, last)
+
+
+def _check_fresh(kernel, prepared: PreparedJob, tolerance: float) -> float:
+    """After the timing, one more launch on fresh inputs (a new seed), checked."""
+    seed = prepared.bench.get("seed")
+    inputs = make_inputs(prepared.problem, None if seed is None else int(seed) + 1)
+    try:
+        return verify(kernel, prepared.problem, inputs, tolerance, prepared.spec.name,
+                      what="verification on fresh inputs after the timed launches",
+                      error=TimedVerificationFailed).rel_err
+    except TimedVerificationFailed as exc:
+        exc.rel_err_field = "rel_err_fresh"
+        raise
+    finally:
+        inputs = None
+        _free()
+
+
 def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs | None = None,
-                    progress=_no_progress, cache_dir: str = DEFAULT_CACHE_DIR) -> float:
-    """Compile, verify on fresh inputs, then time: fills `record`, returns GFLOP/s."""
+                    progress=_no_progress, cache_dir: str = DEFAULT_CACHE_DIR,
+                    baseline: Baseline | None = None, stronger: Baseline | None = None) -> float:
+    """Compile, verify on fresh inputs, time (interleaved with `baseline`, and `stronger`, the
+    autotuned cuBLASLt, if given), check the timed output and a fresh-input launch, check
+    plausibility: fills `record`, returns GFLOP/s."""
     import cupy as cp
 
     spec, problem, bench = prepared.spec, prepared.problem, prepared.bench
+    check_bench(bench)
     device = prepared.require_device()
     kernel = _compiled(prepared, record, outputs, cache_dir)
     inputs = make_inputs(problem, bench.get("seed"))
     faulted: list = []
     record.seed = inputs.seed
-    record.tolerance = float(bench["tolerance"][spec.precision])
+    record.tolerance = tolerance = float(bench["tolerance"][spec.precision])
     try:
         progress("compiled", record)
-        record.rel_err = verify(kernel, problem, inputs, record.tolerance, spec.name).rel_err
+        ref = reference(problem, inputs)
+        record.rel_err = verify(kernel, problem, inputs, tolerance, spec.name, ref=ref).rel_err
         progress("verified", record)
-        timing = _time(kernel, prepared, inputs, device)
+        paired = [(b, i) for b in (baseline, stronger)
+                  if (i := _paired_inputs(b, problem, inputs, ref)) is not None]
+        spot = SpotCheck(inputs, problem.beta, int(bench["min_samples"]))
+        reasons_before = throttle_reasons(device)
+        result = _time(kernel, prepared, inputs, spot, device, paired)
+        arm_names = [b.name for b, _ in paired]
+        record.throttle_reasons = sorted(set(reasons_before or []) | set(throttle_reasons(device) or []))
+        cp.cuda.get_current_stream().synchronize()
+        record.checked_sample = spot.index
+        checks_started = time.perf_counter()
+        record.rel_err_timed = _check_timed(spec.name, spot, inputs, ref, tolerance)
+        record.check_seconds = time.perf_counter() - checks_started
     except cp.cuda.runtime.CUDARuntimeError as exc:
         faulted.append(inputs)
         raise LaunchFailed(f"kernel {spec.name} faulted while being timed: {exc}") from exc
@@ -130,26 +283,40 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         raise
     finally:
         if not faulted:  # a faulted context cannot free memory: its worker exits instead
-            inputs = None  # drop the device arrays (the closures above are done with them)
-            cp.get_default_memory_pool().free_all_blocks()
-    _keep_timing(record, timing, problem.flops)
+            inputs = paired = ref = spot = None  # drop the device arrays
+            _free()
+    checks_started = time.perf_counter()
+    record.rel_err_fresh = _check_fresh(kernel, prepared, tolerance)
+    record.check_seconds += time.perf_counter() - checks_started
+    bound = plausibility.ceiling(spec.precision, prepared.kernel_cfg.get("math"),
+                                 prepared.target.gpu_spec, plausibility.load_measured(device.name))
+    plausibility.check(spec.name, problem, result.timings[0].median_ms, bound,
+                       float(bench.get("plausibility_margin", plausibility.DEFAULT_MARGIN)),
+                       l2_flushed=bool(bench["flush_l2"]))
+    _keep_timing(record, result.timings[0], problem.flops)
+    names = [b.name for b in (baseline, stronger) if b is not None and b.name in arm_names]
+    if names and names[0] == getattr(baseline, "name", None):
+        _keep_pairing(record, spec.precision, baseline.name, result, problem.flops)
+    _keep_best(record, names, result, problem.flops)
     return record.gflops
 
 
 def measure(prepared: PreparedJob, baselines, record: Record, outputs: JobOutputs | None = None,
             progress=_no_progress, cache_dir: str = DEFAULT_CACHE_DIR) -> Record:
-    """Verify and time a prepared job, then compare it with `baselines` (a baselines.Baselines:
-    cuBLAS FP32 and TF32 at the same shape and protocol, measured in this process)."""
-    gflops = verify_and_time(prepared, record, outputs, progress, cache_dir)
+    """Verify and time a prepared job interleaved with the cuBLAS baseline of its precision (from
+    `baselines`, a baselines.Baselines), the ratio and its interval in the record. A cuBLAS
+    baseline job is its own baseline: 100% by construction."""
+    spec = prepared.spec
+    own = spec.backend == "cublas"
+    name = PAIRED_BASELINE.get(spec.precision)
+    baseline = None if own or name is None else baselines.paired(name, prepared)
+    stronger = None
+    if prepared.bench.get("best_cublas") and not own and name is not None:
+        stronger = baselines.autotuned(spec.precision, prepared)
+    gflops = verify_and_time(prepared, record, outputs, progress, cache_dir, baseline, stronger)
     progress("timed", record)
-    spec, problem, bench = prepared.spec, prepared.problem, prepared.bench
-    if spec.backend == "cublas":
-        baselines.remember(spec.name, problem, bench, gflops)
-    fp32 = baselines.gflops("cublas_fp32", problem, bench, prepared.target)
-    tf32 = baselines.gflops("cublas_tf32", problem, bench, prepared.target)
-    record.cublas_fp32_gflops, record.cublas_tf32_gflops = fp32, tf32
-    record.pct_of_cublas_fp32 = 100.0 * gflops / fp32 if fp32 else None
-    record.pct_of_cublas_tf32 = 100.0 * gflops / tf32 if tf32 else None
+    if own:
+        _keep_ratio(record, spec.precision, spec.name, gflops, 100.0, 100.0, 100.0, "tie")
     peak = prepared.target.gpu_spec.peak_tflops(spec.precision)
     record.pct_of_peak = 100.0 * gflops / (peak * 1e3) if peak else None
     return record

@@ -22,6 +22,7 @@ from src.errors import NoGPU
 from src.job import gpu as gpu_mod
 from src.job.compile import expand_source
 from src.job.problem import Problem
+from src.job.protocol import check_bench
 from src.job.spec import KernelSpec, build_spec
 from src.tune import tuned
 
@@ -102,6 +103,8 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dic
     """A kernel config (a plain dict) at one problem on `where`: this GPU's tuned parameters for
     the problem's size class first (unless `use_tuned` is off or the name is in
     `explicit_params`), then `overrides` (params by name) over them, then the spec and source."""
+    if bench:
+        check_bench(bench)  # the protocol's counts and limits, before any GPU work
     kcfg = OmegaConf.to_container(OmegaConf.create(kernel_cfg), resolve=True)
     tuned_from = None
     if use_tuned and kcfg.get("tuned"):

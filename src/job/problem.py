@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -40,10 +41,11 @@ class Problem:
         scalars = {}
         for name in ("alpha", "beta"):
             value = cfg[name]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value):
                 raise InvalidProblem(
-                    f"invalid problem scalar: {name}={value!r}. alpha and beta must be numbers "
-                    f"(C = alpha * A @ B + beta * C)."
+                    f"invalid problem scalar: {name}={value!r}. alpha and beta must be finite "
+                    f"numbers (rule: {name} finite; C = alpha * A @ B + beta * C)."
                 )
             scalars[name] = float(value)
         return cls(**dims, **scalars)

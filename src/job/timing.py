@@ -114,59 +114,123 @@ class L2Flush:
                                     cp.cuda.get_current_stream().ptr)
 
 
+@dataclass
+class Arm:
+    """One side of an interleaved measurement: its launch and the untimed work before each
+    sample. `before(i)` / `after(i)` get the sample's index (the spot check of the timed output
+    uses them); `before` runs ahead of the L2 flush, so what it touches is evicted again."""
+
+    launch: Callable[[], None]
+    between: Callable[[], None] | None = None
+    before: Callable[[int], None] | None = None
+    after: Callable[[int], None] | None = None
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    timings: tuple[Timing, ...]        # one per arm, over the kept rounds
+    kept_ms: tuple[tuple[float, ...], ...]  # per arm, the kept samples; index i is one round
+
+
+def _sample_round(arms, pools, probes, i: int, index: int) -> None:
+    for arm, pool, probe in zip(arms, pools, probes):
+        if arm.before:
+            arm.before(index)
+        if arm.between:
+            arm.between()
+        start, stop = pool[i]
+        probe.before(i)
+        start.record()
+        arm.launch()
+        stop.record()
+        probe.after(i)
+        if arm.after:
+            arm.after(index)
+
+
+def _kept_rounds(clocks: list[list[float]], floor: float | None) -> list[int]:
+    """Rounds in which every arm ran at or above the clock floor."""
+    rounds = range(len(clocks[0]))
+    if floor is None:
+        return list(rounds)
+    return [i for i in rounds if all(c[i] >= floor for c in clocks)]
+
+
+def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_samples: int,
+                        target_rel_iqr: float, max_seconds: float,
+                        read_clock: Callable[[], int | None] = lambda: None,
+                        max_clock_mhz: float | None = None,
+                        throttle_threshold: float | None = None,
+                        short_ms: float | None = None,
+                        short_min_samples: int | None = None) -> Interleaved:
+    """Time the arms in rounds, A B A B ...: each round takes one sample of every arm, each
+    after its own `between` (the L2 flush). A round is kept only if every arm's SM clock was at
+    or above the throttle floor. Stops once `min_samples` rounds are kept and every arm's IQR /
+    median is at most `target_rel_iqr`, or at `max_seconds` / `max_samples`. A first arm shorter
+    than `short_ms` takes at least `short_min_samples` rounds (short kernels: more samples)."""
+    import cupy as cp
+
+    for arm in arms:
+        for _ in range(max(warmup, 0)):
+            if arm.between:
+                arm.between()
+            arm.launch()
+    cp.cuda.get_current_stream().synchronize()
+
+    batch = max(1, min(min_samples, max_samples))
+    pools = [[(cp.cuda.Event(), cp.cuda.Event()) for _ in range(batch)] for _ in arms]
+    probes = [ClockProbe(batch) for _ in arms]
+    floor = (max_clock_mhz * throttle_threshold
+             if max_clock_mhz and throttle_threshold is not None else None)
+    times: list[list[float]] = [[] for _ in arms]
+    clocks: list[list[float]] = [[] for _ in arms]
+    taken, need = 0, min_samples
+    clock_before = read_clock()
+    started = time.perf_counter()
+    while taken < max_samples:
+        todo = min(batch, max_samples - taken)
+        for i in range(todo):
+            _sample_round(arms, pools, probes, i, taken + i)
+        pools[-1][todo - 1][1].synchronize()
+        taken += todo
+        for a in range(len(arms)):
+            times[a].extend(cp.cuda.get_elapsed_time(s, e) for s, e in pools[a][:todo])
+            clocks[a].extend(probes[a].read(todo))
+        kept = _kept_rounds(clocks, floor)
+        if short_ms is not None and short_min_samples and kept \
+                and float(np.median([times[0][i] for i in kept])) < short_ms:
+            need = max(min_samples, min(short_min_samples, max_samples))
+        out_of_time = time.perf_counter() - started >= max_seconds
+        if len(kept) >= need:
+            settled = all(summarize([t[i] for i in kept]).rel_iqr <= target_rel_iqr for t in times)
+            if settled or out_of_time:
+                break
+        elif out_of_time and taken >= min_samples:
+            break  # a throttled GPU: stop at the time limit with what was kept
+    kept = _kept_rounds(clocks, floor)
+    if not kept:
+        all_clocks = [c for arm in clocks for c in arm]
+        raise Throttled(
+            f"every one of {taken} timed samples ran with the SM clock below "
+            f"{throttle_threshold:.0%} of its maximum {max_clock_mhz:.0f} MHz (median "
+            f"{float(np.median(all_clocks)):.0f} MHz; rule: samples on a throttled GPU are left "
+            f"out, bench.throttle_threshold). The GPU is power- or heat-limited or shared: check "
+            f"nvidia-smi -q -d PERFORMANCE.")
+    clock_after = read_clock()
+    timings = tuple(summarize([t[i] for i in kept], clock_before, clock_after,
+                              [c[i] for i in kept], taken - len(kept))
+                    for t, c in zip(times, clocks))
+    return Interleaved(timings, tuple(tuple(t[i] for i in kept) for t in times))
+
+
 def measure(launch: Callable[[], None], *, warmup: int, min_samples: int, max_samples: int,
             target_rel_iqr: float, max_seconds: float,
             between: Callable[[], None] | None = None,
             read_clock: Callable[[], int | None] = lambda: None,
             max_clock_mhz: float | None = None, throttle_threshold: float | None = None) -> Timing:
-    """Time `launch` (one kernel launch on the current stream). `between` runs untimed before
-    every sample (L2 flush, input restore). With `max_clock_mhz` and `throttle_threshold`,
-    samples taken below threshold x max clock are flagged and left out (see the module doc)."""
-    import cupy as cp
-
-    for _ in range(max(warmup, 0)):
-        if between:
-            between()
-        launch()
-    cp.cuda.get_current_stream().synchronize()
-
-    batch = max(1, min(min_samples, max_samples))
-    pool = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(batch)]
-    floor = (max_clock_mhz * throttle_threshold
-             if max_clock_mhz and throttle_threshold is not None else None)
-    probe = ClockProbe(batch)
-    times: list[float] = []
-    clocks: list[float] = []
-    taken = 0
-    clock_before = read_clock()
-    started = time.perf_counter()
-    while taken < max_samples:
-        todo = min(batch, max_samples - taken)
-        for i, (start, stop) in enumerate(pool[:todo]):
-            if between:
-                between()
-            probe.before(i)
-            start.record()
-            launch()
-            stop.record()
-            probe.after(i)
-        pool[todo - 1][1].synchronize()
-        taken += todo
-        times.extend(cp.cuda.get_elapsed_time(s, e) for s, e in pool[:todo])
-        clocks.extend(probe.read(todo))
-        kept, _, _ = keep_unthrottled(times, clocks, floor)
-        out_of_time = time.perf_counter() - started >= max_seconds
-        if len(kept) >= min_samples:
-            if summarize(kept).rel_iqr <= target_rel_iqr or out_of_time:
-                break
-        elif out_of_time and taken >= min_samples:
-            break  # a throttled GPU: stop at the time limit with what was kept
-    kept, kept_clocks, flagged = keep_unthrottled(times, clocks, floor)
-    if not kept:
-        raise Throttled(
-            f"every one of {taken} timed samples ran with the SM clock below "
-            f"{throttle_threshold:.0%} of its maximum {max_clock_mhz:.0f} MHz (median "
-            f"{float(np.median(clocks)):.0f} MHz; rule: samples on a throttled GPU are left out, "
-            f"bench.throttle_threshold). The GPU is power- or heat-limited or shared: check "
-            f"nvidia-smi -q -d PERFORMANCE.")
-    return summarize(kept, clock_before, read_clock(), kept_clocks, flagged)
+    """Time `launch` (one kernel launch on the current stream) alone: measure_interleaved with
+    one arm. `between` runs untimed before every sample (L2 flush, input restore)."""
+    return measure_interleaved(
+        [Arm(launch, between)], warmup=warmup, min_samples=min_samples, max_samples=max_samples,
+        target_rel_iqr=target_rel_iqr, max_seconds=max_seconds, read_clock=read_clock,
+        max_clock_mhz=max_clock_mhz, throttle_threshold=throttle_threshold).timings[0]

@@ -30,7 +30,8 @@ from src.records.record import Record
 from src.records.summary import row_labels, size_key, summary_table
 
 CONTRACT_COLUMNS = ["kernel", "precision", "m", "n", "k", "gflops", "pct_of_cublas_fp32",
-                    "pct_of_cublas_tf32", "rel_err", "status", "gpu"]
+                    "pct_of_cublas_tf32", "rel_err", "status", "gpu", "baseline_gflops",
+                    "pct_ci_low", "pct_ci_high", "verdict"]
 BASELINE_BACKEND = "cublas"
 
 
@@ -56,6 +57,12 @@ def progression_frame(records: list[Record]) -> pd.DataFrame:
         "pct_of_cublas_tf32": _round(r.pct_of_cublas_tf32, 2) if r.ok else None,
         "rel_err": None if r.rel_err is None else float(f"{r.rel_err:.3e}"),
         "status": r.status, "gpu": r.gpu,
+        # the paired comparison: the baseline timed interleaved in the same job (pct = gflops /
+        # baseline_gflops exactly), the 95% interval of pct and the verdict (tie unless it excludes 100)
+        "baseline_gflops": _round(r.baseline_gflops, 1) if r.ok else None,
+        "pct_ci_low": _round(r.pct_ci_low, 2) if r.ok else None,
+        "pct_ci_high": _round(r.pct_ci_high, 2) if r.ok else None,
+        "verdict": r.verdict if r.ok else None,
         "backend": r.backend, "alpha": r.alpha, "beta": r.beta, "size": r.size_label,
     } for label, r in zip(labels, records)]
     frame = pd.DataFrame(rows, columns=CONTRACT_COLUMNS + ["backend", "alpha", "beta", "size"])
@@ -106,7 +113,11 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -
     lines.append(", ".join(versions) + (". " if versions else "") + _protocol(runs) + ".")
     lines.append(f"{len(records)} jobs: {len(records) - len(failed)} ok, {len(failed)} failed. "
                  "GFLOP/s = 2·M·N·K / median time; % cuBLAS: against cuBLAS in the kernel's precision "
-                 "(FP32, or TF32 where marked), measured in the same process.")
+                 "(FP32, or TF32 where marked), timed interleaved with the kernel in the same job "
+                 "(A B A B ..., the L2 flushed before each launch): the cell names that cuBLAS "
+                 "GFLOP/s, so % is exactly the ratio of the two figures, with its 95% bootstrap "
+                 "interval over the paired samples; faster / slower only when the interval "
+                 "excludes 100%, else a tie. The cuBLAS rows are cuBLAS's own jobs.")
     if (line := _ceilings_line(ceilings)) is not None:
         lines.append(line)
     lines += ["", summary_table(records).to_markdown(disable_numparse=True)]
@@ -139,6 +150,9 @@ def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
             group[f"{prefix}gflops"] = best.gflops
             if pd.notna(best[f"pct_of_cublas_{precision}"]):
                 group[f"{prefix}pct_of_cublas_{precision}"] = best[f"pct_of_cublas_{precision}"]
+            for column in ("baseline_gflops", "pct_ci_low", "pct_ci_high", "verdict"):
+                if pd.notna(best[column]):
+                    group[f"{prefix}{column}"] = best[column]
             if precision == "fp32" and ceilings:
                 group["best_pct_of_ffma_peak"] = round(100 * best.gflops / ceilings["ffma_gflops"], 2)
         for baseline in ("cublas_fp32", "cublas_tf32"):

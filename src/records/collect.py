@@ -4,7 +4,7 @@
 
 Every Record field becomes a column, in the Record's order, after `job` (the Hydra job directory,
 or `<file>:<line>` for a JSONL source) and `size` (the size label). Nested fields are flattened:
-`params`, `grid`, `block` and `sample_clock_mhz` as compact JSON (a kernel's tile parameters differ from another's),
+`params`, `grid`, `block` and the per-sample lists as compact JSON (a kernel's tile parameters differ from another's),
 `device` and `bench` spread into `device.<key>` and `bench.<key>` columns (`bench.tolerance.fp32`).
 A failed job keeps its status and error and has empty figures, exactly as in its record.
 `read_runs` and `records_from_runs` read the file back for the table and plots steps.
@@ -24,7 +24,8 @@ import pandas as pd
 
 from src.records.record import RECORD_FILE, Record, record_paths
 
-_JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz")
+_JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms", "baseline_time_ms",
+                "throttle_reasons")
 _SPREAD_FIELDS = ("device", "bench")
 _RECORD_FIELDS = list(fields(Record))
 

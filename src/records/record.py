@@ -54,6 +54,28 @@ class Record:
     pct_of_cublas_fp32: float | None = None
     pct_of_cublas_tf32: float | None = None
     pct_of_peak: float | None = None
+    # the paired comparison: kernel and baseline timed interleaved (src/job/paired.py)
+    baseline: str | None = None            # the baseline it was paired with (its own precision's)
+    baseline_gflops: float | None = None   # that baseline's GFLOP/s in the same rounds
+    pct_of_cublas: float | None = None     # 100 x gflops / baseline_gflops (ratio of the medians)
+    pct_ci_low: float | None = None        # bootstrap 95% interval of pct_of_cublas, over the pairs
+    pct_ci_high: float | None = None
+    verdict: str | None = None             # faster / slower only if the interval excludes 100%; else tie
+    kernel_time_ms: list | None = None     # the kept paired samples, kernel and baseline
+    baseline_time_ms: list | None = None
+    # against the stronger of cuBLAS's default and the autotuned cuBLASLt (bench.best_cublas)
+    cublaslt_gflops: float | None = None   # the autotuned cuBLASLt's GFLOP/s in the same rounds
+    best_cublas: str | None = None         # which of the two was faster here
+    pct_of_best_cublas: float | None = None
+    pct_best_ci_low: float | None = None
+    pct_best_ci_high: float | None = None
+    verdict_best: str | None = None
+    # checks of the timed launches (src/job/measure.py)
+    checked_sample: int | None = None      # the timed sample whose output was checked (C poisoned first)
+    rel_err_timed: float | None = None     # worst rel_err of that sample and of the last timed launch
+    rel_err_fresh: float | None = None     # rel_err of a launch on fresh inputs after the timing
+    check_seconds: float | None = None     # wall time of those two checks (their overhead per job)
+    throttle_reasons: list | None = None   # NVML power/thermal throttle reasons seen while timing
     # compile report
     registers: int | None = None
     static_smem_bytes: int | None = None
@@ -103,7 +125,11 @@ class Record:
         parts = [f"{self.gflops:>10,.1f} GFLOP/s", f"{self.time_ms_median:9.4f} ms"]
         if self.samples_throttled:
             parts.append(f"{self.samples_throttled} throttled samples left out")
-        if self.precision == "tf32" and self.pct_of_cublas_tf32 is not None:
+        which = "TF32" if self.precision == "tf32" else "FP32"
+        if self.pct_ci_low is not None and self.backend != "cublas":  # paired: with its interval
+            parts.append(f"{self.pct_of_cublas:6.1f}% of cuBLAS {which} "
+                         f"[{self.pct_ci_low:.1f}, {self.pct_ci_high:.1f}] {self.verdict}")
+        elif self.precision == "tf32" and self.pct_of_cublas_tf32 is not None:
             parts.append(f"{self.pct_of_cublas_tf32:6.1f}% of cuBLAS TF32")  # same precision
         elif self.pct_of_cublas_fp32 is not None:
             parts.append(f"{self.pct_of_cublas_fp32:6.1f}% of cuBLAS FP32")
@@ -140,7 +166,10 @@ def new_record(kernel: str, precision: str, backend: str, problem, **extra) -> R
 
 # A failed record carries none of these: a kernel that failed anything has no figure anywhere.
 FIGURES = ("gflops", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_iqr", "samples",
-           "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak")
+           "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak", "cublas_fp32_gflops",
+           "cublas_tf32_gflops", "baseline_gflops", "pct_of_cublas", "pct_ci_low", "pct_ci_high",
+           "verdict", "kernel_time_ms", "baseline_time_ms", "cublaslt_gflops", "best_cublas",
+           "pct_of_best_cublas", "pct_best_ci_low", "pct_best_ci_high", "verdict_best")
 
 
 def mark_failed(record: Record, exc) -> None:
@@ -148,6 +177,6 @@ def mark_failed(record: Record, exc) -> None:
     record.status = exc.status
     record.error = str(exc)
     if getattr(exc, "rel_err", None) is not None:  # a verification failure says by how much
-        record.rel_err = exc.rel_err
+        setattr(record, getattr(exc, "rel_err_field", "rel_err"), exc.rel_err)
     for name in FIGURES:
         setattr(record, name, None)

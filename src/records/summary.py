@@ -65,7 +65,14 @@ def _layout(records: list[Record]) -> tuple[list[str], list[str], dict]:
 
 def _pct_cell(r: Record) -> str:
     """% of cuBLAS in the record's own precision: a tensor-core (TF32) kernel is compared with
-    cuBLAS TF32, not with the FP32 SIMT baseline it would dwarf."""
+    cuBLAS TF32, not with the FP32 SIMT baseline it would dwarf. A paired measurement shows the
+    baseline's GFLOP/s from the same rounds (so % is exactly the ratio of the two figures shown)
+    and the 95% interval; 'faster' / 'slower' only when the interval excludes 100%."""
+    if r.pct_ci_low is not None and r.baseline_gflops and r.backend != "cublas":
+        mark = " of TF32" if r.precision == "tf32" else ""
+        word = "" if r.verdict == "tie" else f" {r.verdict}"
+        return (f"{r.pct_of_cublas:.1f}%{mark} of {r.baseline_gflops:,.0f} "
+                f"[{r.pct_ci_low:.1f}, {r.pct_ci_high:.1f}]{word}")
     if r.precision == "tf32":
         return "" if r.pct_of_cublas_tf32 is None else f"{r.pct_of_cublas_tf32:.1f}% of TF32"
     return "" if r.pct_of_cublas_fp32 is None else f"{r.pct_of_cublas_fp32:.1f}%"

@@ -1,0 +1,75 @@
+"""The timing protocol's inputs checked before any GPU work (conf/bench/), and what NVML says
+about throttling while a job is timed."""
+
+from __future__ import annotations
+
+import math
+
+from src.errors import ConfigError
+
+COUNTS = ("warmup", "min_samples", "max_samples")        # integers >= 1 (warmup >= 0)
+POSITIVE = ("max_seconds", "target_rel_iqr")             # finite numbers > 0
+OPTIONAL_COUNTS = ("short_min_samples",)
+OPTIONAL_POSITIVE = ("short_kernel_ms", "plausibility_margin", "throttle_threshold")
+
+
+def _bad(key: str, value, rule: str) -> ConfigError:
+    return ConfigError(f"invalid timing protocol: bench.{key}={value!r} (rule: {rule}). Set it "
+                       f"on the command line, e.g. bench.{key}=..., or in conf/bench/.")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_bench(bench: dict) -> None:
+    """Raise ConfigError naming the first bench.* value that breaks its rule."""
+    for key in COUNTS:
+        low = 0 if key == "warmup" else 1
+        if not _is_int(bench.get(key)) or bench[key] < low:
+            raise _bad(key, bench.get(key), f"an integer >= {low}")
+    if bench["max_samples"] < bench["min_samples"]:
+        raise _bad("max_samples", bench["max_samples"], "max_samples >= min_samples")
+    for key in POSITIVE:
+        if not _is_number(bench.get(key)) or bench[key] <= 0:
+            raise _bad(key, bench.get(key), "a finite number > 0")
+    for key in OPTIONAL_COUNTS:
+        if bench.get(key) is not None and (not _is_int(bench[key]) or bench[key] < 1):
+            raise _bad(key, bench[key], "null or an integer >= 1")
+    for key in OPTIONAL_POSITIVE:
+        if bench.get(key) is not None and (not _is_number(bench[key]) or bench[key] <= 0):
+            raise _bad(key, bench[key], "null or a finite number > 0")
+    if bench.get("plausibility_margin") is not None and bench["plausibility_margin"] < 1:
+        raise _bad("plausibility_margin", bench["plausibility_margin"], "a factor >= 1")
+
+
+# NVML clock-event (throttle) reason bits, named as nvidia-smi -q -d PERFORMANCE names them.
+THROTTLE_REASONS = {
+    0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+}
+
+
+def reason_names(mask: int) -> list[str]:
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+
+
+def throttle_reasons(device) -> list[str] | None:
+    """The power and thermal throttle reasons NVML reports now (None: NVML not available)."""
+    from src.job import gpu as gpu_mod
+
+    handle = gpu_mod._nvml_handle(getattr(device, "pci_bus_id", None))
+    if handle is None:
+        return None
+    import pynvml
+
+    read = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
+    try:
+        return reason_names(int(read(handle)))
+    except Exception:  # an NVML without the call, or one that refuses: unknown, not guessed
+        return None

@@ -1,0 +1,136 @@
+"""The measure step's checks on CPU, with a NumPy stand-in for CuPy (tests/fake_cupy.py) and
+Python kernels: an honest one passes with a paired figure; each class of cheating (less work
+after the first launch, reusing the first result, changing after N launches) fails as
+failed_timed_verification; the timed launches really are the ones checked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from src.errors import TimedVerificationFailed
+from src.job import gpu as gpu_mod
+from src.job import measure as measure_mod
+from src.job.measure import Baseline, verify_and_time
+from src.job.prepare import Target, prepare_kernel
+from src.job.problem import Problem
+from src.paths import CONF_DIR
+from src.records.record import mark_failed, new_record
+from tests import fake_cupy
+
+DEVICE = gpu_mod.Device(name="stand-in", compute_capability="9.0", sms=132,
+                        max_threads_per_block=1024, max_smem_per_block=232448, l2_bytes=50 << 20)
+
+
+class Gemm:
+    """C = alpha A B + beta C; `cheat(launch)` says how launch number `launch` (from 0) cheats:
+    None (honest), "skip" (a quarter of K), "reuse" (writes nothing)."""
+
+    def __init__(self, cheat=lambda launch: None):
+        self.cheat, self.launches, self.report = cheat, 0, None
+
+    def launch(self, a, b, c, alpha, beta):
+        how = self.cheat(self.launches)
+        self.launches += 1
+        if how == "reuse":
+            return
+        k = a.shape[1] // 4 if how == "skip" else a.shape[1]
+        product = (a[:, :k].astype(np.float64) @ b[:k].astype(np.float64)).astype(np.float32)
+        c[...] = alpha * product + (beta * c if beta != 0.0 else 0.0)
+
+
+def _job(beta: float, bench_overrides: dict | None = None):
+    bench = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bench" / "default.yaml"))
+    bench.update(flush_l2=False, min_samples=12, max_samples=40, max_seconds=0.5, seed=7,
+                 **(bench_overrides or {}))
+    kcfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / "01_naive.yaml"))
+    where = Target(DEVICE, gpu_mod.limits_from_spec("h100_sxm"),
+                   gpu_mod.spec_for_device_name("NVIDIA H100 80GB HBM3"))
+    return prepare_kernel(kcfg, Problem(64, 48, 32, 1.5, beta), where, bench)
+
+
+def _run(monkeypatch, kernel, beta=0.0, baseline=True, stronger=None):
+    fake_cupy.install(monkeypatch)
+    monkeypatch.setattr(measure_mod, "compile_kernel", lambda spec, cache_dir=None: kernel)
+    prepared = _job(beta)
+    record = new_record("01_naive", "fp32", "nvrtc", vars(prepared.problem))
+    paired = Baseline("cublas_fp32", Gemm(), 1e-5) if baseline else None
+    try:
+        verify_and_time(prepared, record, baseline=paired, stronger=stronger)
+    except TimedVerificationFailed as exc:
+        mark_failed(record, exc)
+    return record
+
+
+@pytest.mark.parametrize("beta", [0.0, 2.0])
+def test_an_honest_kernel_passes_every_check_with_a_paired_figure(monkeypatch, beta):
+    kernel = Gemm()
+    r = _run(monkeypatch, kernel, beta)
+    assert r.status == "ok", r.error
+    assert max(r.rel_err, r.rel_err_timed, r.rel_err_fresh) <= r.tolerance
+    assert 0 <= r.checked_sample < 12 and r.samples >= 12 and r.check_seconds >= 0
+    assert r.baseline == "cublas_fp32" and len(r.kernel_time_ms) == len(r.baseline_time_ms)
+    assert r.pct_of_cublas == pytest.approx(100 * r.gflops / r.baseline_gflops)
+    assert r.pct_ci_low <= r.pct_of_cublas <= r.pct_ci_high
+    # launches: verify 1 + warm-up 3 + the timed samples + 1 on fresh inputs
+    assert kernel.launches == 1 + 3 + r.samples + 1
+
+
+@pytest.mark.parametrize("beta", [0.0, 2.0])
+@pytest.mark.parametrize("cheat,caught_by", [
+    (lambda n: "skip" if n >= 1 else None, "timed sample"),      # less work after the first
+    (lambda n: "reuse" if n >= 1 else None, "timed sample"),     # keeps the first result
+    (lambda n: "skip" if n >= 30 else None, "last timed launch"),  # changes after N launches
+], ids=["skip-after-first", "reuse-result", "after-n-launches"])
+def test_each_class_of_cheating_is_caught(monkeypatch, beta, cheat, caught_by):
+    r = _run(monkeypatch, Gemm(cheat), beta)
+    assert r.status == "failed_timed_verification", r.status
+    assert caught_by in r.error and r.gflops is None and r.pct_of_cublas is None
+    assert r.rel_err <= r.tolerance  # the first launch passed
+
+
+class RightOnFirstInputs(Gemm):
+    """Right on the inputs it first saw (all the timed launches), wrong on any others."""
+
+    def launch(self, a, b, c, alpha, beta):
+        self.first_a = getattr(self, "first_a", a)
+        self.cheat = lambda n: None if a is self.first_a else "skip"
+        super().launch(a, b, c, alpha, beta)
+
+
+def test_a_kernel_right_only_on_the_inputs_it_was_timed_on_is_caught(monkeypatch):
+    r = _run(monkeypatch, RightOnFirstInputs())
+    assert r.status == "failed_timed_verification" and "fresh inputs" in r.error
+    assert r.rel_err_fresh > r.tolerance and r.rel_err_timed <= r.tolerance
+
+
+def test_without_a_baseline_the_kernel_is_timed_alone(monkeypatch):
+    r = _run(monkeypatch, Gemm(), baseline=False)
+    assert r.status == "ok" and r.gflops > 0 and r.pct_of_cublas is None and r.kernel_time_ms is None
+
+
+class Slow(Gemm):
+    def launch(self, a, b, c, alpha, beta):
+        super().launch(a, b, c, alpha, beta)
+        super().launch(a, b, c, alpha, beta)  # twice the work (beta = 0: the same C)
+
+
+@pytest.mark.parametrize("stronger_kernel,best", [(Gemm(), None), (Slow(), "cublas_fp32")])
+def test_the_stronger_of_two_baselines_is_the_one_compared(monkeypatch, stronger_kernel, best):
+    stronger = Baseline("cublaslt_fp32_autotuned", stronger_kernel, 1e-5)
+    r = _run(monkeypatch, Gemm(), stronger=stronger)
+    assert r.status == "ok" and r.cublaslt_gflops > 0 and r.best_cublas in (
+        "cublas_fp32", "cublaslt_fp32_autotuned")
+    if best is not None:  # the autotuned one does twice the work: the default is stronger
+        assert r.best_cublas == best and r.pct_of_best_cublas == pytest.approx(r.pct_of_cublas)
+    assert r.pct_best_ci_low <= r.pct_of_best_cublas <= r.pct_best_ci_high
+
+
+def test_without_nvmath_the_autotuned_baseline_is_missing_not_a_crash(monkeypatch):
+    import sys
+
+    from src.job.baselines import Baselines
+
+    monkeypatch.setitem(sys.modules, "nvmath", None)  # import fails as if not installed
+    assert Baselines().autotuned("fp32", _job(0.0)) is None

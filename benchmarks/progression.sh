@@ -10,6 +10,7 @@ for bad in "kernel=07_nope" "kernel=06_vectorize kernel.params.bk=6" "size=0" "k
   python3 -m src.run $bad 2>&1 | grep -v '^\s*provider=\|^Primary\|^Set the env\|^\s*$\|^Config search path' | tail -4
   echo "exit code: ${PIPESTATUS[0]}"
 done
+rm -rf multirun/mixed  # a sweep directory holds one sweep
 # A sweep with jobs that must fail (invalid tile parameters, unsupported size) next to good ones.
 python3 -m src.run -m kernel=04_blocktile_1d,05_blocktile_2d kernel.params.bm=64,128 size=1000,1024 \
   hydra.sweep.dir=multirun/mixed > "$out/mixed.log" 2>&1

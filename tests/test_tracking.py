@@ -364,8 +364,11 @@ def test_default_store_is_mlflows_own_default_in_the_original_cwd(monkeypatch, t
     assert tracking.resolve_tracking_uri(None, tmp_path) == "http://mlflow.example:5000"
     assert tracking.resolve_tracking_uri("http://config:5000", tmp_path) == "http://config:5000"
 
-    settings = tracking.Settings.from_cfg(compose(), tmp_path, "config")
-    assert settings == tracking.Settings(True, "http://mlflow.example:5000", "sgemm-lab/config", False)
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a server to connect to
+        served = f"http://127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", served)
+        settings = tracking.Settings.from_cfg(compose(), tmp_path, "config")
+    assert settings == tracking.Settings(True, served, "sgemm-lab/config", False)
     settings = tracking.Settings.from_cfg(
         compose("mlflow.enabled=false", "mlflow.experiment_name=tiles", "mlflow.log_ptx=true"),
         tmp_path, "config")

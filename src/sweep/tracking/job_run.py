@@ -23,10 +23,11 @@ from typing import Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from src.records.record import Record
-from src.sweep.tracking.signals import install_signal_handlers, mark_interrupted, restore_signal_handlers
+from src.sweep.tracking.signals import (
+    install_signal_handlers, mark_interrupted, restore_signal_handlers, shielded)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, client, context_tags, ensure_experiment,
-    first_line, flatten, log_batch)
+    first_line, flatten, log_batch, redact, redact_console, redact_files)
 from src.tune import tuned
 
 log = logging.getLogger("sgemm")
@@ -93,7 +94,7 @@ class JobRun:
     def log_config(self, cfg: DictConfig) -> None:
         self.tile_params_deferred = tuned.applies(cfg)
         log_batch(self.client, self.run_id, params=job_params(cfg))
-        self.client.log_text(self.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        self.client.log_text(self.run_id, redact(OmegaConf.to_yaml(cfg, resolve=True)), "config.yaml")
 
     def log_result(self, record: Record, outputs=None) -> None:
         """Metrics, tags and files of a finished job (`outputs`: a job.JobOutputs, optional)."""
@@ -174,12 +175,15 @@ def job_run(settings: Settings, cfg: DictConfig, run_name: str,
             yield job
         except KeyboardInterrupt as exc:
             mark_interrupted()
-            job.end(KILLED, f"killed: {type(exc).__name__} {exc}".rstrip(), status_tag="killed")
+            with shielded():  # a second Ctrl-C must not leave the run RUNNING
+                job.end(KILLED, f"killed: {type(exc).__name__} {exc}".rstrip(), status_tag="killed")
             raise
         except BaseException:
-            job.end(FAILED, traceback.format_exc(), status_tag="failed_internal")
+            with shielded():
+                job.end(FAILED, traceback.format_exc(), status_tag="failed_internal")
             raise
-        job.end_from_record()
+        with shielded():
+            job.end_from_record()
     finally:
         if installed:
             restore_signal_handlers()
@@ -194,6 +198,10 @@ def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
 
     hc = HydraConfig.get()
     root = Path(hc.runtime.cwd)
+    redact_console()  # before anything prints the config: no credentials on the console
+    redact_files(Path(hc.runtime.output_dir))
+    if hc.mode == RunMode.MULTIRUN:
+        redact_files(root / str(hc.sweep.dir))
     settings = Settings.from_cfg(cfg, root, hc.job.config_name)
     if not settings.enabled:
         yield NoTracking()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import os
 import re
 import socket
@@ -62,6 +63,64 @@ def resolve_tracking_uri(configured: str | None, root: Path) -> str:
     return uri
 
 
+# user:password@ in a URI (http://user:pw@host, postgresql://user:pw@host/db)
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+
+
+def redact(text: str) -> str:
+    """`text` with the user and password of every URI in it replaced by ***."""
+    return _CREDENTIALS.sub(lambda m: m["scheme"] + "***@", text)
+
+
+class RedactingFilter(logging.Filter):
+    """Takes the credentials out of log lines (Hydra's launcher prints each job's overrides)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return True
+
+
+def redact_console() -> None:
+    """Add RedactingFilter to the root logger's handlers (Hydra sets new ones for each job)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
+
+
+HYDRA_COPIES = (".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml", "multirun.yaml")
+
+
+def redact_files(directory: Path) -> None:
+    """Hydra's copies of the config and command line in a job or sweep directory, redacted."""
+    for name in HYDRA_COPIES:
+        path = directory / name
+        try:
+            text = path.read_text()
+            if redact(text) != text:
+                path.write_text(redact(text))
+        except OSError:
+            continue  # absent (not written yet, or not this kind of directory)
+
+
+def take_credentials(uri: str) -> str:
+    """`uri` without its user:password, which move to MLflow's own variables
+    (MLFLOW_TRACKING_USERNAME/PASSWORD, inherited by every process of the sweep), so that the
+    URI the lab logs, prints and writes to mlflow_parent.json holds no secret."""
+    from urllib.parse import unquote
+
+    match = _CREDENTIALS.match(uri)
+    if match is None or not uri.lower().startswith(("http://", "https://")):
+        return uri
+    user, _, password = match["userinfo"].partition(":")
+    os.environ.setdefault("MLFLOW_TRACKING_USERNAME", unquote(user))
+    if password:
+        os.environ.setdefault("MLFLOW_TRACKING_PASSWORD", unquote(password))
+    return match["scheme"] + uri[match.end():]
+
+
 # Where MLflow can keep runs: its file and database stores, a tracking server, Databricks.
 SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
@@ -70,16 +129,53 @@ class TrackingUnavailable(LabError):
     status = "tracking_error"
 
 
-def check_tracking_uri(uri: str) -> str:
-    """`uri` if MLflow can store runs there; else TrackingUnavailable naming the rule."""
-    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+HOW_TO_CHOOSE = ("Set mlflow.tracking_uri=... or $MLFLOW_TRACKING_URI (the config wins), or turn "
+                 "tracking off with mlflow.enabled=false.")
+CONNECT_TIMEOUT_S = 5.0  # how long the check waits for a tracking server to answer
+
+
+def check_tracking_uri(uri: str, connect: bool = True) -> str:
+    """`uri` if MLflow can store runs there; else TrackingUnavailable naming the rule. A
+    tracking server is checked by connecting to it (at most CONNECT_TIMEOUT_S), so that an
+    unreachable one stops the run at once instead of after MLflow's minutes of retries."""
+    shown = redact(uri)
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
     if scheme and scheme not in SCHEMES:
         raise TrackingUnavailable(
-            f"MLflow cannot track runs at {uri!r}: its scheme {scheme!r} is not one MLflow stores "
-            f"runs in (rule: the tracking URI's scheme is one of {', '.join(SCHEMES)}, or a "
-            f"plain path). Set mlflow.tracking_uri=... or $MLFLOW_TRACKING_URI (the config wins), "
-            f"or turn tracking off with mlflow.enabled=false.")
+            f"MLflow cannot track runs at {shown!r}: its scheme {scheme!r} is not one MLflow stores "
+            f"runs in (rule: the tracking URI's scheme is one of {', '.join(SCHEMES)}). "
+            f"{HOW_TO_CHOOSE}")
+    if scheme in ("", "file"):
+        raise TrackingUnavailable(
+            f"MLflow cannot track runs at {shown!r}: a directory (file store) is refused by MLflow "
+            f"3, which keeps runs in a database (rule: a local store is sqlite:///<path>.db, "
+            f"e.g. sqlite:///mlflow.db). {HOW_TO_CHOOSE}")
+    if scheme == "sqlite" and sqlite_path(uri) is None:
+        raise TrackingUnavailable(
+            f"MLflow cannot keep runs at {shown!r}: it names no database file, so the runs would "
+            f"live in memory and vanish with the process (rule: sqlite:///<path>.db, three "
+            f"slashes then a file path). {HOW_TO_CHOOSE}")
+    if connect and scheme in ("http", "https"):
+        _check_reachable(uri, shown)
     return uri
+
+
+def _check_reachable(uri: str, shown: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "", port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as exc:
+        raise TrackingUnavailable(
+            f"cannot reach the MLflow tracking server at {shown!r} within {CONNECT_TIMEOUT_S:g} s "
+            f"({type(exc).__name__}: {exc}) (rule: the tracking server answers before any job "
+            f"runs). Start it or check the host and port. {HOW_TO_CHOOSE}") from None
+    # a server that goes away later costs each request seconds, not MLflow's minutes of retries
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -106,7 +202,7 @@ class Settings:
         """From the config's `mlflow` block; `root` anchors the default store (the original cwd)."""
         block = cfg.get("mlflow") or {}
         enabled = bool(block.get("enabled", True))
-        uri = resolve_tracking_uri(block.get("tracking_uri"), root)
+        uri = take_credentials(resolve_tracking_uri(block.get("tracking_uri"), root))
         return cls(
             enabled=enabled,
             tracking_uri=check_tracking_uri(uri) if enabled else uri,
@@ -118,7 +214,30 @@ class Settings:
 def client(uri: str):
     from mlflow import MlflowClient
 
+    _ready(uri)
     return MlflowClient(tracking_uri=uri)
+
+
+@lru_cache(maxsize=None)
+def _ready(uri: str) -> None:
+    """A local sqlite store is created (MLflow's schema migrations) by one process at a time:
+    processes that open a fresh store together (two sweeps started at once) wait on a lock file
+    beside it instead of racing to create the same tables, which fails one of them and can
+    leave the file half-migrated. Once per process and store."""
+    import fcntl
+
+    from mlflow import MlflowClient
+
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates/migrates
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def ensure_experiment(mlflow_client, name: str, uri: str) -> str:
@@ -156,7 +275,7 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
         if isinstance(value, dict) and value:
             out.update(flatten(value, name + "."))
         else:
-            text = value if isinstance(value, str) else json.dumps(value)
+            text = redact(value if isinstance(value, str) else json.dumps(value))
             if len(text) > MAX_PARAM_LENGTH:
                 text = text[:MAX_PARAM_LENGTH - 1] + "…"
             out[name] = text

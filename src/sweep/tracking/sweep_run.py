@@ -13,7 +13,8 @@ import logging
 from pathlib import Path
 
 from src.records.record import Record
-from src.sweep.tracking.signals import install_signal_handlers, restore_signal_handlers, was_interrupted
+from src.sweep.tracking.signals import (
+    install_signal_handlers, restore_signal_handlers, shielded, was_interrupted)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, RUNNING, Parent, Settings, client, context_tags, ensure_experiment,
     flatten, log_batch)
@@ -112,18 +113,22 @@ class SweepRun:
         if it was interrupted, FAILED otherwise; children left RUNNING end KILLED."""
         if self.closed:
             return
-        mlflow_client = client(self.settings.tracking_uri)
         try:
-            counts = self._count(mlflow_client)
-            killed = was_interrupted() or int(counts["jobs_killed"]) > 0
-            why = ("interrupted (Ctrl-C or SIGTERM)" if killed else
-                   "stopped by an error (a job raised, see the FAILED runs, or the sweep's log)")
-            mlflow_client.log_text(self.parent.run_id, f"the sweep did not finish: {why}\n",
-                                   "error.txt")
-            log_batch(mlflow_client, self.parent.run_id, tags=counts)
-            mlflow_client.set_terminated(self.parent.run_id, KILLED if killed else FAILED)
+            with shielded():  # Ctrl-C again while the runs are being ended: held until they are
+                self._end_unfinished()
         finally:
             self._close()
+
+    def _end_unfinished(self) -> None:
+        mlflow_client = client(self.settings.tracking_uri)
+        counts = self._count(mlflow_client)
+        killed = was_interrupted() or int(counts["jobs_killed"]) > 0
+        why = ("interrupted (Ctrl-C or SIGTERM)" if killed else
+               "stopped by an error (a job raised, see the FAILED runs, or the sweep's log)")
+        mlflow_client.log_text(self.parent.run_id, f"the sweep did not finish: {why}\n",
+                               "error.txt")
+        log_batch(mlflow_client, self.parent.run_id, tags=counts)
+        mlflow_client.set_terminated(self.parent.run_id, KILLED if killed else FAILED)
 
     def _close(self) -> None:
         self.closed = True

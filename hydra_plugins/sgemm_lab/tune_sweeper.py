@@ -59,6 +59,7 @@ class TuneSweeper(Sweeper):
         self.hydra_context = None
         self.launcher = None
         self.job_idx = 0
+        self.gpu_datasheet = None  # the GPU's datasheet (gpu.GpuSpec) once detected
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -113,7 +114,8 @@ class TuneSweeper(Sweeper):
         try:
             device = gpu_mod.detect()
             limits = gpu_mod.device_limits(device)
-            gpu_spec = gpu_mod.resolve_spec(cfg.gpu, device).name
+            self.gpu_datasheet = gpu_mod.resolve_spec(cfg.gpu, device)  # in the cache key
+            gpu_spec = self.gpu_datasheet.name
             # a chapter with a fixed target (20: sm_90a) is built for it, else for the device
             arch = kernel_cfg.get("arch") or "sm_" + device.compute_capability.replace(".", "")
         except NoGPU as exc:  # prune and report anyway; every launched job will say no_gpu
@@ -205,7 +207,8 @@ class TuneSweeper(Sweeper):
         launch = []
         for i, (params, spec) in enumerate(batch):
             if cache is not None:
-                hit = cache.get(measurement_key(spec, state.problem, bench, device, source_sha))
+                hit = cache.get(measurement_key(spec, state.problem, bench, device, source_sha,
+                                                self.gpu_datasheet))
                 if hit is not None:
                     hit.from_cache = True
                     name = f"{self.job_idx}_{state.kernel}_{state.problem.m}x{state.problem.n}x{state.problem.k}"

@@ -187,7 +187,7 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
         cache_dir = str(cfg.get("cache_dir") or DEFAULT_CACHE_DIR)
         cache = Cache(cache_dir)
         digest = measurement_key(spec, problem, bench, device,
-                                 source_sha256(outputs.source if outputs else None, spec))
+                                 source_sha256(outputs.source if outputs else None, spec), gpu_spec)
         if cfg.get("resume"):
             cached = cache.get(digest)
             if cached is not None:

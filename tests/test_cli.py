@@ -49,6 +49,8 @@ def tracked_runs(uri: str) -> tuple[object, list]:
     (["kernel=05_blocktile_2d", "size=1000"], "unsupported_size", "m % bm == 0"),
     (["size=0"], "invalid_problem", "m=0"),
     (["size=abc"], "invalid_problem", "m='abc'"),
+    (["m=3000000000"], "invalid_problem", "m <= 2147483647"),
+    (["isolation.timeout_s=inf"], "invalid_config", "isolation.timeout_s must be a positive"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, args, status, needle):
     store = tmp_path / "mlflow.db"

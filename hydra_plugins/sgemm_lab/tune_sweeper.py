@@ -104,7 +104,7 @@ class TuneSweeper(Sweeper):
         from src.errors import NoGPU
         from src.job.cache import Cache
         from src.job.problem import Problem
-        from src.job.spec import KERNELS_DIR
+        from src.paths import kernel_file
 
         started = time.perf_counter()
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, combo)
@@ -125,7 +125,7 @@ class TuneSweeper(Sweeper):
             limits = gpu_mod.limits_from_spec(gpu_spec)
         cache = Cache(cfg.cache_dir)
         resume = bool(cfg.get("resume"))
-        source_text = expand_source((KERNELS_DIR / kernel_cfg["source"]).resolve())
+        source_text = expand_source(kernel_file(kernel_cfg["source"], kernel_cfg["name"]))
 
         state = _State(combo=combo, problem=problem, kernel=kernel_cfg["name"])
 

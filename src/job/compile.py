@@ -36,6 +36,7 @@ from pathlib import Path
 from src.errors import CompileFailed, LaunchFailed, OutOfMemory
 from src.job.cache import cubin_entry, store_cubin
 from src.job.spec import KERNELS_DIR, KernelSpec
+from src.paths import kernel_file
 
 NVRTC_OPTIONS = ("-std=c++17",)
 # What CuPy's RawModule adds to them (17's device lambdas need the execution-space default), then
@@ -59,7 +60,7 @@ def expand_source(path: Path, _seen: frozenset = frozenset()) -> str:
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         match = _INCLUDE.match(line)
         if match:
-            header = (path.parent / match.group(1)).resolve()
+            header = kernel_file(path.parent / match.group(1), path.stem)
             if header not in _seen:
                 out.append(expand_source(header, _seen | {header, path.resolve()}))
             out.append(f'#line {lineno + 1} "{_rel(path)}"')

@@ -30,10 +30,12 @@ def _jobs(conn):
 
 
 def ok_serve(conn):
-    """Every job ok; the record carries this worker's pid (to tell workers apart)."""
+    """Every job ok (1 GFLOP/s, as a real record has them: time, error, GPU); the record
+    carries this worker's pid (to tell workers apart)."""
     for container in _jobs(conn):
-        conn.send(("done", _record(container, gflops=1.0, entry=str(os.getpid())).to_dict(),
-                   None, True))
+        record = _record(container, gflops=1.0, entry=str(os.getpid()), time_ms_median=1.0,
+                         rel_err=0.0, tolerance=1e-5, gpu="NVIDIA H100 80GB HBM3")
+        conn.send(("done", record.to_dict(), None, True))
 
 
 def hang_serve(conn):
@@ -71,3 +73,28 @@ def slow_serve(conn):
         print(f"job started in worker {os.getpid()}", flush=True)
         time.sleep(120)
         conn.send(("done", _record(container, gflops=1.0).to_dict(), None, True))
+
+
+def fake_h100():
+    """What gpu.detect() reports on an H100 SXM, for a launcher on a machine without one."""
+    from src.job.gpu import Device
+
+    return Device(name="NVIDIA H100 80GB HBM3", compute_capability="9.0", sms=132,
+                  max_threads_per_block=1024, max_smem_per_block=232448, l2_bytes=52428800,
+                  driver="13.0", cuda_runtime="13.0", nvrtc="13.0", cupy="14.0")
+
+
+# `python -m src.run ...` on a pretend H100: the launcher detects a fake device and compiles
+# nothing ahead; each job runs in a stand-in worker (ok_serve: every job ok at 1 GFLOP/s).
+FAKE_GPU_RUN = """
+import runpy
+import src.job.compile
+import src.job.gpu
+import src.sweep.worker
+import tests.fault_jobs
+
+src.job.gpu.detect = tests.fault_jobs.fake_h100
+src.job.compile.precompile = lambda *args, **kwargs: []
+src.sweep.worker._serve = tests.fault_jobs.ok_serve
+runpy.run_module("src.run", run_name="__main__", alter_sys=True)
+"""

@@ -90,6 +90,9 @@ class TuneSweeper(Sweeper):
             try:
                 for combo in combos:
                     summaries.append(self._tune(settings, list(combo), sweep_dir, executor))
+            except LabError as exc:  # no GPU, a broken kernel config: one clear error
+                log.error("error [%s]: %s", exc.status, exc)
+                raise SystemExit(1) from None
             finally:
                 executor.shutdown(wait=False, cancel_futures=True)
         self._write(sweep_dir, summaries)
@@ -118,11 +121,9 @@ class TuneSweeper(Sweeper):
             gpu_spec = self.gpu_datasheet.name
             # a chapter with a fixed target (20: sm_90a) is built for it, else for the device
             arch = kernel_cfg.get("arch") or "sm_" + device.compute_capability.replace(".", "")
-        except NoGPU as exc:  # prune and report anyway; every launched job will say no_gpu
-            log.warning("tuning without a GPU: %s", exc)
-            device, arch = None, None
-            gpu_spec = cfg.gpu.name if cfg.gpu.name != "auto" else "h100_sxm"
-            limits = gpu_mod.limits_from_spec(gpu_spec)
+        except NoGPU as exc:  # before any candidate is launched: each would only fail no_gpu
+            raise NoGPU(f"{exc} A tuning sweep measures its candidates on a GPU; none was "
+                        f"started.") from None
         cache = Cache(cfg.cache_dir)
         resume = bool(cfg.get("resume"))
         source_text = expand_source(kernel_file(kernel_cfg["source"], kernel_cfg["name"]))

@@ -38,6 +38,24 @@ def ok_serve(conn):
         conn.send(("done", record.to_dict(), None, True))
 
 
+def paced_serve(conn):
+    """Every job ok after 0.3 s (time for a signal to land mid-job), its record naming the
+    job's MLflow run as the real pipeline's does."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        container, _explicit, run_id = message
+        time.sleep(0.3)
+        record = _record(container, gflops=1.0, time_ms_median=1.0, rel_err=0.0,
+                         tolerance=1e-5, gpu="NVIDIA H100 80GB HBM3", mlflow_run_id=run_id)
+        conn.send(("done", record.to_dict(), None, True))
+
+
 def hang_serve(conn):
     """Jobs of kernel `hang` report one step, then never answer; the others are ok."""
     for container in _jobs(conn):
@@ -87,6 +105,7 @@ def fake_h100():
 # `python -m src.run ...` on a pretend H100: the launcher detects a fake device and compiles
 # nothing ahead; each job runs in a stand-in worker (ok_serve: every job ok at 1 GFLOP/s).
 FAKE_GPU_RUN = """
+import os
 import runpy
 import src.job.compile
 import src.job.gpu
@@ -95,6 +114,6 @@ import tests.fault_jobs
 
 src.job.gpu.detect = tests.fault_jobs.fake_h100
 src.job.compile.precompile = lambda *args, **kwargs: []
-src.sweep.worker._serve = tests.fault_jobs.ok_serve
+src.sweep.worker._serve = getattr(tests.fault_jobs, os.environ.get("FAKE_SERVE", "ok_serve"))
 runpy.run_module("src.run", run_name="__main__", alter_sys=True)
 """

@@ -273,7 +273,10 @@ def test_sigterm_leaves_the_job_killed(tracking_uri):
             for _ in range(500):  # the handler runs between two bytecodes, well within this
                 time.sleep(0.01)
             pytest.fail("SIGTERM did not interrupt the job")
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is put back
+    # the process is leaving: later signals stay ignored until it has (reset: it carries on)
+    assert signal.getsignal(signal.SIGTERM) == signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    signals.reset()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     run = MlflowClient(tracking_uri).get_run(job.run_id)
     assert run.info.status == "KILLED"
     assert not [r for r in all_runs(MlflowClient(tracking_uri)) if r.info.status == "RUNNING"]
@@ -307,7 +310,9 @@ def test_an_interrupted_sweep_ends_killed_with_no_run_left_running(progression, 
             pytest.fail("SIGINT did not interrupt the job")
     assert signals.was_interrupted()
     callback.sweep.close_unfinished()  # what atexit runs when the interrupt ends the process
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # ignored until the process exits
+    signals.reset()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
     runs = {run.info.run_name: run for run in all_runs(client)}
     assert runs["0_ok"].info.status == "FINISHED"

@@ -54,15 +54,26 @@ def install_signal_handlers() -> bool:
 
 
 def restore_signal_handlers() -> None:
-    """Put the default handlers back where ours (or the SIG_IGN set after an interrupt) are."""
-    global _ignoring
-    if not _main_thread():
+    """Put the default handlers back where ours are. After an interrupt the signals stay
+    ignored: the process is on its way out, and what runs at its exit (the sweep's run ended
+    KILLED, at atexit) must not be cut short by the next Ctrl-C (`reset` undoes that, for a
+    process that carries on)."""
+    if not _main_thread() or _ignoring:
         return
     for signum, default in _DEFAULT_HANDLERS.items():
-        current = signal.getsignal(signum)
-        if current is _on_signal or (_ignoring and current == signal.SIG_IGN):
+        if signal.getsignal(signum) is _on_signal:
             signal.signal(signum, default)
-    _ignoring = False
+
+
+def reset() -> None:
+    """Default handlers, and no interrupt remembered: for a process that goes on after one
+    (a test runner)."""
+    global _ignoring, _interrupted
+    if _main_thread():
+        for signum, default in _DEFAULT_HANDLERS.items():
+            if signal.getsignal(signum) in (_on_signal, signal.SIG_IGN):
+                signal.signal(signum, default)
+    _ignoring = _interrupted = False
 
 
 @contextmanager

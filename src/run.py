@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
-from src.sweep.tracking import Terminated, TrackingUnavailable, hydra_job_run
+from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
 from src.tune.tuned import explicit_params
 from src.sweep.worker import run_isolated
 
@@ -50,5 +50,6 @@ if __name__ == "__main__":
     try:
         main()
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (tracking.Terminated): runs end KILLED
+        signals.ignore_from_now()  # a Ctrl-C again must not cut the exit's cleanup short
         print(f"interrupted: {exc or 'Ctrl-C'}", file=sys.stderr)
         sys.exit(143 if isinstance(exc, Terminated) else 130)

@@ -5,6 +5,7 @@ run; signals: SIGTERM and Ctrl-C while runs are open. This package's public name
 """
 
 from src.sweep.tracking.job_run import JobRun, NoTracking, hydra_job_run, job_run
+from src.sweep.tracking import signals
 from src.sweep.tracking.signals import Terminated
 from src.sweep.tracking.store import (
     ARTIFACTS_DIR, DEFAULT_DB, MAX_PARAM_LENGTH, PARENT_FILE, Parent, Settings, TrackingUnavailable,

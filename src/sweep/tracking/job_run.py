@@ -167,21 +167,25 @@ def job_run(settings: Settings, cfg: DictConfig, run_name: str,
     if parent is not None:
         tags["mlflow.parentRunId"] = parent.run_id
     installed = install_signal_handlers()
+    job = None
     try:
-        run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=tags)
-        job = JobRun(mlflow_client, run.info.run_id, settings)
-        try:
-            job.log_config(cfg)
-            yield job
-        except KeyboardInterrupt as exc:
-            mark_interrupted()
+        with shielded():  # a signal while the run is created is held until it can be ended
+            run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=tags)
+            job = JobRun(mlflow_client, run.info.run_id, settings)
+        job.log_config(cfg)
+        yield job
+    except KeyboardInterrupt as exc:
+        mark_interrupted()
+        if job is not None:
             with shielded():  # a second Ctrl-C must not leave the run RUNNING
                 job.end(KILLED, f"killed: {type(exc).__name__} {exc}".rstrip(), status_tag="killed")
-            raise
-        except BaseException:
+        raise
+    except BaseException:
+        if job is not None:
             with shielded():
                 job.end(FAILED, traceback.format_exc(), status_tag="failed_internal")
-            raise
+        raise
+    else:
         with shielded():
             job.end_from_record()
     finally:

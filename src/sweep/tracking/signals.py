@@ -28,12 +28,19 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _on_signal(signum, frame):
+def ignore_from_now() -> None:
+    """Ignore Ctrl-C and SIGTERM from now on: the process is leaving after an interrupt, and
+    its cleanup (runs ended KILLED, at exit) must not be cut short by the next one."""
     global _ignoring
+    if _main_thread():
+        for signum in _DEFAULT_HANDLERS:
+            signal.signal(signum, signal.SIG_IGN)
+        _ignoring = True
+
+
+def _on_signal(signum, frame):
     mark_interrupted()
-    for other in _DEFAULT_HANDLERS:  # the cleanup that follows must not be interrupted again
-        signal.signal(other, signal.SIG_IGN)
-    _ignoring = True
+    ignore_from_now()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(f"terminated by signal {signum} (SIGTERM)")

@@ -50,19 +50,27 @@ class SweepRun:
         mlflow_client = client(settings.tracking_uri)
         experiment_id = ensure_experiment(mlflow_client, settings.experiment_name,
                                           settings.tracking_uri)
-        run = mlflow_client.create_run(
-            experiment_id, run_name=f"sweep {sweep_dir.parent.name} {sweep_dir.name}",
-            tags={**context_tags(), "kind": "sweep", "sweep_dir": str(sweep_dir)})
-        parent = Parent(run.info.run_id, experiment_id, settings.tracking_uri)
-        sweep = cls(settings, sweep_dir, parent)
+        installed = install_signal_handlers()  # before the run exists: none is left RUNNING
         try:
-            sweep._signals = install_signal_handlers()
-            log_batch(mlflow_client, parent.run_id, params=flatten({"overrides": " ".join(overrides)}))
-            parent.write(sweep_dir)
+            with shielded():  # a signal meanwhile is held until the run can be ended at exit
+                run = mlflow_client.create_run(
+                    experiment_id, run_name=f"sweep {sweep_dir.parent.name} {sweep_dir.name}",
+                    tags={**context_tags(), "kind": "sweep", "sweep_dir": str(sweep_dir)})
+                sweep = cls(settings, sweep_dir,
+                            Parent(run.info.run_id, experiment_id, settings.tracking_uri))
+                sweep._signals = installed
+                atexit.register(sweep.close_unfinished)
+        except BaseException:
+            if installed:
+                restore_signal_handlers()
+            raise
+        try:
+            log_batch(mlflow_client, sweep.parent.run_id,
+                      params=flatten({"overrides": " ".join(overrides)}))
+            sweep.parent.write(sweep_dir)
         except BaseException:
             sweep.close_unfinished()
             raise
-        atexit.register(sweep.close_unfinished)
         return sweep
 
     def _count(self, mlflow_client) -> dict[str, str]:

@@ -186,3 +186,23 @@ def test_credentials_are_redacted_wherever_values_are_written():
         "mlflow.tracking_uri=https://***@host:5000/x y"
     assert redact("postgresql://u:p@db/mlflow") == "postgresql://***@db/mlflow"
     assert flatten({"mlflow": {"tracking_uri": "http://u:p@h"}}) == {"mlflow.tracking_uri": "http://***@h"}
+
+
+def test_a_process_killed_while_creating_the_store_leaves_no_half_store(tmp_path):
+    """SIGKILL (nothing can hold it) during MLflow's migrations of a fresh store: the store is
+    made in a private file renamed into place when whole, so the next process starts clean
+    instead of failing on a half-migrated mlflow.db for good."""
+    from src.sweep.tracking.store import client
+
+    db = tmp_path / "mlflow.db"
+    code = "import sys; from src.sweep.tracking.store import client; client(sys.argv[1])"
+    proc = subprocess.Popen([sys.executable, "-c", code, f"sqlite:///{db}"], cwd=ROOT, env=cli_env())
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".mlflow.db.*.new")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # killed once the migrations have begun
+    time.sleep(0.3)
+    proc.kill()
+    proc.wait()
+    assert not db.exists() or db.stat().st_size > 0
+    assert len(client(f"sqlite:///{db}").search_experiments()) == 1  # made again, whole
+    assert not list(tmp_path.glob(".mlflow.db.*"))  # the killed one's leftovers are gone

@@ -63,8 +63,9 @@ def resolve_tracking_uri(configured: str | None, root: Path) -> str:
     return uri
 
 
-# user:password@ in a URI (http://user:pw@host, postgresql://user:pw@host/db)
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+# user:password@ in a URI (http://user:pw@host, postgresql://user:pw@host/db), also as Hydra
+# prints an override, with its colons escaped (http\://user\:pw@host)
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*\\?://)(?P<userinfo>[^/@\s]+)@")
 
 
 def redact(text: str) -> str:
@@ -72,22 +73,25 @@ def redact(text: str) -> str:
     return _CREDENTIALS.sub(lambda m: m["scheme"] + "***@", text)
 
 
-class RedactingFilter(logging.Filter):
-    """Takes the credentials out of log lines (Hydra's launcher prints each job's overrides)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        clean = redact(message)
-        if clean != message:
-            record.msg, record.args = clean, ()
-        return True
-
-
 def redact_console() -> None:
-    """Add RedactingFilter to the root logger's handlers (Hydra sets new ones for each job)."""
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+    """Take credentials out of every log line of this process (Hydra's launchers print each
+    job's overrides). Done where records are made, not by a handler filter, because Hydra's
+    launcher configures new handlers just before it prints them."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "redacts", False):
+        return
+
+    def make_redacted(*args, **kwargs) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        if "@" in str(record.msg) or record.args:
+            message = record.getMessage()
+            clean = redact(message)
+            if clean != message:
+                record.msg, record.args = clean, ()
+        return record
+
+    make_redacted.redacts = True
+    logging.setLogRecordFactory(make_redacted)
 
 
 HYDRA_COPIES = (".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml", "multirun.yaml")
@@ -220,13 +224,16 @@ def client(uri: str):
 
 @lru_cache(maxsize=None)
 def _ready(uri: str) -> None:
-    """A local sqlite store is created (MLflow's schema migrations) by one process at a time:
-    processes that open a fresh store together (two sweeps started at once) wait on a lock file
-    beside it instead of racing to create the same tables, which fails one of them and can
-    leave the file half-migrated. Once per process and store."""
+    """A local sqlite store is created (MLflow's schema migrations, seconds) by one process at
+    a time, and atomically: under a lock file beside it, into a private file renamed into place
+    when whole. Two sweeps started together on a fresh store raced to create the same tables
+    (one died with `table ... already exists`), and a process stopped mid-migration left a
+    half-migrated file that every later run failed on. Once per process and store."""
     import fcntl
 
     from mlflow import MlflowClient
+
+    from src.sweep.tracking.signals import shielded
 
     db = sqlite_path(uri)
     if db is None:
@@ -235,7 +242,14 @@ def _ready(uri: str) -> None:
     with open(db.with_name(db.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates/migrates
+            if db.is_file() and db.stat().st_size > 0:
+                return  # made before (MLflow itself refuses an old schema with its own message)
+            for stale in db.parent.glob(f".{db.name}.*.new*"):  # of a process killed here
+                stale.unlink(missing_ok=True)
+            fresh = db.with_name(f".{db.name}.{os.getpid()}.new")
+            with shielded():  # Ctrl-C here is held until the store is whole
+                MlflowClient(tracking_uri=f"sqlite:///{fresh}").search_experiments(max_results=1)
+                fresh.replace(db)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 

@@ -33,6 +33,7 @@ def main(cfg: DictConfig) -> dict:
         with hydra_job_run(cfg) as tracked:
             record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)),
                                            tracked.run_id)
+            tracked.hold_signals()  # the record, its run's files and FINISHED go together
             record.write(Path(hc.runtime.output_dir))
             tracked.log_result(record, outputs)
     except TrackingUnavailable as exc:  # raised before the job ran: nothing to record

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Iterator
@@ -90,6 +90,12 @@ class JobRun:
         self.settings = settings
         self.record: Record | None = None
         self.tile_params_deferred = False
+        self.held = ExitStack()  # hold_signals: closed once the run has ended
+
+    def hold_signals(self) -> None:
+        """From now until the run has ended, Ctrl-C and SIGTERM wait (then act): a job whose
+        record is being written and logged ends FINISHED with it, never KILLED beside it."""
+        self.held.enter_context(shielded())
 
     def log_config(self, cfg: DictConfig) -> None:
         self.tile_params_deferred = tuned.applies(cfg)
@@ -147,6 +153,9 @@ class NoTracking:
 
     run_id = None
 
+    def hold_signals(self) -> None:
+        pass
+
     def log_result(self, record: Record, outputs=None) -> None:
         pass
 
@@ -189,8 +198,12 @@ def job_run(settings: Settings, cfg: DictConfig, run_name: str,
         with shielded():
             job.end_from_record()
     finally:
-        if installed:
-            restore_signal_handlers()
+        try:
+            if job is not None:
+                job.held.close()  # a signal held since hold_signals acts now, the run ended
+        finally:
+            if installed:
+                restore_signal_handlers()
 
 
 @contextmanager

@@ -83,6 +83,7 @@ def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
                       "template <int BS>\n__global__ void sgemm_broken(float* C) {\n"
                       "  C[0] = undefined_symbol;\n}\n")
     (tmp_path / "common.cuh").write_text((KERNELS_DIR / "common.cuh").read_text())
+    monkeypatch.setattr("src.paths.KERNEL_DIRS", (KERNELS_DIR, tmp_path))  # a kernel folder here
     spec = KernelSpec(name="99_broken", backend="nvrtc", precision="fp32", source=broken,
                       entry="sgemm_broken<32>", grid=(1,), block=(32,))
     with pytest.raises(CompileFailed) as info:

@@ -142,7 +142,7 @@ def test_repeated_signals_leave_no_run_running(tmp_path, tracking_uri, first):
             proc.send_signal(signal.SIGINT if proc.pid % 2 else signal.SIGTERM)
             proc.send_signal(first)
             time.sleep(0.005)
-        output = finish(proc, 60)
+        output = finish(proc, 120)
     finally:
         if proc.poll() is None:
             proc.kill()

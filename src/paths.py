@@ -9,3 +9,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
 KERNELS_DIR = ROOT / "kernels"
+TEST_KERNELS_DIR = ROOT / "tests" / "kernels"  # the test-only broken kernels (tests/conf/kernel/)
+KERNEL_DIRS = (KERNELS_DIR, TEST_KERNELS_DIR)
+SOURCE_SUFFIXES = (".cu", ".cuh")
+
+
+def kernel_file(path: Path | str, kernel: str = "?") -> Path:
+    """`path` (relative to kernels/, or absolute) resolved, if it is a CUDA source inside one of
+    the kernel folders; else ConfigError. Keeps a config (`kernel.source`) or an #include from
+    handing any file on the machine to NVRTC and, through MLflow, to whoever reads the runs."""
+    from src.errors import ConfigError
+
+    resolved = (KERNELS_DIR / path).resolve()
+    inside = any(resolved.is_relative_to(folder.resolve()) for folder in KERNEL_DIRS)
+    if not inside or resolved.suffix not in SOURCE_SUFFIXES:
+        raise ConfigError(
+            f"kernel {kernel}: source {str(path)!r} resolves to {resolved}, which is not a CUDA "
+            f"source ({', '.join(SOURCE_SUFFIXES)}) in the kernel folders (rule: kernel.source "
+            f"and its #includes stay inside {', '.join(_shown(d) for d in KERNEL_DIRS)}).")
+    if not resolved.is_file():
+        raise ConfigError(f"kernel {kernel}: source {resolved} does not exist.")
+    return resolved
+
+
+def _shown(folder: Path) -> str:
+    return (str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder)) + "/"

@@ -17,7 +17,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from src.sweep.tracking import Terminated, TrackingUnavailable, hydra_job_run
+from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
+from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
 from src.tune.tuned import explicit_params
 from src.sweep.worker import run_isolated
 
@@ -32,6 +33,7 @@ def main(cfg: DictConfig) -> dict:
         with hydra_job_run(cfg) as tracked:
             record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)),
                                            tracked.run_id)
+            tracked.hold_signals()  # the record, its run's files and FINISHED go together
             record.write(Path(hc.runtime.output_dir))
             tracked.log_result(record, outputs)
     except TrackingUnavailable as exc:  # raised before the job ran: nothing to record
@@ -49,5 +51,6 @@ if __name__ == "__main__":
     try:
         main()
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (tracking.Terminated): runs end KILLED
+        signals.ignore_from_now()  # a Ctrl-C again must not cut the exit's cleanup short
         print(f"interrupted: {exc or 'Ctrl-C'}", file=sys.stderr)
         sys.exit(143 if isinstance(exc, Terminated) else 130)

@@ -32,10 +32,30 @@ def _jobs(conn):
 
 
 def ok_serve(conn):
-    """Every job ok; the record carries this worker's pid (to tell workers apart)."""
+    """Every job ok (1 GFLOP/s, as a real record has them: time, error, GPU); the record
+    carries this worker's pid (to tell workers apart)."""
     for container in _jobs(conn):
-        conn.send(("done", _record(container, gflops=1.0, entry=str(os.getpid())).to_dict(),
-                   None, True))
+        record = _record(container, gflops=1.0, entry=str(os.getpid()), time_ms_median=1.0,
+                         rel_err=0.0, tolerance=1e-5, gpu="NVIDIA H100 80GB HBM3")
+        conn.send(("done", record.to_dict(), None, True))
+
+
+def paced_serve(conn):
+    """Every job ok after 0.3 s (time for a signal to land mid-job), its record naming the
+    job's MLflow run as the real pipeline's does."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        container, _explicit, run_id = message
+        time.sleep(0.3)
+        record = _record(container, gflops=1.0, time_ms_median=1.0, rel_err=0.0,
+                         tolerance=1e-5, gpu="NVIDIA H100 80GB HBM3", mlflow_run_id=run_id)
+        conn.send(("done", record.to_dict(), None, True))
 
 
 def hang_serve(conn):
@@ -84,3 +104,29 @@ class SlowJobs(Callback):
         import src.sweep.worker
 
         src.sweep.worker._serve = slow_serve
+
+
+def fake_h100():
+    """What gpu.detect() reports on an H100 SXM, for a launcher on a machine without one."""
+    from src.job.gpu import Device
+
+    return Device(name="NVIDIA H100 80GB HBM3", compute_capability="9.0", sms=132,
+                  max_threads_per_block=1024, max_smem_per_block=232448, l2_bytes=52428800,
+                  driver="13.0", cuda_runtime="13.0", nvrtc="13.0", cupy="14.0")
+
+
+# `python -m src.run ...` on a pretend H100: the launcher detects a fake device and compiles
+# nothing ahead; each job runs in a stand-in worker (ok_serve: every job ok at 1 GFLOP/s).
+FAKE_GPU_RUN = """
+import os
+import runpy
+import src.job.compile
+import src.job.gpu
+import src.sweep.worker
+import tests.fault_jobs
+
+src.job.gpu.detect = tests.fault_jobs.fake_h100
+src.job.compile.precompile = lambda *args, **kwargs: []
+src.sweep.worker._serve = getattr(tests.fault_jobs, os.environ.get("FAKE_SERVE", "ok_serve"))
+runpy.run_module("src.run", run_name="__main__", alter_sys=True)
+"""

@@ -3,6 +3,8 @@ spills at its default parameters; compile errors carry the original file and lin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -109,6 +111,7 @@ def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
                       "template <int BS>\n__global__ void sgemm_broken(float* C) {\n"
                       "  C[0] = undefined_symbol;\n}\n")
     (tmp_path / "common.cuh").write_text((KERNELS_DIR / "common.cuh").read_text())
+    monkeypatch.setattr("src.paths.KERNEL_DIRS", (KERNELS_DIR, tmp_path))  # a kernel folder here
     spec = KernelSpec(name="99_broken", backend="nvrtc", precision="fp32", source=broken,
                       entry="sgemm_broken<32>", grid=(1,), block=(32,))
     with pytest.raises(CompileFailed) as info:
@@ -151,6 +154,43 @@ def test_nvrtc_builds_a_cubin_once_and_reuses_it(tmp_path):
     assert again == first  # from the cache: same file, same recorded compile time
     other = build_cubin(text, spec.entry, "sm_80", tmp_path, spec.name)
     assert other.path != first.path  # the architecture is part of the key
+
+
+@needs_nvrtc
+def test_a_copied_cubin_cache_is_served_from_its_new_place_and_checked(tmp_path):
+    """Meta files name their cubin relative to themselves (a copied cache works where it
+    lands) with its size and SHA-256: an emptied or swapped cubin is built again."""
+    import json
+    import shutil
+
+    from src.job.compile import build_cubin
+
+    spec = _spec("06_vectorize")
+    text = expand_source(spec.source)
+    first = build_cubin(text, spec.entry, "sm_90", tmp_path / "a", spec.name)
+    meta = next((tmp_path / "a").rglob("*.json"))
+    assert json.loads(meta.read_text())["path"] == Path(first.path).name  # no absolute path
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.rmtree(tmp_path / "a")
+    moved = build_cubin(text, spec.entry, "sm_90", tmp_path / "b", spec.name)
+    assert moved.compile_seconds == first.compile_seconds  # served, not rebuilt
+    assert moved.path.startswith(str((tmp_path / "b").resolve())) and Path(moved.path).is_file()
+    Path(moved.path).write_bytes(b"")  # an empty cubin is never served
+    rebuilt = build_cubin(text, spec.entry, "sm_90", tmp_path / "b", spec.name)
+    assert rebuilt.compile_seconds != first.compile_seconds
+    assert Path(rebuilt.path).read_bytes()[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_a_cubin_cache_that_cannot_be_written_still_builds(tmp_path, caplog):
+    from src.job.compile import build_cubin
+
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache directory should be")
+    spec = _spec("06_vectorize")
+    cubin = build_cubin(expand_source(spec.source), spec.entry, "sm_90", blocked, spec.name)
+    assert Path(cubin.path).read_bytes()[:4] == b"\x7fELF"
+    assert "could not store the build" in caplog.text
 
 
 @needs_nvrtc

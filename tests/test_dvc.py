@@ -119,7 +119,9 @@ def test_outputs_are_in_git_not_in_the_dvc_cache():
     for name, stage in dvc_yaml()["stages"].items():
         for entry in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):
             (path, options), = entry.items()
-            assert path.startswith("results/") and options == {"cache": False}, (name, path)
+            assert path.startswith("results/") and options.get("cache") is False, (name, path)
+            # bench's outputs persist: DVC must not delete them before a run that may fail
+            assert options.get("persist", False) == (name == "bench"), (name, path)
     ignored = subprocess.run(["git", "check-ignore", "-q", "results/progression.csv"], cwd=ROOT)
     assert ignored.returncode == 1  # results/ is not ignored
     swept = subprocess.run(["git", "check-ignore", "-q", "sweeps/progression/x"], cwd=ROOT)
@@ -193,24 +195,44 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
                "stage = Repo('.').stage.collect('bench')[0]\n"
                "print(json.dumps(stage.cmd))")
     cmds = json.loads(proc.stdout)
-    assert cmds[0].startswith("python -m src.job.ceilings ")
+    assert cmds[0].startswith("python -m src.job.ceilings -o results/.ceilings.json.new ")
     assert cmds[1:] == [
         "rm -rf sweeps/progression",
         "python -m src.run -m 'kernel=" + params()["progression"]["kernels"] + "' 'size="
         + str(params()["progression"]["sizes"]) + "' bench=default hydra.sweep.dir=sweeps/progression",
-        "python -m src.records.collect sweeps/progression -o results/runs.csv",
+        "python -m src.records.collect sweeps/progression -o results/.runs.csv.new",
+        "mv results/.ceilings.json.new results/ceilings.json",
+        "mv results/.runs.csv.new results/runs.csv",
     ]
     stale = work / "sweeps" / "progression" / "99_stale_job"
     stale.mkdir(parents=True)
     (stale / "record.json").write_text("{}")
-    for cmd in cmds[1:]:
-        run("bash", "-c", cmd)
-    runs = read_runs(work / "results" / "runs.csv")
+    run("bash", "-c", cmds[1])
+    swept = run("bash", "-c", cmds[2], check=False)  # no GPU: no job succeeds, exit status 1
+    assert swept.returncode == 1 and "no_job_succeeded" in swept.stdout + swept.stderr
+    run("bash", "-c", cmds[3])
+    runs = read_runs(work / "results" / ".runs.csv.new")
     kernels = params()["progression"]["kernels"].split(",")
     sizes = [int(s) for s in str(params()["progression"]["sizes"]).split(",")]
     assert sorted(zip(runs.kernel, runs.m)) == sorted((k, s) for k in kernels for s in sizes)
     assert set(runs.status) == {"no_gpu"}, runs[runs.status != "no_gpu"][["kernel", "m", "error"]]
     assert (runs.m == runs.n).all() and (runs.n == runs.k).all()
+
+
+def test_bench_without_a_gpu_leaves_the_published_results_alone(repo):
+    """`dvc repro bench` where no GPU is visible fails (its ceilings need one) and the
+    published runs.csv and ceilings.json are exactly as they were: DVC does not delete them
+    first (persist), and the stage writes its new ones beside them, moved in only at the end."""
+    work, dvc, run = repo
+    results = work / "results"
+    results.mkdir()
+    shutil.copy2(RUNS_FIXTURE, results / "runs.csv")
+    shutil.copy2(DATA_DIR / "ceilings_fixture_not_measured.json", results / "ceilings.json")
+    before = {name: (results / name).read_bytes() for name in ("runs.csv", "ceilings.json")}
+    proc = dvc("repro", "bench", check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert {name: (results / name).read_bytes() for name in before} == before
+    assert not (results / ".runs.csv.new").exists()
 
 
 def test_table_and_plots_stages_run_on_recorded_runs(repo):

@@ -8,7 +8,6 @@ import dataclasses
 import pytest
 
 from src.job.cache import Cache, key
-from src.job.gpu import GpuSpec
 from src.job.prepare import PreparedJob, Target
 from src.job.problem import Problem
 from src.records.record import Record
@@ -20,6 +19,12 @@ DEVICE = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "driver"
           "cuda_runtime": "13.0", "nvrtc": "13.0", "cupy": "14.2.0", "sms": 132}
 
 
+def key_of(spec, problem, bench, device, source, gpu_spec=None):
+    """The key of a prepared job as the pipeline hands it to the cache (the device as a dict)."""
+    where = Target(device=device, limits=LIMITS, gpu_spec=gpu_spec)
+    return key(PreparedJob(problem, where, {}, spec, bench, None, source))
+
+
 def spec_and_problem(*overrides):
     from omegaconf import OmegaConf
 
@@ -28,29 +33,44 @@ def spec_and_problem(*overrides):
     return build_spec(cfg.kernel, problem, LIMITS), problem, OmegaConf.to_container(cfg.bench)
 
 
-def job(spec, problem, bench, device, source="a") -> PreparedJob:
-    """A prepared job as the pipeline hands it to the cache (the device as a plain dict)."""
-    where = Target(device=device, limits=LIMITS, gpu_spec=GpuSpec("h100_sxm"))
-    return PreparedJob(problem, where, {}, spec, bench, None, source)
-
-
 def test_the_key_changes_with_everything_a_measurement_depends_on():
+    from src.job.gpu import GpuSpec
+    from src.job.tensor_maps import TensorMapSpec
+
     spec, problem, bench = spec_and_problem()
-    base = key(job(spec, problem, bench, DEVICE))
-    assert base == key(job(spec, problem, dict(bench), dict(DEVICE)))  # deterministic
+    sxm = GpuSpec("h100_sxm", 132, 67.0, 494.7, 3350.0)
+    base = key_of(spec, problem, bench, DEVICE, "a" * 64, sxm).digest
+    assert base == key_of(spec, problem, dict(bench), dict(DEVICE), "a" * 64, sxm).digest  # deterministic
     other_tiles, _, _ = spec_and_problem("kernel.params.bk=16")
     variants = [
-        key(job(other_tiles, problem, bench, DEVICE)),                          # parameters
-        key(job(spec, dataclasses.replace(problem, k=512), bench, DEVICE)),    # size
-        key(job(spec, dataclasses.replace(problem, beta=1.0), bench, DEVICE)),
-        key(job(spec, problem, {**bench, "flush_l2": False}, DEVICE)),         # protocol
-        key(job(spec, problem, bench, {**DEVICE, "name": "NVIDIA H200"})),     # GPU
-        key(job(spec, problem, bench, {**DEVICE, "driver": "13.1"})),          # driver
-        key(job(spec, problem, bench, DEVICE, source="b")),                    # kernel source
+        key_of(other_tiles, problem, bench, DEVICE, "a" * 64, sxm),                      # parameters
+        key_of(spec, dataclasses.replace(problem, k=512), bench, DEVICE, "a" * 64, sxm),  # size
+        key_of(spec, dataclasses.replace(problem, beta=1.0), bench, DEVICE, "a" * 64, sxm),
+        key_of(spec, problem, {**bench, "flush_l2": False}, DEVICE, "a" * 64, sxm),     # protocol
+        key_of(spec, problem, bench, {**DEVICE, "name": "NVIDIA H200"}, "a" * 64, sxm),  # GPU
+        key_of(spec, problem, bench, {**DEVICE, "driver": "13.1"}, "a" * 64, sxm),      # driver
+        key_of(spec, problem, bench, DEVICE, "b" * 64, sxm),                             # kernel source
+        key_of(dataclasses.replace(spec, arch="sm_90a"), problem, bench, DEVICE, "a" * 64, sxm),
+        key_of(dataclasses.replace(spec, tensor_maps=(TensorMapSpec("a", (32, 128), 128),)),
+            problem, bench, DEVICE, "a" * 64, sxm),                                   # TMA box
+        key_of(dataclasses.replace(spec, tensor_maps=(TensorMapSpec("a", (32, 128), 0),)),
+            problem, bench, DEVICE, "a" * 64, sxm),                                   # swizzle
+        key_of(spec, problem, bench, DEVICE, "a" * 64,                                    # datasheet
+            GpuSpec("h100_pcie", 114, 51.2, 378.0, 2000.0)),
     ]
-    assert len({base, *variants}) == len(variants) + 1
+    assert len({base, *(v.digest for v in variants)}) == len(variants) + 1
     # device facts that do not change a measurement are not part of it
-    assert key(job(spec, problem, bench, {**DEVICE, "pci_bus_id": "0000:01:00.0"})) == base
+    assert key_of(spec, problem, bench, {**DEVICE, "pci_bus_id": "0000:01:00.0"}, "a" * 64,
+               sxm).digest == base
+
+
+def test_the_key_covers_nvrtcs_options(monkeypatch):
+    import src.job.compile as compile_mod
+
+    spec, problem, bench = spec_and_problem()
+    before = key_of(spec, problem, bench, DEVICE, "a" * 64).digest
+    monkeypatch.setattr(compile_mod, "BUILD_OPTIONS", (*compile_mod.BUILD_OPTIONS, "-G"))
+    assert key_of(spec, problem, bench, DEVICE, "a" * 64).digest != before
 
 
 def record(**fields) -> Record:
@@ -58,20 +78,59 @@ def record(**fields) -> Record:
                   alpha=1.0, beta=0.0, **fields)
 
 
+def job_key():
+    spec, problem, bench = spec_and_problem()
+    return key_of(spec, problem, bench, DEVICE, "a" * 64), spec
+
+
 def test_only_verified_records_are_kept_and_come_back_whole(tmp_path):
     cache = Cache(tmp_path)
-    good = record(gflops=1234.5, rel_err=1e-7, params={"bm": 64}, timestamp="2026-11-21T00:00:00")
-    assert cache.put("ab" * 32, good) is not None
-    assert cache.put("cd" * 32, record(status="failed_verification", error="wrong")) is None
-    assert cache.get("ab" * 32) == good
-    assert cache.get("cd" * 32) is None and cache.get("ef" * 32) is None
+    job, spec = job_key()
+    good = record(gflops=1234.5, rel_err=1e-7, entry=spec.entry, timestamp="2026-11-21T00:00:00")
+    assert cache.put(job, good) is not None
+    other = key_of(spec, Problem(256, 256, 512, 1.0, 0.0), spec_and_problem()[2], DEVICE, "a" * 64)
+    assert cache.put(other, record(status="failed_verification", error="wrong")) is None
+    assert cache.get(job) == good
+    assert cache.get(other) is None
     assert len(cache) == 1
     assert not list(tmp_path.rglob("*.tmp"))  # written whole, then renamed
 
 
-@pytest.mark.parametrize("junk", ["", "{not json", '{"kernel": "x"}'])
-def test_an_unreadable_entry_is_a_miss_not_an_error(tmp_path, junk):
+@pytest.mark.parametrize("junk", ["", "{not json", '{"kernel": "x"}', "[1, 2]",
+                                  '{"format": 2, "key": 3, "described": null, "record": 1}'])
+def test_an_unreadable_entry_is_a_miss_not_an_error(tmp_path, junk, caplog):
     cache = Cache(tmp_path)
-    path = cache.put("ab" * 32, record(gflops=1.0))
+    job, spec = job_key()
+    path = cache.put(job, record(gflops=1.0, entry=spec.entry))
     path.write_text(junk)
-    assert cache.get("ab" * 32) is None
+    assert cache.get(job) is None
+    assert "measuring again" in caplog.text
+
+
+def test_an_entry_is_served_only_to_its_own_job(tmp_path, caplog):
+    """Another kernel's record copied under this key, or an entry of another job renamed to
+    this key, is measured again rather than served as this job's."""
+    import json
+
+    cache = Cache(tmp_path)
+    job, spec = job_key()
+    path = cache.put(job, record(gflops=1.0, entry=spec.entry))
+    entry = json.loads(path.read_text())
+    entry["record"]["kernel"] = "01_naive"  # another kernel's figure under this key
+    path.write_text(json.dumps(entry))
+    assert cache.get(job) is None and "kernel differ" in caplog.text
+    other = key_of(spec, Problem(256, 256, 512, 1.0, 0.0), spec_and_problem()[2], DEVICE, "a" * 64)
+    moved = cache.put(other, dataclasses.replace(record(gflops=2.0, entry=spec.entry), k=512))
+    path.write_text(moved.read_text())  # a whole entry of another job, under this key
+    assert cache.get(job) is None and "another job" in caplog.text
+
+
+def test_a_cache_that_cannot_be_written_keeps_the_measurement(tmp_path, caplog):
+    """A cache directory that cannot be written (here its place is taken by a file, which
+    refuses even root, unlike a read-only mode) costs the reuse, with a warning, not the job."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("not a directory")
+    job, spec = job_key()
+    assert Cache(blocked).put(job, record(gflops=1.0, entry=spec.entry)) is None
+    assert "could not store this result" in caplog.text and "resume=true" in caplog.text
+    assert Cache(blocked).get(job) is None  # and reading it is a plain miss

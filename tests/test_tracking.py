@@ -332,7 +332,10 @@ def test_sigterm_leaves_the_job_killed(tracking_uri):
             for _ in range(500):  # the handler runs between two bytecodes, well within this
                 time.sleep(0.01)
             pytest.fail("SIGTERM did not interrupt the job")
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is put back
+    # the process is leaving: later signals stay ignored until it has (reset: it carries on)
+    assert signal.getsignal(signal.SIGTERM) == signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    signals.reset()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     run = MlflowClient(tracking_uri).get_run(job.run_id)
     assert run.info.status == "KILLED"
     assert not [r for r in all_runs(MlflowClient(tracking_uri)) if r.info.status == "RUNNING"]
@@ -366,7 +369,9 @@ def test_an_interrupted_sweep_ends_killed_with_no_run_left_running(progression, 
             pytest.fail("SIGINT did not interrupt the job")
     assert signals.was_interrupted()
     callback.sweep.close_unfinished()  # what atexit runs when the interrupt ends the process
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # ignored until the process exits
+    signals.reset()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
     runs = {run.info.run_name: run for run in all_runs(client)}
     assert runs["0_ok"].info.status == "FINISHED"
@@ -423,8 +428,11 @@ def test_default_store_is_mlflows_own_default_in_the_original_cwd(monkeypatch, t
     assert tracking.resolve_tracking_uri(None, tmp_path) == "http://mlflow.example:5000"
     assert tracking.resolve_tracking_uri("http://config:5000", tmp_path) == "http://config:5000"
 
-    settings = tracking.Settings.from_cfg(compose(), tmp_path, "config")
-    assert settings == tracking.Settings(True, "http://mlflow.example:5000", "sgemm-lab/config", False)
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a server to connect to
+        served = f"http://127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", served)
+        settings = tracking.Settings.from_cfg(compose(), tmp_path, "config")
+    assert settings == tracking.Settings(True, served, "sgemm-lab/config", False)
     settings = tracking.Settings.from_cfg(
         compose("mlflow.enabled=false", "mlflow.experiment_name=tiles", "mlflow.log_ptx=true"),
         tmp_path, "config")

@@ -23,6 +23,7 @@ pytest.importorskip("mlflow")
 from tests.replay import job_name, replay_job, start_sweep  # noqa: E402
 
 STARTUP_SECONDS = 60
+PARENT = "mlflow_parent.json"
 
 
 def _full_mlflow_missing() -> str | None:
@@ -161,3 +162,27 @@ def test_the_server_shows_local_and_served_sweeps(server):
     check_sweep(url, "shared", parent.run_id, records)
     stored = list(Path(server["tmp"] / "store" / "mlartifacts").rglob("record.json"))
     assert len(stored) == len(records)  # uploaded through the server
+
+    # 3. A sweep through the server with credentials in the URI (issue 22): the password is
+    #    nowhere: not on the console, not in the sweep directory's files (mlflow_parent.json,
+    #    Hydra's copies of the command line), not in any run's params, tags or config.yaml.
+    from tests.test_robust import finish, start
+
+    secret_uri = url.replace("http://", "http://alice:s3cret@")
+    proc = start(server["tmp"], "-m", "kernel=01_naive,06_vectorize", "size=128",
+                 f"mlflow.tracking_uri={secret_uri}", "mlflow.experiment_name=secret",
+                 f"hydra.sweep.dir={server['tmp']}/secret-sweep", serve="paced_serve")
+    output = finish(proc)
+    assert proc.returncode == 0, output
+    assert "s3cret" not in output and "Launching 2 jobs" in output
+    files = [p for p in (server["tmp"] / "secret-sweep").rglob("*") if p.is_file()]
+    assert any(p.name == "overrides.yaml" for p in files) and any(p.name == PARENT for p in files)
+    assert [p for p in files if "s3cret" in p.read_text(errors="replace")] == []
+    runs = search(url, experiment_id(url, "secret"), "")
+    assert len(runs) == 3
+    for run in runs:
+        values = [e["value"] for e in run["data"].get("params", []) + run["data"].get("tags", [])]
+        assert not [v for v in values if "s3cret" in v], run["info"]["run_name"]
+        if "mlflow.parentRunId" in as_dict(run["data"]["tags"]):
+            config = get_artifact(url, run["info"]["run_id"], "config.yaml").text
+            assert "tracking_uri: http://***@127.0.0.1" in config and "s3cret" not in config

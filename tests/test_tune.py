@@ -132,12 +132,26 @@ SMALL_SPACE = ["tune.space.bm=[128]", "tune.space.bn=[64,128]", "tune.space.bk=[
                "tune.space.wniter=[2]", "tune.space.tn=[4]", "tune.space.threads=[128]"]
 
 
+def run_on_fake_gpu(tmp_path, *args, **env):
+    """The runner as run_cli runs it, on a pretend H100 with stand-in workers (tests/fault_jobs)."""
+    import subprocess
+    import sys
+
+    from tests.fault_jobs import FAKE_GPU_RUN
+    from tests.test_cli import ROOT, cli_env
+
+    return subprocess.run([sys.executable, "-c", FAKE_GPU_RUN, *args,
+                           f"hydra.sweep.dir={tmp_path}/sweep"], cwd=ROOT, env=cli_env(**env),
+                          capture_output=True, text=True, timeout=300)
+
+
 def test_a_tuning_sweep_prunes_runs_and_summarizes(tmp_path, tracking_uri):
-    """The sweeper end to end on any machine: pruned candidates never become jobs; every other
-    one is a job (no_gpu without a GPU); the summary counts them; MLflow has the sweep's run
+    """The sweeper end to end (on a pretend H100, stand-in workers): pruned candidates never
+    become jobs; every other one is a job; the summary counts them; MLflow has the sweep's run
     with a child per job, the trials table and the counts."""
-    proc = run_cli(tmp_path, "-m", "+tune=10_warptiling", "size=256", *SMALL_SPACE,
-                   "bench=quick", f"cache_dir={tmp_path}/cache", MLFLOW_TRACKING_URI=tracking_uri)
+    proc = run_on_fake_gpu(tmp_path, "-m", "+tune=10_warptiling", "size=256", *SMALL_SPACE,
+                           "bench=quick", f"cache_dir={tmp_path}/cache",
+                           MLFLOW_TRACKING_URI=tracking_uri)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sweep = tmp_path / "sweep"
     data = json.loads((sweep / "tune_summary.json").read_text())[0]
@@ -145,8 +159,7 @@ def test_a_tuning_sweep_prunes_runs_and_summarizes(tmp_path, tracking_uri):
     assert data["space_size"] == data["candidates_considered"] == 2 * 3 * 3 * 2  # bn wm wn tm
     assert data["pruned"] + data["measured"] == 36 and data["measured"] == len(records) > 0
     assert data["pruned"] == sum(data["pruned_by_rule"].values()) > 0
-    assert data["ok"] + data["failed_compile"] + data["failed_verification"] + \
-        data["failed_other"] == data["measured"]
+    assert data["ok"] == data["measured"] and data["gpu_spec"] == "h100_sxm"
     assert "# Tuning 10_warptiling at 256" in proc.stdout
     assert (sweep / "tune_summary.md").read_text() in proc.stdout
     parents, jobs = tracked_runs(tracking_uri)
@@ -154,6 +167,21 @@ def test_a_tuning_sweep_prunes_runs_and_summarizes(tmp_path, tracking_uri):
     tags = parents[0].data.tags
     assert tags["tune_measured"] == str(len(records)) and tags["tune_pruned"] == str(data["pruned"])
     assert tags["tune_strategy"] == "grid"
+
+
+def test_a_tuning_sweep_without_a_gpu_stops_before_any_candidate(tmp_path):
+    """No GPU: one clear error and exit status 1 at once, not hundreds of no_gpu jobs."""
+    from src.job import gpu
+
+    try:
+        gpu.detect()
+        pytest.skip("a GPU is visible")
+    except Exception:
+        pass
+    proc = run_cli(tmp_path, "-m", "+tune=10_warptiling", "size=256", "mlflow.enabled=false")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "error [no_gpu]" in output and "none was started" in output
+    assert not list((tmp_path / "sweep").glob("*/record.json")) and "Traceback" not in output
 
 
 def test_a_bad_tuning_config_is_one_clear_error(tmp_path):

@@ -81,6 +81,8 @@ def test_a_poisoned_worker_is_replaced():
     ({"mode": "threads"}, "isolation.mode must be one of process, inline"),
     ({"timeout_s": 0}, "isolation.timeout_s must be a positive number"),
     ({"timeout_s": "soon"}, "isolation.timeout_s must be a positive number"),
+    ({"timeout_s": float("inf")}, "at most 86400"),
+    ({"timeout_s": float("nan")}, "got nan"),
 ])
 def test_bad_isolation_settings_are_config_errors(section, needle):
     with pytest.raises(ConfigError, match=needle):

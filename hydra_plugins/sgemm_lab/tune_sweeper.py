@@ -89,6 +89,9 @@ class TuneSweeper(Sweeper):
             try:
                 for combo in combos:
                     summaries.append(self._tune(settings, list(combo), sweep_dir, executor))
+            except LabError as exc:  # no GPU, a broken kernel config: one clear error
+                log.error("error [%s]: %s", exc.status, exc)
+                raise SystemExit(1) from None
             finally:
                 executor.shutdown(wait=False, cancel_futures=True)
         self._write(sweep_dir, summaries)
@@ -100,6 +103,8 @@ class TuneSweeper(Sweeper):
         from src.job.cache import Cache
         from src.job.compile import build_arch, precompile
         from src.job.prepare import prepare_kernel, target
+        from src.errors import NoGPU
+        from src.job import gpu as gpu_mod
         from src.job.problem import Problem
         from src.tune import space as tune
 
@@ -109,9 +114,12 @@ class TuneSweeper(Sweeper):
         bench = OmegaConf.to_container(cfg.bench, resolve=True)
         problem = Problem.from_cfg(cfg)
         where = target(cfg.gpu)
-        if where.device is None:  # prune and report anyway; every launched job will say no_gpu
-            log.warning("tuning without a GPU: the constraints are checked against %s's limits",
-                        where.gpu_spec_name)
+        if where.device is None:  # before any candidate is launched: each would only fail no_gpu
+            try:
+                gpu_mod.detect()
+            except NoGPU as exc:
+                raise NoGPU(f"{exc} A tuning sweep measures its candidates on a GPU; none was "
+                            f"started.") from None
         # the kernel as configured, untuned: its source, and what each candidate's spec replaces
         base = prepare_kernel(kernel_cfg, problem, where, bench, use_tuned=False)
         device, limits, gpu_spec = where.device, where.limits, where.gpu_spec_name

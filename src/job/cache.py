@@ -2,49 +2,113 @@
 again with `resume=true` (an interrupted sweep, a tuning sweep re-run) reuses what is already
 measured instead of running it again.
 
-The key is everything a measurement depends on: the GPU (name, driver, CUDA runtime, NVRTC,
-CuPy), the kernel (name, backend, the SHA-256 of the exact source handed to NVRTC, its entry
-with the tile parameters, the launch geometry, the cuBLAS compute type), the problem (m, n, k,
-alpha, beta) and the protocol (every `bench.*` value). Change any of them and the job runs.
+The key is everything a measurement (and its record) depends on: the GPU (name, compute
+capability, driver, CUDA runtime, NVRTC, CuPy) and the datasheet its % of peak is taken against
+(`gpu=`); the kernel (name, backend, precision, the SHA-256 of the exact source handed to NVRTC,
+its entry with the tile parameters, the target architecture, the NVRTC options and the toolkit
+header it may include, the launch geometry, the tensor maps, the cuBLAS compute type); the
+problem (m, n, k, alpha, beta) and the protocol (every `bench.*` value). Change any of them and
+the job runs.
 
 Only verified (ok) records are stored, one JSON file per key under `<cache_dir>/measurements/`,
-written atomically (a reader sees the whole file or none), so an interrupted sweep never leaves
-an entry that looks complete and is not.
+holding the key, the description it was made from and the record, written atomically (a reader
+sees the whole file or none). An entry is served only when it is whole and belongs to the job:
+its key and description are this job's and its record names this job's kernel, entry and
+problem; anything else (another format, a copied or edited file) is measured again, with a
+warning. A cache that cannot be written (a read-only directory, a full disk) costs the reuse,
+never the measurement: a warning, and the job keeps its figure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import os
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
 from src.records.record import Record
 
+log = logging.getLogger("sgemm")
+
 SUBDIR = "measurements"
+FORMAT = 2  # entries of an older layout are not served
 DEVICE_FIELDS = ("name", "compute_capability", "driver", "cuda_runtime", "nvrtc", "cupy")
+GPU_SPEC_FIELDS = ("name", "sms", "fp32_tflops", "tf32_tflops", "mem_bandwidth_gbs")
 
 
-def key(prepared) -> str:
-    """The cache key of one prepared job (a prepare.PreparedJob on a device): hex SHA-256 of its
-    canonical JSON description."""
+@dataclass(frozen=True)
+class Key:
+    """A job's cache key: the hex SHA-256 of `described`, its canonical description."""
+
+    digest: str
+    described: dict
+
+
+def _compiler(spec) -> dict | None:
+    """How NVRTC builds the chapter: its options and the toolkit header it may include."""
+    if spec.backend != "nvrtc":
+        return None
+    from src.job.compile import BUILD_OPTIONS, cuda_include_options
+
+    header_sha = None
+    for option in cuda_include_options():
+        header = Path(option[2:]) / "mma.h"
+        if header.is_file():
+            header_sha = hashlib.sha256(header.read_bytes()).hexdigest()
+    return {"options": list(BUILD_OPTIONS), "mma_h_sha256": header_sha}
+
+
+def key(prepared) -> Key:
+    """The cache key of one prepared job (a prepare.PreparedJob on a device): everything its
+    measurement depends on, the GPU's datasheet (pct_of_peak) included."""
     spec, problem, bench = prepared.spec, prepared.problem, prepared.bench
     source_sha256 = prepared.source_sha256
     device = prepared.require_device()
+    gpu_spec = prepared.target.gpu_spec
     device_data = device if isinstance(device, dict) else vars(device)
+    spec_data = (asdict(gpu_spec) if is_dataclass(gpu_spec) else dict(gpu_spec or {}))
     described = {
         "device": {f: device_data.get(f) for f in DEVICE_FIELDS},
+        "gpu_spec": {f: spec_data.get(f) for f in GPU_SPEC_FIELDS},
         "kernel": {
             "name": spec.name, "backend": spec.backend, "precision": spec.precision,
             "source_sha256": source_sha256, "entry": spec.entry, "grid": list(spec.grid),
             "block": list(spec.block), "dynamic_smem_bytes": spec.dynamic_smem_bytes,
             "workspace_bytes": spec.workspace_bytes, "compute_type": spec.compute_type,
+            "arch": spec.arch, "tensor_maps": [asdict(tm) for tm in spec.tensor_maps],
+            "compiler": _compiler(spec),
         },
         "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "alpha": problem.alpha,
                     "beta": problem.beta},
         "bench": bench,
     }
-    text = json.dumps(described, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    described = json.loads(json.dumps(described, sort_keys=True, default=str))  # canonical
+    return Key(_digest(described), described)
+
+
+def _digest(described: dict) -> str:
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+def _mismatch(entry: dict, job: Key) -> str | None:
+    """Why `entry` (a cache file's content) is not this job's measurement, or None."""
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+        return "an entry of another format"
+    if entry.get("key") != job.digest or entry.get("described") != job.described:
+        return "an entry made for another job"
+    if _digest(entry["described"]) != job.digest:
+        return "an entry whose description does not give its key (edited)"
+    record, kernel, problem = entry.get("record"), job.described["kernel"], job.described["problem"]
+    if not isinstance(record, dict):
+        return "an entry without a record"
+    expected = {"kernel": kernel["name"], "entry": kernel["entry"], **problem,
+                "gpu_spec": job.described["gpu_spec"]["name"] or record.get("gpu_spec"),
+                "status": "ok"}
+    wrong = [name for name, value in expected.items() if record.get(name) != value]
+    return f"an entry whose record is another job's ({', '.join(wrong)} differ)" if wrong else None
 
 
 class Cache:
@@ -54,23 +118,78 @@ class Cache:
     def _path(self, digest: str) -> Path:
         return self.dir / digest[:2] / f"{digest}.json"
 
-    def get(self, digest: str) -> Record | None:
-        path = self._path(digest)
+    def get(self, job: Key) -> Record | None:
+        """This job's verified record, or None (absent, or not trusted: measure again)."""
+        path = self._path(job.digest)
         try:
-            record = Record.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None  # absent or unreadable: measure again
-        return record if record.ok else None
+            entry = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("measurement cache: %s is unreadable (%s); measuring again", path, exc)
+            return None
+        why = _mismatch(entry, job)
+        if why is None:
+            try:
+                return Record.from_dict(entry["record"])
+            except Exception as exc:  # a record this version cannot read
+                why = f"a record that cannot be read ({type(exc).__name__}: {exc})"
+        log.warning("measurement cache: %s is %s; measuring again", path, why)
+        return None
 
-    def put(self, digest: str, record: Record) -> Path | None:
+    def put(self, job: Key, record: Record) -> Path | None:
+        """Store a verified record; None (with a warning) when it is not ok or cannot be written."""
         if not record.ok:
             return None
-        path = self._path(digest)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{id(record)}.tmp")
-        tmp.write_text(json.dumps(record.to_dict(), indent=1, default=str) + "\n")
-        tmp.replace(path)
+        path = self._path(job.digest)
+        entry = {"format": FORMAT, "key": job.digest, "described": job.described,
+                 "record": record.to_dict()}
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(record)}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(entry, indent=1, default=str) + "\n")
+            tmp.replace(path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            log.warning("measurement cache: could not store this result in %s (%s: %s); the "
+                        "measurement stands, but resume=true will not find it", self.dir,
+                        type(exc).__name__, exc)
+            return None
         return path
 
     def __len__(self) -> int:
         return sum(1 for _ in self.dir.glob("*/*.json")) if self.dir.is_dir() else 0
+
+
+# --- compiled kernels (src/job/compile.py): <cache_dir>/cubin/<key>.cubin + <key>.json ----------
+
+def store_cubin(binary: bytes, meta: dict, meta_path: Path, cubin_path: Path) -> None:
+    """Write a cubin, then its meta file (last: a meta file means its cubin is whole), each
+    under a private name renamed into place. The meta file names the cubin relative to itself
+    (a copied or moved cache works where it lands) with its size and SHA-256."""
+    cubin_path.parent.mkdir(parents=True, exist_ok=True)
+    private = f".{os.getpid()}.{id(binary)}.tmp"
+    tmp = cubin_path.with_name(cubin_path.name + private)
+    tmp.write_bytes(binary)
+    tmp.replace(cubin_path)
+    meta = {**meta, "path": cubin_path.name, "size": len(binary),
+            "sha256": hashlib.sha256(binary).hexdigest()}
+    tmp = meta_path.with_name(meta_path.name + private)
+    tmp.write_text(json.dumps(meta) + "\n")
+    tmp.replace(meta_path)
+
+
+def cubin_entry(meta_path: Path, cubin_path: Path) -> dict | None:
+    """The cached cubin's meta (its path made absolute) if the meta file is whole and the cubin
+    beside it has the recorded size and SHA-256; None (build again) for anything else: absent,
+    an older layout, an empty or truncated cubin, one swapped in from another build."""
+    try:
+        meta = json.loads(meta_path.read_text())
+        binary = cubin_path.read_bytes()
+        if (meta.pop("path") != cubin_path.name or meta.pop("size") != len(binary) or not binary
+                or meta.pop("sha256") != hashlib.sha256(binary).hexdigest()):
+            return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return {**meta, "path": str(cubin_path.resolve())}

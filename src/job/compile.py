@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from src.errors import CompileFailed, LaunchFailed, OutOfMemory
+from src.job.cache import cubin_entry, store_cubin
 from src.job.spec import KERNELS_DIR, KernelSpec
+from src.paths import kernel_file
 
 NVRTC_OPTIONS = ("-std=c++17",)
 # What CuPy's RawModule adds to them (17's device lambdas need the execution-space default), then
@@ -56,7 +60,7 @@ def expand_source(path: Path, _pasted: set | None = None) -> str:
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         match = _INCLUDE.match(line)
         if match:
-            header = (path.parent / match.group(1)).resolve()
+            header = kernel_file(path.parent / match.group(1), path.stem)
             if header not in pasted:
                 pasted.add(header)
                 out.append(expand_source(header, pasted))
@@ -206,11 +210,9 @@ def build_cubin(source_text: str, entry: str, arch: str, cache_dir: Path | str,
     key = hashlib.sha256(json.dumps([source_sha, entry, options, nvrtc_version()]).encode()).hexdigest()
     directory = Path(cache_dir) / "cubin" / key[:2]
     meta_path, cubin_path = directory / f"{key}.json", directory / f"{key}.cubin"
-    if meta_path.is_file() and cubin_path.is_file():
-        try:
-            return Cubin(**json.loads(meta_path.read_text()))
-        except (ValueError, TypeError):
-            pass  # unreadable: build again
+    cached = cubin_entry(meta_path, cubin_path)
+    if cached is not None:
+        return Cubin(**cached)
     start = time.perf_counter()
     program = nvrtc.createProgram(source_text, "kernel.cu", [], [])
     try:
@@ -229,14 +231,15 @@ def build_cubin(source_text: str, entry: str, arch: str, cache_dir: Path | str,
         nvrtc.destroyProgram(program)
     cubin = Cubin(path=str(cubin_path.resolve()), lowered_name=lowered, arch=arch,
                   compile_seconds=time.perf_counter() - start, source_sha256=source_sha)
-    directory.mkdir(parents=True, exist_ok=True)
-    private = f".{os.getpid()}.{id(cubin)}.tmp"
-    tmp = cubin_path.with_name(cubin_path.name + private)
-    tmp.write_bytes(binary)
-    tmp.replace(cubin_path)
-    tmp = meta_path.with_name(meta_path.name + private)
-    tmp.write_text(json.dumps(asdict(cubin)) + "\n")
-    tmp.replace(meta_path)  # last: a meta file means its cubin is whole
+    try:
+        store_cubin(binary, asdict(cubin), meta_path, cubin_path)
+    except OSError as exc:  # a read-only or full cache: keep the build for this process only
+        scratch = Path(tempfile.mkdtemp(prefix="sgemm-cubin-")) / cubin_path.name
+        scratch.write_bytes(binary)
+        logging.getLogger("sgemm").warning(
+            "cubin cache: could not store the build in %s (%s: %s); using %s for this run",
+            directory, type(exc).__name__, exc, scratch)
+        cubin = replace(cubin, path=str(scratch))
     return cubin
 
 

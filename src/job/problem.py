@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from src.errors import InvalidProblem, OutOfMemory
 
 
+INT32_MAX = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class Problem:
     m: int
@@ -37,6 +40,10 @@ class Problem:
                     f"integers (rule: {name} > 0 and integer); set them with size=N for a square "
                     f"problem or m=, n=, k= for a rectangular one."
                 )
+            if value > INT32_MAX:
+                raise InvalidProblem(
+                    f"invalid problem size: {name}={value}. The kernels and cuBLAS take M, N and K "
+                    f"as 32-bit ints (rule: {name} <= {INT32_MAX}, 2**31 - 1).")
             dims[name] = value
         scalars = {}
         for name in ("alpha", "beta"):

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+import simpleeval
 from simpleeval import SimpleEval
 
-from src.paths import KERNELS_DIR
+from src.paths import KERNELS_DIR, kernel_file
 from src.errors import ConfigError, InvalidParams, UnsupportedSize
 from src.job.problem import Problem
 from src.job.tensor_maps import TensorMapSpec, check as check_tensor_maps
@@ -32,6 +33,45 @@ def ceil_div(a: int, b: int) -> int:
 
 
 FUNCTIONS = {"ceil_div": ceil_div, "min": min, "max": max}
+
+# Integers in an expression stay below 2**MAX_BITS: an expression is a handful of operations on
+# tile sizes and problem dimensions, so each costs microseconds, whatever the config says
+# (4000000**4000000 alone took 43 s of CPU per evaluation).
+MAX_BITS = 256
+
+
+class ExpressionTooLarge(ArithmeticError):
+    pass
+
+
+def _bounded(result_bits: int, what: str) -> None:
+    if result_bits > MAX_BITS:
+        raise ExpressionTooLarge(f"{what} would exceed {MAX_BITS} bits")
+
+
+def _power(a, b):
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
+        _bounded(b * (abs(a).bit_length() - 1), f"{a} ** {b}")
+    return a ** b
+
+
+def _times(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        _bounded(abs(a).bit_length() + abs(b).bit_length() - 1, f"{a} * {b}")
+        return a * b
+    if isinstance(a, str) or isinstance(b, str):
+        raise TypeError("strings cannot be multiplied in a kernel config expression")
+    return a * b
+
+
+def _shift(a, b):
+    if isinstance(b, int) and b > 0:
+        _bounded(abs(a).bit_length() + b, f"{a} << {b}")
+    return a << b
+
+
+OPERATORS = {**simpleeval.DEFAULT_OPERATORS, ast.Pow: _power, ast.Mult: _times,
+             ast.LShift: _shift}
 
 
 @dataclass(frozen=True)
@@ -102,8 +142,22 @@ def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
             f"kernel {kernel}: expression {expr!r} uses {', '.join(missing)}, which is neither a "
             f"parameter, a derived value, m/n/k nor a device limit ({', '.join(sorted(names))})."
         )
-    return SimpleEval(names=names, functions=FUNCTIONS).eval(str(expr),
-                                                             previously_parsed=_parsed(str(expr)))
+    evaluator = SimpleEval(names=names, functions=FUNCTIONS, operators=OPERATORS)
+    try:
+        return evaluator.eval(str(expr), previously_parsed=_parsed(str(expr)))
+    except ZeroDivisionError:
+        raise InvalidParams(
+            f"invalid tile parameters for kernel {kernel}: `{expr}` divides by zero with "
+            f"{_values(expr, names)}.") from None
+    except Exception as exc:  # a config that cannot be evaluated: a bug in conf/, not in the values
+        raise ConfigError(
+            f"kernel {kernel}: expression `{expr}` cannot be evaluated with {_values(expr, names)} "
+            f"({type(exc).__name__}: {exc}) (rule: every expression in conf/kernel/{kernel}.yaml "
+            f"is arithmetic on numbers, with integers below 2**{MAX_BITS}).") from None
+
+
+def _values(expr: Any, names: dict[str, Any]) -> str:
+    return ", ".join(f"{n}={names[n]}" for n in _names_in(str(expr))) or "no names"
 
 
 def _check(rules, names: dict[str, Any], kernel: str, error_cls, what: str, hint: str) -> None:
@@ -144,14 +198,7 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
     names: dict[str, Any] = {**limits, "m": problem.m, "n": problem.n, "k": problem.k, **params}
     derived: dict[str, int] = {}
     for key, expr in (cfg.get("derived") or {}).items():
-        try:
-            value = _evaluate(expr, names, name)
-        except ZeroDivisionError:
-            raise InvalidParams(
-                f"invalid tile parameters for kernel {name}: derived value {key} = `{expr}` divides "
-                f"by zero with {', '.join(f'{n}={names[n]}' for n in _names_in(str(expr)))}."
-            ) from None
-        names[key] = derived[key] = value
+        names[key] = derived[key] = _evaluate(expr, names, name)  # derived value `key`
 
     _check(cfg.get("constraints"), names, name, InvalidParams, "invalid tile parameters",
            "Choose other values for kernel.params.* (defaults are in conf/kernel/"
@@ -165,9 +212,7 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
     block = tuple(int(_evaluate(e, names, name)) for e in launch.get("block", ()))
     if not grid or not block:
         raise ConfigError(f"kernel {name}: launch.grid and launch.block must be given.")
-    source = (KERNELS_DIR / cfg["source"]).resolve()
-    if not source.is_file():
-        raise ConfigError(f"kernel {name}: source {source} does not exist.")
+    source = kernel_file(str(cfg.get("source")), name)
     try:
         entry = cfg["entry"].format(**params, **derived)
     except KeyError as exc:

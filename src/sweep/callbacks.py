@@ -1,20 +1,34 @@
-"""Hydra callbacks, run in the process that launches a sweep: the sweep summary printed and
-written at the end of a multirun, and the sweep's MLflow parent run."""
+"""Hydra callbacks, run in the process that launches a sweep: the sweep directory claimed for this
+sweep alone, the summary printed and written at the end of a multirun (and the exit status it
+implies), and the sweep's MLflow parent run."""
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from src.errors import LabError
 from src.records.record import load_records
 from src.records.summary import write_summary
 
 log = logging.getLogger("sgemm")
+
+CLAIM_FILE = ".sweep"  # in a sweep directory: which process's sweep it holds
+
+# `${pid:}` in hydra.sweep.dir (conf/config.yaml): the launching process's id, so that sweeps
+# started in the same second get directories of their own. Cached like Hydra's `${now:}`, so
+# every job of the sweep (also those a launcher runs in other processes) sees the same value.
+OmegaConf.register_new_resolver("pid", lambda: str(os.getpid()), use_cache=True, replace=True)
+
+
+class SweepDirTaken(LabError):
+    status = "sweep_dir_taken"
 
 
 def _sweep_dir(config: DictConfig) -> Path:
@@ -50,18 +64,63 @@ class SweepProgress(Callback):
         progress.current = None
 
 
+def claim_sweep_dir(sweep_dir: Path) -> None:
+    """Make `sweep_dir` this sweep's alone (its claim file created exclusively), or raise
+    SweepDirTaken when another sweep holds it or has left its job records there: two sweeps in
+    one directory overwrite each other's records and mix their summaries and MLflow runs."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    rule = ("(rule: each sweep writes to a directory of its own). Choose another "
+            "hydra.sweep.dir, or move or remove that one.")
+    try:
+        fd = os.open(sweep_dir / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        owner = (sweep_dir / CLAIM_FILE).read_text().strip() or "?"
+        raise SweepDirTaken(f"the sweep directory {sweep_dir} already holds another sweep "
+                            f"({owner}): this sweep would overwrite its records {rule}") from None
+    with os.fdopen(fd, "w") as claim:
+        claim.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+    earlier = sorted(sweep_dir.glob("*/record.json"))
+    if earlier:
+        (sweep_dir / CLAIM_FILE).unlink()
+        raise SweepDirTaken(f"the sweep directory {sweep_dir} already holds {len(earlier)} job "
+                            f"records of an earlier sweep (e.g. {earlier[0].parent.name}): this "
+                            f"sweep would overwrite them and mix them into its summary {rule}")
+
+
 class SweepSummary(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from src.sweep.tracking.store import redact_console
+
+        redact_console()  # Hydra prints each job's overrides, which may hold a tracking URI's password
+        try:
+            claim_sweep_dir(_sweep_dir(config))
+        except SweepDirTaken as exc:  # before any job runs: stop, no traceback
+            log.error("error [%s]: %s", exc.status, exc)
+            raise SystemExit(1) from None
+
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        if (sweep_dir / "tune_summary.md").is_file():
-            return  # a tuning sweep: its sweeper printed its own summary (tune_summary.md)
+        sweep_dir = _sweep_dir(config)
         records = load_records(sweep_dir)
-        if not records:
-            log.warning("no job records found under %s", sweep_dir)
-            return
-        table = write_summary(records, sweep_dir)
-        print("\n" + table, flush=True)
-        print(f"summary written to {sweep_dir / 'summary.md'} and summary.csv", flush=True)
+        if not (sweep_dir / "tune_summary.md").is_file():  # a tuning sweep printed its own
+            if not records:
+                log.warning("no job records found under %s", sweep_dir)
+            else:
+                table = write_summary(records, sweep_dir)
+                print("\n" + table, flush=True)
+                print(f"summary written to {sweep_dir / 'summary.md'} and summary.csv", flush=True)
+        exit_if_nothing_succeeded(records)
+
+
+def exit_if_nothing_succeeded(records) -> None:
+    """A sweep in which no job succeeded ends with exit status 1 (scripts and `dvc repro` stop),
+    after its summary and MLflow run are written. Hydra ends callbacks in reverse order, so
+    this one, listed first in conf/config.yaml, runs last."""
+    if any(record.ok for record in records):
+        return
+    statuses = sorted({record.status for record in records})
+    log.error("error [no_job_succeeded]: none of the sweep's %d jobs succeeded (%s); exit status 1.",
+              len(records), ", ".join(statuses) or "no job records")
+    raise SystemExit(1)
 
 
 class MlflowSweep(Callback):
@@ -92,6 +151,9 @@ class MlflowSweep(Callback):
             log.info("MLflow: sweep run %s in %s", self.sweep.parent.run_id, settings.tracking_uri)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from src.sweep.tracking.store import redact_files
+
+        redact_files(_sweep_dir(config))  # Hydra's multirun.yaml holds the command line
         if self.sweep is not None:
             sweep, self.sweep = self.sweep, None
             sweep.finish(load_records(_sweep_dir(config)))

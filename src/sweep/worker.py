@@ -39,6 +39,7 @@ from src.records.record import Record
 log = logging.getLogger("sgemm")
 
 MODES = ("process", "inline")
+MAX_TIMEOUT_S = 86400  # a step silent for a day is a hang; larger values overflow poll()
 
 
 class JobTimeout(LabError):
@@ -61,9 +62,10 @@ class Isolation:
         timeout = section.get("timeout_s", 120)
         if mode not in MODES:
             raise ConfigError(f"isolation.mode must be one of {', '.join(MODES)}, got {mode!r}.")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ConfigError(f"isolation.timeout_s must be a positive number of seconds, got "
-                             f"{timeout!r}.")
+        if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                or not 0 < timeout <= MAX_TIMEOUT_S):  # also refuses inf and nan
+            raise ConfigError(f"isolation.timeout_s must be a positive number of seconds, at most "
+                              f"{MAX_TIMEOUT_S} (a day), got {timeout!r}.")
         return cls(mode=mode, timeout_s=float(timeout))
 
 

@@ -5,6 +5,7 @@ run; signals: SIGTERM and Ctrl-C while runs are open. This package's public name
 """
 
 from src.sweep.tracking.job_run import JobRun, NoTracking, hydra_job_run, job_run, run_name
+from src.sweep.tracking import signals
 from src.sweep.tracking.signals import Terminated
 from src.sweep.tracking.store import (
     ARTIFACTS_DIR, DEFAULT_DB, MAX_PARAM_LENGTH, PARENT_FILE, Parent, Settings, TrackingUnavailable,
@@ -15,4 +16,5 @@ __all__ = [
     "ARTIFACTS_DIR", "DEFAULT_DB", "MAX_PARAM_LENGTH", "PARENT_FILE", "JobRun", "NoTracking", "Parent",
     "Settings", "SweepRun", "Terminated", "TrackingUnavailable", "check_reachable", "check_tracking_uri", "client",
     "ensure_experiment", "flatten", "hydra_job_run", "job_run", "log_batch", "resolve_tracking_uri", "run_name",
+    "signals",
 ]

@@ -16,7 +16,7 @@ import json
 import logging
 import textwrap
 import traceback
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Iterator
@@ -24,11 +24,11 @@ from typing import Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from src.records.record import Record
-from src.sweep.tracking.signals import install_signal_handlers, mark_interrupted, restore_signal_handlers
+from src.sweep.tracking.signals import (
+    install_signal_handlers, mark_interrupted, restore_signal_handlers, shielded)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, check_reachable, client, context_tags,
-    ensure_experiment,
-    first_line, flatten, log_batch)
+    ensure_experiment, first_line, flatten, log_batch, redact, redact_console, redact_files)
 from src.tune import tuned
 
 log = logging.getLogger("sgemm")
@@ -162,11 +162,17 @@ class JobRun:
         self.settings = settings
         self.record: Record | None = None
         self.tile_params_deferred = False
+        self.held = ExitStack()  # hold_signals: closed once the run has ended
+
+    def hold_signals(self) -> None:
+        """From now until the run has ended, Ctrl-C and SIGTERM wait (then act): a job whose
+        record is being written and logged ends FINISHED with it, never KILLED beside it."""
+        self.held.enter_context(shielded())
 
     def log_config(self, cfg: DictConfig) -> None:
         self.tile_params_deferred = tuned.applies(cfg)
         log_batch(self.client, self.run_id, params=job_params(cfg))
-        self.client.log_text(self.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        self.client.log_text(self.run_id, redact(OmegaConf.to_yaml(cfg, resolve=True)), "config.yaml")
 
     def log_result(self, record: Record, outputs=None) -> None:
         """Metrics, tags and files of a finished job (`outputs`: a job.JobOutputs, optional)."""
@@ -217,6 +223,9 @@ class NoTracking:
 
     run_id = None
 
+    def hold_signals(self) -> None:
+        pass
+
     def log_result(self, record: Record, outputs=None) -> None:
         pass
 
@@ -237,23 +246,34 @@ def job_run(settings: Settings, cfg: DictConfig, run_name: str,
     if parent is not None:
         tags["mlflow.parentRunId"] = parent.run_id
     installed = install_signal_handlers()
+    job = None
     try:
-        run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=tags)
-        job = JobRun(mlflow_client, run.info.run_id, settings)
-        try:
-            job.log_config(cfg)
-            yield job
-        except KeyboardInterrupt as exc:
-            mark_interrupted()
-            job.end(KILLED, f"killed: {type(exc).__name__} {exc}".rstrip(), status_tag="killed")
-            raise
-        except BaseException:
-            job.end(FAILED, traceback.format_exc(), status_tag="failed_internal")
-            raise
-        job.end_from_record()
+        with shielded():  # a signal while the run is created is held until it can be ended
+            run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=tags)
+            job = JobRun(mlflow_client, run.info.run_id, settings)
+        job.log_config(cfg)
+        yield job
+    except KeyboardInterrupt as exc:
+        mark_interrupted()
+        if job is not None:
+            with shielded():  # a second Ctrl-C must not leave the run RUNNING
+                job.end(KILLED, f"killed: {type(exc).__name__} {exc}".rstrip(), status_tag="killed")
+        raise
+    except BaseException:
+        if job is not None:
+            with shielded():
+                job.end(FAILED, traceback.format_exc(), status_tag="failed_internal")
+        raise
+    else:
+        with shielded():
+            job.end_from_record()
     finally:
-        if installed:
-            restore_signal_handlers()
+        try:
+            if job is not None:
+                job.held.close()  # a signal held since hold_signals acts now, the run ended
+        finally:
+            if installed:
+                restore_signal_handlers()
 
 
 @contextmanager
@@ -265,6 +285,10 @@ def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
 
     hc = HydraConfig.get()
     root = Path(hc.runtime.cwd)
+    redact_console()  # before anything prints the config: no credentials on the console
+    redact_files(Path(hc.runtime.output_dir))
+    if hc.mode == RunMode.MULTIRUN:
+        redact_files(root / str(hc.sweep.dir))
     settings = Settings.from_cfg(cfg, root, hc.job.config_name)
     if not settings.enabled:
         yield NoTracking()

@@ -1,23 +1,46 @@
 """Signals while runs are open: SIGTERM becomes KeyboardInterrupt (Terminated), and the process
-remembers that it was interrupted, so that its unfinished sweep run ends KILLED, not FAILED."""
+remembers that it was interrupted, so that its unfinished sweep run ends KILLED, not FAILED.
+
+The first Ctrl-C or SIGTERM interrupts; every later one is ignored until the handlers are put
+back, so a user pressing Ctrl-C again (or a supervisor repeating SIGTERM) cannot break into the
+cleanup that ends the open runs KILLED (`shielded` gives the same protection to a cleanup that
+runs without an interrupt, e.g. ending a run FAILED)."""
 
 from __future__ import annotations
 
 import signal
 import threading
+from contextlib import contextmanager
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that open runs end KILLED on the way out."""
 
 
 _interrupted = False  # set once this process is interrupted: its unfinished sweep ends KILLED
+_ignoring = False     # set when the first signal switched both signals to SIG_IGN
 
 
 _DEFAULT_HANDLERS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
 
 
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def ignore_from_now() -> None:
+    """Ignore Ctrl-C and SIGTERM from now on: the process is leaving after an interrupt, and
+    its cleanup (runs ended KILLED, at exit) must not be cut short by the next one."""
+    global _ignoring
+    if _main_thread():
+        for signum in _DEFAULT_HANDLERS:
+            signal.signal(signum, signal.SIG_IGN)
+        _ignoring = True
+
+
 def _on_signal(signum, frame):
     mark_interrupted()
+    ignore_from_now()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(f"terminated by signal {signum} (SIGTERM)")
@@ -27,7 +50,7 @@ def install_signal_handlers() -> bool:
     """While runs are open: SIGTERM raises Terminated, and both it and Ctrl-C mark the process
     interrupted. Signals that something else (a launcher) already handles are left alone, and so
     is everything outside the main thread. True if installed (undo: restore_signal_handlers)."""
-    if threading.current_thread() is not threading.main_thread():
+    if not _main_thread():
         return False
     installed = False
     for signum, default in _DEFAULT_HANDLERS.items():
@@ -38,10 +61,50 @@ def install_signal_handlers() -> bool:
 
 
 def restore_signal_handlers() -> None:
-    if threading.current_thread() is threading.main_thread():
+    """Put the default handlers back where ours are. After an interrupt the signals stay
+    ignored: the process is on its way out, and what runs at its exit (the sweep's run ended
+    KILLED, at atexit) must not be cut short by the next Ctrl-C (`reset` undoes that, for a
+    process that carries on)."""
+    if not _main_thread() or _ignoring:
+        return
+    for signum, default in _DEFAULT_HANDLERS.items():
+        if signal.getsignal(signum) is _on_signal:
+            signal.signal(signum, default)
+
+
+def reset() -> None:
+    """Default handlers, and no interrupt remembered: for a process that goes on after one
+    (a test runner)."""
+    global _ignoring, _interrupted
+    if _main_thread():
         for signum, default in _DEFAULT_HANDLERS.items():
-            if signal.getsignal(signum) is _on_signal:
+            if signal.getsignal(signum) in (_on_signal, signal.SIG_IGN):
                 signal.signal(signum, default)
+    _ignoring = _interrupted = False
+
+
+@contextmanager
+def shielded():
+    """Run a cleanup (ending runs) to its end: a Ctrl-C or SIGTERM arriving meanwhile is held
+    and raised after it, once, as the signal's handler would have."""
+    if not _main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {signum: signal.getsignal(signum) for signum in _DEFAULT_HANDLERS}
+    for signum in _DEFAULT_HANDLERS:
+        signal.signal(signum, lambda received, frame: pending.append(received))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if pending:
+        handler = previous[pending[0]]
+        if callable(handler):
+            handler(pending[0], None)
+        elif handler == signal.SIG_DFL:  # SIGTERM's default: end the process
+            signal.raise_signal(pending[0])
 
 
 def mark_interrupted() -> None:

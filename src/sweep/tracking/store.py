@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import os
 import re
 import socket
@@ -67,6 +68,68 @@ def resolve_tracking_uri(configured: str | None, root: Path) -> str:
     return uri
 
 
+# user:password@ in a URI (http://user:pw@host, postgresql://user:pw@host/db), also as Hydra
+# prints an override, with its colons escaped (http\://user\:pw@host)
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*\\?://)(?P<userinfo>[^/@\s]+)@")
+
+
+def redact(text: str) -> str:
+    """`text` with the user and password of every URI in it replaced by ***."""
+    return _CREDENTIALS.sub(lambda m: m["scheme"] + "***@", text)
+
+
+def redact_console() -> None:
+    """Take credentials out of every log line of this process (Hydra's launchers print each
+    job's overrides). Done where records are made, not by a handler filter, because Hydra's
+    launcher configures new handlers just before it prints them."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "redacts", False):
+        return
+
+    def make_redacted(*args, **kwargs) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        if "@" in str(record.msg) or record.args:
+            message = record.getMessage()
+            clean = redact(message)
+            if clean != message:
+                record.msg, record.args = clean, ()
+        return record
+
+    make_redacted.redacts = True
+    logging.setLogRecordFactory(make_redacted)
+
+
+HYDRA_COPIES = (".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml", "multirun.yaml")
+
+
+def redact_files(directory: Path) -> None:
+    """Hydra's copies of the config and command line in a job or sweep directory, redacted."""
+    for name in HYDRA_COPIES:
+        path = directory / name
+        try:
+            text = path.read_text()
+            if redact(text) != text:
+                path.write_text(redact(text))
+        except OSError:
+            continue  # absent (not written yet, or not this kind of directory)
+
+
+def take_credentials(uri: str) -> str:
+    """`uri` without its user:password, which move to MLflow's own variables
+    (MLFLOW_TRACKING_USERNAME/PASSWORD, inherited by every process of the sweep), so that the
+    URI the lab logs, prints and writes to mlflow_parent.json holds no secret."""
+    from urllib.parse import unquote
+
+    match = _CREDENTIALS.match(uri)
+    if match is None or not uri.lower().startswith(("http://", "https://")):
+        return uri
+    user, _, password = match["userinfo"].partition(":")
+    os.environ.setdefault("MLFLOW_TRACKING_USERNAME", unquote(user))
+    if password:
+        os.environ.setdefault("MLFLOW_TRACKING_PASSWORD", unquote(password))
+    return match["scheme"] + uri[match.end():]
+
+
 # Where MLflow can keep runs: its file and database stores, a tracking server, Databricks.
 SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
@@ -75,46 +138,67 @@ class TrackingUnavailable(LabError):
     status = "tracking_error"
 
 
-def check_tracking_uri(uri: str) -> str:
-    """`uri` if MLflow can store runs there; else TrackingUnavailable naming the rule."""
-    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+HOW_TO_CHOOSE = ("Set mlflow.tracking_uri=... or $MLFLOW_TRACKING_URI (the config wins), or turn "
+                 "tracking off with mlflow.enabled=false.")
+CONNECT_TIMEOUT_S = 5.0  # how long the check waits for a tracking server to answer
+
+
+def check_tracking_uri(uri: str, connect: bool = True) -> str:
+    """`uri` if MLflow can store runs there; else TrackingUnavailable naming the rule. A
+    tracking server is checked by connecting to it (at most CONNECT_TIMEOUT_S), so that an
+    unreachable one stops the run at once instead of after MLflow's minutes of retries."""
+    shown = redact(uri)
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
     if scheme and scheme not in SCHEMES:
         raise TrackingUnavailable(
-            f"MLflow cannot track runs at {uri!r}: its scheme {scheme!r} is not one MLflow stores "
-            f"runs in (rule: the tracking URI's scheme is one of {', '.join(SCHEMES)}, or a "
-            f"plain path). Set mlflow.tracking_uri=... or $MLFLOW_TRACKING_URI (the config wins), "
-            f"or turn tracking off with mlflow.enabled=false.")
+            f"MLflow cannot track runs at {shown!r}: its scheme {scheme!r} is not one MLflow stores "
+            f"runs in (rule: the tracking URI's scheme is one of {', '.join(SCHEMES)}). "
+            f"{HOW_TO_CHOOSE}")
+    if scheme in ("", "file"):
+        raise TrackingUnavailable(
+            f"MLflow cannot track runs at {shown!r}: a directory (file store) is refused by MLflow "
+            f"3, which keeps runs in a database (rule: a local store is sqlite:///<path>.db, "
+            f"e.g. sqlite:///mlflow.db). {HOW_TO_CHOOSE}")
+    if scheme == "sqlite" and sqlite_path(uri) is None:
+        raise TrackingUnavailable(
+            f"MLflow cannot keep runs at {shown!r}: it names no database file, so the runs would "
+            f"live in memory and vanish with the process (rule: sqlite:///<path>.db, three "
+            f"slashes then a file path). {HOW_TO_CHOOSE}")
+    if connect and scheme in ("http", "https"):
+        check_reachable(uri)
     return uri
 
 
-SERVER_TIMEOUT_S = 10  # a tracking server that does not answer this soon is unreachable
-
-
-def check_reachable(uri: str, timeout_s: float = SERVER_TIMEOUT_S) -> None:
-    """For a tracking server (http, https): TrackingUnavailable unless it answers within
-    `timeout_s` (the launching process asks before a sweep or a single run starts).
-    MLflow's client retries a refused connection with back-off for minutes; this asks once,
-    so that a sweep stops before submitting any job. An MLflow server answers GET /health
-    with 200; 401 or 403 (an auth layer in front of it) also counts as up."""
+def check_reachable(uri: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """For a tracking server (http, https): TrackingUnavailable unless it answers MLflow's
+    GET /health within `timeout_s` (asked once, before a sweep or a single run starts: MLflow's
+    client retries a refused connection with back-off for minutes). 401 or 403 (an auth layer in
+    front of the server) count as up. Later requests to a server that goes away cost seconds,
+    not minutes (MLflow's retry and timeout variables, unless set)."""
     import urllib.error
     import urllib.request
 
     if not uri.lower().startswith(("http://", "https://")):
         return
+    shown = redact(uri)
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
-            return
+        with urllib.request.urlopen(_CREDENTIALS.sub(lambda m: m["scheme"], uri).rstrip("/") + "/health",
+                                    timeout=timeout_s):
+            pass
     except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            return
-        reason = f"GET /health answered HTTP {exc.code}: no MLflow tracking server there"
+        if exc.code not in (401, 403):
+            raise TrackingUnavailable(
+                f"no MLflow tracking server answers at {shown!r}: GET /health answered HTTP "
+                f"{exc.code} (rule: the tracking server answers before any job runs). Start it "
+                f"(README, Scaling out) or check the host and port. {HOW_TO_CHOOSE}") from None
     except (OSError, ValueError) as exc:
-        reason = f"{getattr(exc, 'reason', None) or exc}; waited at most {timeout_s:g} s"
-    raise TrackingUnavailable(
-        f"MLflow cannot track runs at {uri!r}: the tracking server is unreachable ({reason}) "
-        f"(rule: a tracking server must answer before any job starts). Start it (see README, "
-        f"Scaling out), check the host and port, or set mlflow.tracking_uri=... or "
-        f"$MLFLOW_TRACKING_URI to another store, or turn tracking off with mlflow.enabled=false.")
+        raise TrackingUnavailable(
+            f"cannot reach the MLflow tracking server at {shown!r} within {timeout_s:g} s "
+            f"({type(exc).__name__}: {getattr(exc, 'reason', None) or exc}) (rule: the tracking "
+            f"server answers before any job runs). Start it (README, Scaling out) or check the "
+            f"host and port. {HOW_TO_CHOOSE}") from None
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -141,7 +225,7 @@ class Settings:
         """From the config's `mlflow` block; `root` anchors the default store (the original cwd)."""
         block = cfg.get("mlflow") or {}
         enabled = bool(block.get("enabled", True))
-        uri = resolve_tracking_uri(block.get("tracking_uri"), root)
+        uri = take_credentials(resolve_tracking_uri(block.get("tracking_uri"), root))
         return cls(
             enabled=enabled,
             tracking_uri=check_tracking_uri(uri) if enabled else uri,
@@ -153,7 +237,40 @@ class Settings:
 def client(uri: str):
     from mlflow import MlflowClient
 
+    _ready(uri)
     return MlflowClient(tracking_uri=uri)
+
+
+@lru_cache(maxsize=None)
+def _ready(uri: str) -> None:
+    """A local sqlite store is created (MLflow's schema migrations, seconds) by one process at
+    a time, and atomically: under a lock file beside it, into a private file renamed into place
+    when whole. Two sweeps started together on a fresh store raced to create the same tables
+    (one died with `table ... already exists`), and a process stopped mid-migration left a
+    half-migrated file that every later run failed on. Once per process and store."""
+    import fcntl
+
+    from mlflow import MlflowClient
+
+    from src.sweep.tracking.signals import shielded
+
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if db.is_file() and db.stat().st_size > 0:
+                return  # made before (MLflow itself refuses an old schema with its own message)
+            for stale in db.parent.glob(f".{db.name}.*.new*"):  # of a process killed here
+                stale.unlink(missing_ok=True)
+            fresh = db.with_name(f".{db.name}.{os.getpid()}.new")
+            with shielded():  # Ctrl-C here is held until the store is whole
+                MlflowClient(tracking_uri=f"sqlite:///{fresh}").search_experiments(max_results=1)
+                fresh.replace(db)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def ensure_experiment(mlflow_client, name: str, uri: str) -> str:
@@ -192,7 +309,7 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
         if isinstance(value, dict) and value:
             out.update(flatten(value, name + "."))
         else:
-            text = value if isinstance(value, str) else json.dumps(value)
+            text = redact(value if isinstance(value, str) else json.dumps(value))
             if len(text) > MAX_PARAM_LENGTH:
                 text = text[:MAX_PARAM_LENGTH - 1] + "…"
             out[name] = text

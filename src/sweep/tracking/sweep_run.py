@@ -13,7 +13,8 @@ import logging
 from pathlib import Path
 
 from src.records.record import Record
-from src.sweep.tracking.signals import install_signal_handlers, restore_signal_handlers, was_interrupted
+from src.sweep.tracking.signals import (
+    install_signal_handlers, restore_signal_handlers, shielded, was_interrupted)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, RUNNING, Parent, Settings, client, context_tags, ensure_experiment,
     flatten, log_batch)
@@ -75,19 +76,27 @@ class SweepRun:
         mlflow_client = client(settings.tracking_uri)
         experiment_id = ensure_experiment(mlflow_client, settings.experiment_name,
                                           settings.tracking_uri)
-        run = mlflow_client.create_run(
-            experiment_id, run_name=sweep_name(overrides),
-            tags={**context_tags(), "kind": "sweep", "sweep_dir": str(sweep_dir)})
-        parent = Parent(run.info.run_id, experiment_id, settings.tracking_uri)
-        sweep = cls(settings, sweep_dir, parent)
+        installed = install_signal_handlers()  # before the run exists: none is left RUNNING
         try:
-            sweep._signals = install_signal_handlers()
-            log_batch(mlflow_client, parent.run_id, params=flatten({"overrides": " ".join(overrides)}))
-            parent.write(sweep_dir)
+            with shielded():  # a signal meanwhile is held until the run can be ended at exit
+                run = mlflow_client.create_run(
+                    experiment_id, run_name=sweep_name(overrides),
+                    tags={**context_tags(), "kind": "sweep", "sweep_dir": str(sweep_dir)})
+                sweep = cls(settings, sweep_dir,
+                            Parent(run.info.run_id, experiment_id, settings.tracking_uri))
+                sweep._signals = installed
+                atexit.register(sweep.close_unfinished)
+        except BaseException:
+            if installed:
+                restore_signal_handlers()
+            raise
+        try:
+            log_batch(mlflow_client, sweep.parent.run_id,
+                      params=flatten({"overrides": " ".join(overrides)}))
+            sweep.parent.write(sweep_dir)
         except BaseException:
             sweep.close_unfinished()
             raise
-        atexit.register(sweep.close_unfinished)
         return sweep
 
     def _count(self, mlflow_client) -> dict[str, str]:
@@ -156,19 +165,23 @@ class SweepRun:
         if it was interrupted, FAILED otherwise; children left RUNNING end KILLED."""
         if self.closed:
             return
-        mlflow_client = client(self.settings.tracking_uri)
         try:
-            counts = self._count(mlflow_client)
-            killed = was_interrupted() or int(counts["jobs_killed"]) > 0
-            why = ("interrupted (Ctrl-C or SIGTERM)" if killed else
-                   "stopped by an error (a job raised, see the FAILED runs, or the sweep's log)")
-            mlflow_client.log_text(self.parent.run_id, f"the sweep did not finish: {why}\n",
-                                   "error.txt")
-            log_batch(mlflow_client, self.parent.run_id, tags=counts,
-                      metrics={key: float(value) for key, value in counts.items()})
-            mlflow_client.set_terminated(self.parent.run_id, KILLED if killed else FAILED)
+            with shielded():  # Ctrl-C again while the runs are being ended: held until they are
+                self._end_unfinished()
         finally:
             self._close()
+
+    def _end_unfinished(self) -> None:
+        mlflow_client = client(self.settings.tracking_uri)
+        counts = self._count(mlflow_client)
+        killed = was_interrupted() or int(counts["jobs_killed"]) > 0
+        why = ("interrupted (Ctrl-C or SIGTERM)" if killed else
+               "stopped by an error (a job raised, see the FAILED runs, or the sweep's log)")
+        mlflow_client.log_text(self.parent.run_id, f"the sweep did not finish: {why}\n",
+                               "error.txt")
+        log_batch(mlflow_client, self.parent.run_id, tags=counts,
+                  metrics={key: float(value) for key, value in counts.items()})
+        mlflow_client.set_terminated(self.parent.run_id, KILLED if killed else FAILED)
 
     def _close(self) -> None:
         self.closed = True

@@ -1,0 +1,211 @@
+"""Robust under concurrency, interruption and bad state (issue 22), as a demanding user tries it:
+the real runner, Hydra, MLflow stores and callbacks, with the GPU replaced by a pretend H100 and
+stand-in workers (tests/fault_jobs.py) where a job would need one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.fault_jobs import FAKE_GPU_RUN
+from tests.test_cli import SLOW_JOB, cli_env, run_cli
+
+# The default sweep directory's pattern, under a test's tmp_path; the date alone stands for the
+# time, so that sweeps started together surely share the timestamp part.
+SAME_TIME_DIR = "{root}/multirun/${{now:%Y-%m-%d}}_${{pid:}}"
+
+
+def start(tmp_path: Path, *args: str, serve: str = "ok_serve", **env: str) -> subprocess.Popen:
+    """`python -m src.run ARGS` on a pretend H100, not waited for."""
+    return subprocess.Popen([sys.executable, "-c", FAKE_GPU_RUN, *args], cwd=ROOT,
+                            env=cli_env(FAKE_SERVE=serve, **env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def sweep_dirs(root: Path) -> dict[int, Path]:
+    """Sweep directories under root/multirun by the pid of the sweep that claimed each."""
+    found = {}
+    for claim in root.glob("multirun/*/.sweep"):
+        found[int(claim.read_text().split()[1])] = claim.parent
+    return found
+
+
+def store_runs(uri: str) -> list:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              max_results=1000)
+
+
+def check_sweep_intact(sweep_dir: Path, runs: list, finished: bool) -> None:
+    """Every record of the sweep has its own FINISHED MLflow run under this sweep's parent; the
+    parent's children are exactly this sweep's jobs; nothing RUNNING."""
+    parent_id = json.loads((sweep_dir / "mlflow_parent.json").read_text())["run_id"]
+    by_id = {run.info.run_id: run for run in runs}
+    parent = by_id[parent_id]
+    assert parent.info.status == ("FINISHED" if finished else "KILLED"), parent.info
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent_id]
+    records = {p.parent.name: json.loads(p.read_text()) for p in sweep_dir.glob("*/record.json")}
+    assert {c.info.run_name for c in children} >= set(records)  # a killed job has no record
+    for name, record in records.items():
+        run = by_id[record["mlflow_run_id"]]
+        assert run.info.run_name == name and run.data.tags["mlflow.parentRunId"] == parent_id
+        assert run.info.status == "FINISHED" and record["status"] == "ok"
+    for child in children:
+        assert child.info.status in ("FINISHED", "KILLED"), child.info
+        assert (child.info.status == "FINISHED") == (child.info.run_name in records)
+    if finished:
+        assert len(records) == len(children) and (sweep_dir / "summary.md").is_file()
+
+
+def test_two_sweeps_started_together_on_a_fresh_store_keep_apart(tmp_path):
+    """Both finish (no `table … already exists` from racing MLflow's migrations of a fresh
+    sqlite store) and, started in the same second, each has its own directory and parent run."""
+    uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"  # not there yet: created by the sweeps
+    procs = [start(tmp_path, "-m", "kernel=01_naive,06_vectorize", "size=128",
+                   f"hydra.sweep.dir={SAME_TIME_DIR.format(root=tmp_path)}",
+                   serve="paced_serve", MLFLOW_TRACKING_URI=uri) for _ in range(2)]
+    outputs = [finish(proc) for proc in procs]
+    for proc, output in zip(procs, outputs):
+        assert proc.returncode == 0, output
+        assert "Traceback" not in output
+    dirs = sweep_dirs(tmp_path)
+    assert sorted(dirs) == sorted(proc.pid for proc in procs), dirs
+    runs = store_runs(uri)
+    for sweep_dir in dirs.values():
+        check_sweep_intact(sweep_dir, runs, finished=True)
+    assert len(runs) == 2 + 4 and not [r for r in runs if r.info.status == "RUNNING"]
+
+
+def test_a_store_created_by_many_processes_at_once_is_whole(tmp_path):
+    """The lower level of the same race: four processes open one fresh store together."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = ("import sys; from src.sweep.tracking.store import client; "
+            "print(len(client(sys.argv[1]).search_experiments()))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, uri], cwd=ROOT, env=cli_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(4)]
+    outputs = [finish(proc, 120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 4, outputs
+    assert [out.strip().splitlines()[-1] for out in outputs] == ["1"] * 4  # the Default experiment
+
+
+def test_a_reused_sweep_directory_is_refused_and_the_earlier_records_kept(tmp_path):
+    args = ["-m", "kernel=01_naive", "size=128", "mlflow.enabled=false",
+            f"hydra.sweep.dir={tmp_path}/sweep"]
+    first = start(tmp_path, *args)
+    assert first.wait(240) == 0, finish(first)
+    record = next((tmp_path / "sweep").glob("*/record.json"))
+    before = record.read_text()
+    again = start(tmp_path, *args[:2], "kernel=06_vectorize", *args[3:])
+    output = finish(again)
+    assert again.returncode == 1 and "error [sweep_dir_taken]" in output, output
+    assert "each sweep writes to a directory of its own" in output and "Traceback" not in output
+    assert record.read_text() == before and len(list((tmp_path / "sweep").glob("*/record.json"))) == 1
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM])
+def test_repeated_signals_leave_no_run_running(tmp_path, tracking_uri, first):
+    """Ctrl-C pressed again and again (or SIGTERM repeated) while the sweep cleans up: the
+    first signal interrupts, the later ones are ignored, every run ends KILLED."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_JOB, "-m", "kernel=01_naive,06_vectorize", "size=128",
+         f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, env=cli_env(MLFLOW_TRACKING_URI=tracking_uri), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("job started in worker "):
+                break
+        proc.send_signal(first)
+        time.sleep(0.05)
+        deadline = time.monotonic() + 5
+        while proc.poll() is None and time.monotonic() < deadline:  # through the whole cleanup
+            proc.send_signal(signal.SIGINT if proc.pid % 2 else signal.SIGTERM)
+            proc.send_signal(first)
+            time.sleep(0.005)
+        output = finish(proc, 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # the first signal handled decides (CPython handles SIGINT before a SIGTERM that arrived
+    # within the same instant, so with both spammed either status may come)
+    assert proc.returncode in (130, 143) and "interrupted: " in output, output
+    runs = store_runs(tracking_uri)
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"KILLED"}, output
+
+
+@pytest.mark.parametrize("uri,needle", [
+    ("file:///tmp/mlruns", "sqlite:///<path>.db"),
+    ("some/dir/mlruns", "sqlite:///<path>.db"),
+    ("sqlite:///", "names no database file"),
+    ("sqlite://", "names no database file"),
+    ("sqlite:///:memory:", "names no database file"),
+])
+def test_a_tracking_uri_mlflow_would_refuse_or_lose_is_one_clear_error(tmp_path, uri, needle):
+    proc = run_cli(tmp_path, "-m", "size=128", f"mlflow.tracking_uri={uri}")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "error [tracking_error]" in output and needle in output, output
+    assert "Traceback" not in output and not list(tmp_path.rglob("record.json"))
+
+
+def test_an_unreachable_tracking_server_stops_the_sweep_at_once(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    proc = run_cli(tmp_path, "-m", "kernel=01_naive,06_vectorize", "size=128",
+                   f"mlflow.tracking_uri=http://alice:s3cret@127.0.0.1:{port}")
+    output = proc.stdout + proc.stderr
+    assert time.monotonic() - started < 60  # was ~250 s of retries, once per job
+    assert proc.returncode == 1 and output.count("error [tracking_error]") == 1, output
+    assert "cannot reach the MLflow tracking server" in output and "Traceback" not in output
+    assert "s3cret" not in output and f"'http://127.0.0.1:{port}'" in output
+
+
+def test_credentials_are_redacted_wherever_values_are_written():
+    from src.sweep.tracking.store import flatten, redact
+
+    assert redact("mlflow.tracking_uri=https://bob:pa%40ss@host:5000/x y") == \
+        "mlflow.tracking_uri=https://***@host:5000/x y"
+    assert redact("postgresql://u:p@db/mlflow") == "postgresql://***@db/mlflow"
+    assert flatten({"mlflow": {"tracking_uri": "http://u:p@h"}}) == {"mlflow.tracking_uri": "http://***@h"}
+
+
+def test_a_process_killed_while_creating_the_store_leaves_no_half_store(tmp_path):
+    """SIGKILL (nothing can hold it) during MLflow's migrations of a fresh store: the store is
+    made in a private file renamed into place when whole, so the next process starts clean
+    instead of failing on a half-migrated mlflow.db for good."""
+    from src.sweep.tracking.store import client
+
+    db = tmp_path / "mlflow.db"
+    code = "import sys; from src.sweep.tracking.store import client; client(sys.argv[1])"
+    proc = subprocess.Popen([sys.executable, "-c", code, f"sqlite:///{db}"], cwd=ROOT, env=cli_env())
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".mlflow.db.*.new")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # killed once the migrations have begun
+    time.sleep(0.3)
+    proc.kill()
+    proc.wait()
+    assert not db.exists() or db.stat().st_size > 0
+    assert len(client(f"sqlite:///{db}").search_experiments()) == 1  # made again, whole
+    assert not list(tmp_path.glob(".mlflow.db.*"))  # the killed one's leftovers are gone

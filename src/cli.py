@@ -52,6 +52,18 @@ def header_sentence(text: str, limit: int = 90) -> str:
     return sentence if len(sentence) <= limit else sentence[:limit - 1].rstrip() + "…"
 
 
+def help_section(group: str) -> str:
+    """Text for `python -m src.run --help` (conf/hydra/help/sgemm.yaml, through the resolver
+    `sgemm_lab_help` that src/run.py registers): the kernels, one a line, or a group's options.
+    Read from conf/ when help is asked for, so a new config shows without editing the help."""
+    if group == "kernel":
+        rows = kernel_rows()
+        width = max(len(r["kernel"]) for r in rows)
+        return "\n".join(f"  {r['kernel']:<{width}}  {r['precision']:<4}  {r['what it does']}"
+                         for r in rows)
+    return " | ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+
+
 def show_kernels() -> int:
     from tabulate import tabulate
 

@@ -15,13 +15,16 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from src.cli import help_section
 from src.sweep.tracking import Terminated, TrackingUnavailable, hydra_job_run
 from src.tune.tuned import explicit_params
 from src.sweep.worker import run_isolated
 
 log = logging.getLogger("sgemm")
+# `--help` lists the kernels and options read from conf/ (conf/hydra/help/sgemm.yaml)
+OmegaConf.register_new_resolver("sgemm_lab_help", help_section, replace=True)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -5,6 +5,7 @@ stores in tmp dirs."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -92,10 +93,37 @@ def test_run_passes_its_arguments_to_the_runner(tmp_path):
     assert '"status": "invalid_params"' in (tmp_path / "run" / "record.json").read_text()
 
 
-def test_run_help_is_the_runners_help(tmp_path):
-    proc = lab(tmp_path, "run", "--help")
+@pytest.mark.parametrize("command", [("-m", "src.run"), ("-m", "src.cli", "run")])
+def test_help_lists_what_a_user_picks_and_hides_the_tuned_group(tmp_path, command):
+    """`python -m src.run --help` (= `sgemm-lab run --help`): every kernel with its precision and
+    description, the gpu, bench, tune and launcher options, and the key overrides, each of
+    which names a key of the composed config; `tuned` (read by src/job/config.py) is not offered."""
+    from tests.conftest import compose_config
+
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run([sys.executable, *command, "--help"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=path))
     assert proc.returncode == 0, proc.stderr
-    assert "sgemm-lab" in proc.stdout and "kernel:" in proc.stdout
+    text = proc.stdout
+    groups, overrides = text.split("== Pick one of each")[1].split("== Key overrides")
+    for row in cli.kernel_rows():
+        line = next(line for line in groups.splitlines() if line.split()[:1] == [row["kernel"]])
+        assert line.split()[1] == row["precision"] and row["what it does"] in line
+    for group in ("gpu", "bench", "tune"):
+        for option in (ROOT / "conf" / group).glob("*.yaml"):
+            assert option.stem in groups.replace("|", " ").split(), option
+    assert "hydra/launcher=" in groups and "joblib" in groups and "slurm" in groups
+    # the hidden group: neither offered (`tuned=`, `+tuned=`) nor listed as Hydra lists groups
+    assert not re.search(r"(^|\s)\+?tuned=|^tuned:", text, re.MULTILINE), text
+    cfg = compose_config()
+    keys = [line.split("=")[0].strip() for line in overrides.splitlines()[1:]
+            if "=" in line.split(" ")[0] and not line.startswith("  ")]
+    keys = [k for k in keys if "." not in k or k.split(".")[-1].upper() != k.split(".")[-1]]
+    for key in ("size", "alpha", "resume", "debug", "mlflow.enabled", "mlflow.tracking_uri",
+                "isolation.mode", "isolation.timeout_s"):
+        assert key in keys, key
+    for key in keys:
+        assert OmegaConf.select(cfg, key, default="missing") != "missing", key
 
 
 # --- stores ---------------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def ui_links(experiment: str, port: int = 5000) -> dict[str, str]:
             "params.m = '4096' and params.n = '4096' and params.k = '4096'",
             "metrics.`pct_of_cublas`"),
         "failed jobs, newest first (open one: its description is the error)": link(
-            "attributes.status = 'FAILED' and tags.kind = 'job'", "attributes.start_time"),
+            "attributes.status = 'FAILED' and tags.kind = 'job'", "attributes.end_time"),
     }
 
 
@@ -141,7 +141,7 @@ def start_ui(port: int, db: Path) -> int:
         return 1
     moved = relocate(db)
     if moved:
-        print(f"{moved} artifact locations pointed at {db.parent / 'mlruns'} (the store was moved)")
+        print(f"{moved} artifact locations pointed at {db.resolve().parent / 'mlruns'} (the store was moved)")
     print_links(port, db)
     return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
                             f"sqlite:///{db.resolve()}", "--host", "127.0.0.1", "--port", str(port)])

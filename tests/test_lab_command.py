@@ -254,5 +254,11 @@ def test_ui_serves_the_copied_store_on_localhost(store, tmp_path):
             assert reply.read().decode().split() == store["error"].split()
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # mlflow ui's server processes are in its group
-        output = server.communicate(timeout=30)[0]
+        try:
+            output = server.communicate(timeout=30)[0]
+        finally:  # MLflow's job consumers can outlive a SIGTERM of their group
+            try:
+                os.killpg(server.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     assert f"{base}/#/experiments/" in output

@@ -52,6 +52,18 @@ def header_sentence(text: str, limit: int = 90) -> str:
     return sentence if len(sentence) <= limit else sentence[:limit - 1].rstrip() + "…"
 
 
+def help_section(group: str) -> str:
+    """Text for `python -m src.run --help` (conf/hydra/help/sgemm.yaml, through the resolver
+    `sgemm_lab_help` that src/run.py registers): the kernels, one a line, or a group's options.
+    Read from conf/ when help is asked for, so a new config shows without editing the help."""
+    if group == "kernel":
+        rows = kernel_rows()
+        width = max(len(r["kernel"]) for r in rows)
+        return "\n".join(f"  {r['kernel']:<{width}}  {r['precision']:<4}  {r['what it does']}"
+                         for r in rows)
+    return " | ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+
+
 def show_kernels() -> int:
     from tabulate import tabulate
 
@@ -61,7 +73,8 @@ def show_kernels() -> int:
     return 0
 
 
-def show_results(root: Path = Path.cwd()) -> int:
+def show_results(root: Path | None = None) -> int:
+    root = Path.cwd() if root is None else root  # where the user runs it, not where it was imported
     sweeps = sorted((root / "multirun").glob("*/*/summary.md"), key=lambda p: p.stat().st_mtime)
     if sweeps:
         print(f"newest sweep here: {sweeps[-1]}\n")
@@ -101,8 +114,8 @@ def ui_links(experiment: str, port: int = 5000) -> dict[str, str]:
         "every kernel at 4096 against cuBLAS in its own precision": link(
             "params.m = '4096' and params.n = '4096' and params.k = '4096'",
             "metrics.`pct_of_cublas`"),
-        "failed jobs, newest first (the error is each run's description)": link(
-            "attributes.status = 'FAILED'", "attributes.start_time"),
+        "failed jobs, newest first (open one: its description is the error)": link(
+            "attributes.status = 'FAILED' and tags.kind = 'job'", "attributes.end_time"),
     }
 
 
@@ -128,23 +141,21 @@ def start_ui(port: int, db: Path) -> int:
         return 1
     moved = relocate(db)
     if moved:
-        print(f"{moved} artifact locations pointed at {db.parent / 'mlruns'} (the store was moved)")
+        print(f"{moved} artifact locations pointed at {db.resolve().parent / 'mlruns'} (the store was moved)")
     print_links(port, db)
     return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
                             f"sqlite:///{db.resolve()}", "--host", "127.0.0.1", "--port", str(port)])
 
 
 def run_jobs(args: list[str]) -> int:
-    from src import run
+    """`python -m src.run ARGS`, in this process. It runs as `__main__` because Hydra finds
+    conf/ relative to the file of a `__main__` module; imported (module src.run) it would look
+    for an importable `conf` package instead and fail. src/run.py's main block turns Ctrl-C and
+    SIGTERM into exit status 130 and 143, and a failed single job into 1 (SystemExit)."""
+    import runpy
 
     sys.argv = ["sgemm-lab run", *args]
-    try:
-        run.main()
-    except KeyboardInterrupt as exc:  # as `python -m src.run` does: runs end KILLED
-        from src.sweep.tracking import Terminated
-
-        print(f"interrupted: {exc or 'Ctrl-C'}", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
+    runpy.run_module("src.run", run_name="__main__", alter_sys=True)
     return 0
 
 

@@ -8,6 +8,7 @@ only that job), and callbacks.SweepSummary prints the table at the end. Each job
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
 from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
@@ -23,6 +24,16 @@ from src.tune.tuned import explicit_params
 from src.sweep.worker import run_isolated
 
 log = logging.getLogger("sgemm")
+
+
+def help_section(group: str) -> str:
+    """`--help`'s kernel list and options read from conf/ (conf/hydra/help/sgemm.yaml). src.cli
+    is loaded by name only when help is asked for: help text is no part of a job's result, so the
+    DVC bench stage (which lists what src.run imports) does not depend on it."""
+    return importlib.import_module("src.cli").help_section(group)
+
+
+OmegaConf.register_new_resolver("sgemm_lab_help", help_section, replace=True)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

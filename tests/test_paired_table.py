@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from src.errors import TimedVerificationFailed
-from src.job.measure import _keep_pairing, _keep_timing
+from src.job.measure import keep_pairing, keep_timing
 from src.job.timing import Interleaved, summarize
 from src.publish.table import progression_frame
 from src.records.record import mark_failed
@@ -23,8 +23,8 @@ def _paired(record, kernel_ms: float, baseline_ms: float, seed: int):
     b = baseline_ms * (1 + 0.01 * rng.standard_normal(60))
     result = Interleaved((summarize(k), summarize(b)), (tuple(k), tuple(b)))
     flops = 2 * record.m * record.n * record.k
-    _keep_timing(record, result.timings[0], flops)
-    _keep_pairing(record, record.precision, "cublas_fp32", result, flops)
+    keep_timing(record, result.timings[0], flops)
+    keep_pairing(record, record.precision, "cublas_fp32", result, flops)
     return record
 
 

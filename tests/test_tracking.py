@@ -7,6 +7,8 @@ record and outputs), with the recorded record in place of a GPU run."""
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import pickle
@@ -415,6 +417,31 @@ def test_disabled_tracking_starts_nothing_and_forgets_a_stale_parent(tmp_path, t
 
 # --- where, and what is logged --------------------------------------------------------------------
 
+@contextlib.contextmanager
+def health_server():
+    """An HTTP server on 127.0.0.1 that answers GET /health with 200, as `mlflow server` does."""
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_default_store_is_mlflows_own_default_in_the_original_cwd(monkeypatch, tmp_path, compose):
     from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH, DEFAULT_TRACKING_URI
 
@@ -428,8 +455,7 @@ def test_default_store_is_mlflows_own_default_in_the_original_cwd(monkeypatch, t
     assert tracking.resolve_tracking_uri(None, tmp_path) == "http://mlflow.example:5000"
     assert tracking.resolve_tracking_uri("http://config:5000", tmp_path) == "http://config:5000"
 
-    with socket.create_server(("127.0.0.1", 0)) as server:  # a server to connect to
-        served = f"http://127.0.0.1:{server.getsockname()[1]}"
+    with health_server() as served:  # a server that answers MLflow's GET /health
         monkeypatch.setenv("MLFLOW_TRACKING_URI", served)
         settings = tracking.Settings.from_cfg(compose(), tmp_path, "config")
     assert settings == tracking.Settings(True, served, "sgemm-lab/config", False)
@@ -530,7 +556,8 @@ def test_mlflow_report_shows_the_newest_sweep(sweep, capsys):
     finally:
         mlflow.set_tracking_uri(None)  # the script sets MLflow's global URI; put it back
     name = sweep["client"].get_run(sweep["parent"].run_id).info.run_name
-    assert name == f"mlflow.tracking_uri={sweep['uri']} (24 jobs: 19 ok, 5 failed)"  # its overrides
+    # its overrides, less where it is tracked (here the only one): the config's defaults
+    assert name == "(config defaults) (24 jobs: 19 ok, 5 failed)"
     assert f"sweep run:  {sweep['parent'].run_id}  ({name}, FINISHED)" in lines
     assert "jobs:       total 24, ok 19, failed 5, killed 0" in lines
     rows = lines[lines.index("") + 2:]

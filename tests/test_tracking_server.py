@@ -174,7 +174,8 @@ def test_the_server_shows_local_and_served_sweeps(server):
                  f"hydra.sweep.dir={server['tmp']}/secret-sweep", serve="paced_serve")
     output = finish(proc)
     assert proc.returncode == 0, output
-    assert "s3cret" not in output and "Launching 2 jobs" in output
+    assert "s3cret" not in output, [line for line in output.splitlines() if "s3cret" in line]
+    assert "job 1 of 2" in output and "job 2 of 2" in output
     files = [p for p in (server["tmp"] / "secret-sweep").rglob("*") if p.is_file()]
     assert any(p.name == "overrides.yaml" for p in files) and any(p.name == PARENT for p in files)
     assert [p for p in files if "s3cret" in p.read_text(errors="replace")] == []

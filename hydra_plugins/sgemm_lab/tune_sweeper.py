@@ -114,7 +114,11 @@ class TuneSweeper(Sweeper):
         bench = OmegaConf.to_container(cfg.bench, resolve=True)
         problem = Problem.from_cfg(cfg)
         where = target(cfg.gpu)
-        if where.device is None:  # before any candidate is launched: each would only fail no_gpu
+        # No GPU here, and the candidates run here: stop before launching any, each would only
+        # fail no_gpu. A launcher that runs them elsewhere (SLURM) is left to do so: a cluster's
+        # login node has no GPU, its GPU nodes do (the constraints use the named gpu's limits).
+        runs_here = "slurm" not in str(self.config.hydra.launcher.get("_target_", "")).lower()
+        if where.device is None and runs_here:
             try:
                 gpu_mod.detect()
             except NoGPU as exc:

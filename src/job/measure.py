@@ -119,7 +119,7 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
         short_ms=bench.get("short_kernel_ms"), short_min_samples=bench.get("short_min_samples"))
 
 
-def _keep_timing(record: Record, timing: Timing, flops: int) -> None:
+def keep_timing(record: Record, timing: Timing, flops: int) -> None:
     record.time_ms_median = timing.median_ms
     record.time_ms_min = timing.min_ms
     record.time_ms_max = timing.max_ms
@@ -132,7 +132,7 @@ def _keep_timing(record: Record, timing: Timing, flops: int) -> None:
     record.gflops = flops / (timing.median_ms * 1e-3) / 1e9
 
 
-def _keep_pairing(record: Record, precision: str, baseline: str, result: Interleaved,
+def keep_pairing(record: Record, precision: str, baseline: str, result: Interleaved,
                   flops: int) -> None:
     """The paired comparison: the baseline's GFLOP/s from the same rounds, the ratio of the
     medians (so % == gflops / baseline_gflops exactly) and its bootstrap 95% interval."""
@@ -293,10 +293,10 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
     plausibility.check(spec.name, problem, result.timings[0].median_ms, bound,
                        float(bench.get("plausibility_margin", plausibility.DEFAULT_MARGIN)),
                        l2_flushed=bool(bench["flush_l2"]))
-    _keep_timing(record, result.timings[0], problem.flops)
+    keep_timing(record, result.timings[0], problem.flops)
     names = [b.name for b in (baseline, stronger) if b is not None and b.name in arm_names]
     if names and names[0] == getattr(baseline, "name", None):
-        _keep_pairing(record, spec.precision, baseline.name, result, problem.flops)
+        keep_pairing(record, spec.precision, baseline.name, result, problem.flops)
     _keep_best(record, names, result, problem.flops)
     return record.gflops
 

@@ -64,10 +64,35 @@ class SweepProgress(Callback):
         progress.current = None
 
 
-def claim_sweep_dir(sweep_dir: Path) -> None:
+def _claim_alive(text: str) -> bool:
+    """Whether the sweep that wrote a claim ("pid N on HOST") is still running on this host."""
+    parts = text.split()
+    if len(parts) < 4 or parts[0] != "pid" or parts[3] != os.uname().nodename:
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim_sweep_dir(sweep_dir: Path, resume: bool = False) -> None:
     """Make `sweep_dir` this sweep's alone (its claim file created exclusively), or raise
     SweepDirTaken when another sweep holds it or has left its job records there: two sweeps in
-    one directory overwrite each other's records and mix their summaries and MLflow runs."""
+    one directory overwrite each other's records and mix their summaries and MLflow runs. With
+    `resume=true` a sweep takes over the directory of an earlier sweep that is no longer running
+    (re-running what it did not finish, the rest from the measurement cache)."""
+    claim = sweep_dir / CLAIM_FILE
+    if resume and claim.is_file() and not _claim_alive(claim.read_text()):
+        claim.write_text(f"pid {os.getpid()} on {os.uname().nodename} (resumed)\n")
+        return
+    if resume and not claim.exists():
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        claim.write_text(f"pid {os.getpid()} on {os.uname().nodename} (resumed)\n")
+        return
+
     sweep_dir.mkdir(parents=True, exist_ok=True)
     rule = ("(rule: each sweep writes to a directory of its own). Choose another "
             "hydra.sweep.dir, or move or remove that one.")
@@ -93,7 +118,7 @@ class SweepSummary(Callback):
 
         redact_console()  # Hydra prints each job's overrides, which may hold a tracking URI's password
         try:
-            claim_sweep_dir(_sweep_dir(config))
+            claim_sweep_dir(_sweep_dir(config), resume=bool(config.get("resume")))
         except SweepDirTaken as exc:  # before any job runs: stop, no traceback
             log.error("error [%s]: %s", exc.status, exc)
             raise SystemExit(1) from None

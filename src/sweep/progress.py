@@ -33,7 +33,9 @@ class Progress:
         self.ok += count
 
     def job_started(self, overrides: list[str]) -> None:
-        print(self.line(" ".join(overrides)), file=self.stream, flush=True)
+        from src.sweep.tracking.store import redact  # a tracking URI's password stays out
+
+        print(self.line(redact(" ".join(overrides))), file=self.stream, flush=True)
 
     def job_ended(self, record: dict | None) -> None:
         """`record`: what the job returned (run.py: its record as a dict), None if it raised."""

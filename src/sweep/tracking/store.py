@@ -193,7 +193,7 @@ def check_reachable(uri: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
                 f"(README, Scaling out) or check the host and port. {HOW_TO_CHOOSE}") from None
     except (OSError, ValueError) as exc:
         raise TrackingUnavailable(
-            f"cannot reach the MLflow tracking server at {shown!r} within {timeout_s:g} s "
+            f"the MLflow tracking server at {shown!r} is unreachable within {timeout_s:g} s "
             f"({type(exc).__name__}: {getattr(exc, 'reason', None) or exc}) (rule: the tracking "
             f"server answers before any job runs). Start it (README, Scaling out) or check the "
             f"host and port. {HOW_TO_CHOOSE}") from None

@@ -17,7 +17,7 @@ from src.sweep.tracking.signals import (
     install_signal_handlers, restore_signal_handlers, shielded, was_interrupted)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, RUNNING, Parent, Settings, client, context_tags, ensure_experiment,
-    flatten, log_batch)
+    flatten, log_batch, redact)
 from src.tune.trials import trials_frame, tuning_tags
 
 log = logging.getLogger("sgemm")
@@ -26,8 +26,10 @@ MAX_NOTE = 7000  # characters of the summary kept in the run's description (a ta
 
 
 def sweep_name(overrides: list[str]) -> str:
-    """The sweep's command line, which says what it swept: `kernel=glob(*) size=1024,4096`."""
-    return " ".join(overrides) or "(config defaults)"
+    """The sweep's command line, which says what it swept: `kernel=glob(*) size=1024,4096`
+    (where runs are tracked is no part of it, and a URI's password is never shown)."""
+    swept = [item for item in overrides if not item.lstrip("+~").startswith("mlflow.tracking_uri=")]
+    return redact(" ".join(swept)) or "(config defaults)"
 
 
 def counted_name(name: str, counts: dict[str, str]) -> str:

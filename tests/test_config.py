@@ -103,3 +103,17 @@ def test_auto_picks_the_spec_of_the_detected_device(device_name, spec):
     assert found.name == (spec or "unknown")
     if spec is None:
         assert found.peak_tflops("fp32") is None and found.sms == 99  # no invented peak
+
+
+def test_isolation_and_tracking_are_config_groups(compose):
+    """isolation and mlflow are picked by name from conf/isolation/ and conf/mlflow/, and their
+    keys still take overrides; the defaults are a worker process and the local store."""
+    default = compose()
+    assert (default.isolation.mode, default.mlflow.enabled) == ("process", True)
+    picked = compose("isolation=inline", "mlflow=off", "isolation.timeout_s=7")
+    assert (picked.isolation.mode, picked.isolation.timeout_s) == ("inline", 7)
+    assert picked.mlflow.enabled is False and picked.mlflow.tracking_uri is None
+    server = compose("mlflow=server")
+    assert server.mlflow.enabled is True
+    with pytest.raises(Exception, match="isolation"):
+        compose("isolation=no_such_mode")

@@ -118,8 +118,10 @@ def fake_h100():
 # `python -m src.run ...` on a pretend H100: the launcher detects a fake device and compiles
 # nothing ahead; each job runs in a stand-in worker (ok_serve: every job ok at 1 GFLOP/s).
 FAKE_GPU_RUN = """
+import faulthandler
 import os
 import runpy
+import signal
 import src.job.compile
 import src.job.gpu
 import src.sweep.worker
@@ -128,5 +130,6 @@ import tests.fault_jobs
 src.job.gpu.detect = tests.fault_jobs.fake_h100
 src.job.compile.precompile = lambda *args, **kwargs: []
 src.sweep.worker._serve = getattr(tests.fault_jobs, os.environ.get("FAKE_SERVE", "ok_serve"))
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test asks a hung run where it is
 runpy.run_module("src.run", run_name="__main__", alter_sys=True)
 """

@@ -9,9 +9,10 @@ import json
 import os
 import random
 import signal
+import subprocess
 import time
 
-from tests.test_robust import SAME_TIME_DIR, check_sweep_intact, finish, start, store_runs, sweep_dirs
+from tests.test_robust import SAME_TIME_DIR, check_sweep_intact, start, store_runs, sweep_dirs
 
 SWEEPS = 4
 JOBS = "kernel=01_naive,02_gmem_coalesce,03_smem_blocking,04_blocktile_1d"  # 0.3 s each
@@ -39,8 +40,18 @@ def test_four_sweeps_at_once_interrupted_at_random_stay_whole(tmp_path):
                 if not repeats[i]:
                     pending.discard(i)
         time.sleep(0.02)
-    outputs = [finish(proc, 120) for proc in procs]
     context = f"seed {seed}, plans {plans}, repeats {repeats}"
+    outputs = []
+    for i, proc in enumerate(procs):
+        try:
+            outputs.append(proc.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:  # a sweep that never ends: say which, and where it is
+            proc.send_signal(signal.SIGUSR1)  # its stacks (faulthandler), then it is killed
+            time.sleep(1)
+            proc.kill()
+            tail = proc.communicate()[0]
+            raise AssertionError(f"{context}: sweep {i} still running after 120 s\n"
+                                 f"{tail[-6000:]}") from None
 
     runs = store_runs(uri)
     assert not [r.info.run_name for r in runs if r.info.status == "RUNNING"], context

@@ -38,6 +38,28 @@ def test_healthy_jobs_share_one_worker():
     assert not worker.alive
 
 
+def test_a_worker_started_while_the_launcher_ignores_sigterm_still_ends_on_sigterm():
+    """After an interrupt the launcher ignores SIGTERM (its cleanup must not be cut short); a
+    worker spawned then must not inherit that, or multiprocessing's terminate() at exit cannot
+    end it and the launcher waits for ever."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    worker = Worker(fault_jobs.ok_serve)
+    try:
+        pid = int(run(worker, "good").entry)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while worker.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not worker.alive
+    finally:
+        worker.stop(kill=True)
+
+
 def test_a_hang_is_killed_at_the_timeout_and_the_next_job_runs_in_a_fresh_worker():
     worker = Worker(fault_jobs.hang_serve)
     try:

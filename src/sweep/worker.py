@@ -130,6 +130,15 @@ def _serve(conn) -> None:
             os._exit(0)
 
 
+def _worker_main(target, conn) -> None:
+    """The worker's entry: SIGTERM back to its default first. A spawned process inherits the
+    signals its launcher ignores, and a launcher on its way out after an interrupt ignores
+    SIGTERM (signals.ignore_from_now); a worker started then would outlive multiprocessing's
+    terminate() at exit, and the launcher would wait for it for ever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    target(conn)
+
+
 # --- the launcher's side --------------------------------------------------------------------
 
 class Worker:
@@ -144,8 +153,8 @@ class Worker:
 
     def _start(self) -> None:
         parent_conn, child_conn = self._ctx.Pipe()
-        self._process = self._ctx.Process(target=self._target or _serve, args=(child_conn,), daemon=True,
-                                          name="sgemm-worker")
+        self._process = self._ctx.Process(target=_worker_main, args=(self._target or _serve, child_conn),
+                                          daemon=True, name="sgemm-worker")
         self._process.start()
         child_conn.close()
         self._conn = parent_conn

@@ -79,8 +79,11 @@ class SweepRun:
         experiment_id = ensure_experiment(mlflow_client, settings.experiment_name,
                                           settings.tracking_uri)
         installed = install_signal_handlers()  # before the run exists: none is left RUNNING
+        sweep = None
         try:
-            with shielded():  # a signal meanwhile is held until the run can be ended at exit
+            # a signal meanwhile is held until the run exists with its parent file (so that its
+            # jobs can find it), and is ended at exit
+            with shielded():
                 run = mlflow_client.create_run(
                     experiment_id, run_name=sweep_name(overrides),
                     tags={**context_tags(), "kind": "sweep", "sweep_dir": str(sweep_dir)})
@@ -88,16 +91,14 @@ class SweepRun:
                             Parent(run.info.run_id, experiment_id, settings.tracking_uri))
                 sweep._signals = installed
                 atexit.register(sweep.close_unfinished)
+                log_batch(mlflow_client, sweep.parent.run_id,
+                          params=flatten({"overrides": redact(" ".join(overrides))}))
+                sweep.parent.write(sweep_dir)
         except BaseException:
-            if installed:
+            if sweep is not None:
+                sweep.close_unfinished()
+            elif installed:
                 restore_signal_handlers()
-            raise
-        try:
-            log_batch(mlflow_client, sweep.parent.run_id,
-                      params=flatten({"overrides": " ".join(overrides)}))
-            sweep.parent.write(sweep_dir)
-        except BaseException:
-            sweep.close_unfinished()
             raise
         return sweep
 

@@ -157,7 +157,7 @@ def limits_from_spec(spec_name: str) -> dict[str, int]:
 # --- clocks (NVML) --------------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def _nvml_handle(pci_bus_id: str | None):
+def nvml_handle(pci_bus_id: str | None):
     try:
         import pynvml
 
@@ -168,7 +168,7 @@ def _nvml_handle(pci_bus_id: str | None):
 
 
 def _nvml_max_sm_clock(pci_bus_id: str | None) -> int | None:
-    handle = _nvml_handle(pci_bus_id)
+    handle = nvml_handle(pci_bus_id)
     if handle is None:
         return None
     import pynvml
@@ -181,7 +181,7 @@ def _nvml_max_sm_clock(pci_bus_id: str | None) -> int | None:
 
 def sm_clock_mhz(device: Device) -> int | None:
     """The SM clock right now, in MHz (None when NVML cannot tell)."""
-    handle = _nvml_handle(device.pci_bus_id)
+    handle = nvml_handle(device.pci_bus_id)
     if handle is None:
         return None
     import pynvml

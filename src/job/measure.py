@@ -21,7 +21,7 @@ import numpy as np
 
 from src.errors import LabError, LaunchFailed, TimedVerificationFailed
 from src.job import gpu as gpu_mod
-from src.job import plausibility
+from src.job import kernel_clock, plausibility
 from src.job.compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel
 from src.job.paired import paired_ratio
 from src.job.prepare import PreparedJob
@@ -116,7 +116,8 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
         max_seconds=float(bench["max_seconds"]),
         read_clock=lambda: gpu_mod.sm_clock_mhz(device), max_clock_mhz=device.max_sm_clock_mhz,
         throttle_threshold=bench.get("throttle_threshold"),
-        short_ms=bench.get("short_kernel_ms"), short_min_samples=bench.get("short_min_samples"))
+        short_ms=bench.get("short_kernel_ms"), short_min_samples=bench.get("short_min_samples"),
+        kernel_clock=kernel_clock.shared(str(bench.get("timer", "cupti"))))
 
 
 def keep_timing(record: Record, timing: Timing, flops: int) -> None:
@@ -294,6 +295,7 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
                        float(bench.get("plausibility_margin", plausibility.DEFAULT_MARGIN)),
                        l2_flushed=bool(bench["flush_l2"]))
     keep_timing(record, result.timings[0], problem.flops)
+    record.timer = result.timer
     names = [b.name for b in (baseline, stronger) if b is not None and b.name in arm_names]
     if names and names[0] == getattr(baseline, "name", None):
         keep_pairing(record, spec.precision, baseline.name, result, problem.flops)

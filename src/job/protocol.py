@@ -26,6 +26,9 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+TIMERS = ("cupti", "events")  # src/job/kernel_clock.py says why CUPTI is the default
+
+
 def check_bench(bench: dict) -> None:
     """Raise ConfigError naming the first bench.* value that breaks its rule."""
     for key in COUNTS:
@@ -43,6 +46,8 @@ def check_bench(bench: dict) -> None:
     for key in OPTIONAL_POSITIVE:
         if bench.get(key) is not None and (not _is_number(bench[key]) or bench[key] <= 0):
             raise _bad(key, bench[key], "null or a finite number > 0")
+    if bench.get("timer", "cupti") not in TIMERS:
+        raise _bad("timer", bench.get("timer"), f"one of {', '.join(TIMERS)}")
     if bench.get("plausibility_margin") is not None and bench["plausibility_margin"] < 1:
         raise _bad("plausibility_margin", bench["plausibility_margin"], "a factor >= 1")
 
@@ -62,7 +67,7 @@ def throttle_reasons(device) -> list[str] | None:
     """The power and thermal throttle reasons NVML reports now (None: NVML not available)."""
     from src.job import gpu as gpu_mod
 
-    handle = gpu_mod._nvml_handle(getattr(device, "pci_bus_id", None))
+    handle = gpu_mod.nvml_handle(getattr(device, "pci_bus_id", None))
     if handle is None:
         return None
     import pynvml

@@ -130,6 +130,8 @@ class Arm:
 class Interleaved:
     timings: tuple[Timing, ...]        # one per arm, over the kept rounds
     kept_ms: tuple[tuple[float, ...], ...]  # per arm, the kept samples; index i is one round
+    timer: str = "events"              # the clock of the samples: "cupti" (kernel_clock.py) or
+                                       # "events" (CUDA events; also for a batch CUPTI missed)
 
 
 def _sample_round(arms, pools, probes, i: int, index: int) -> None:
@@ -162,12 +164,15 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
                         max_clock_mhz: float | None = None,
                         throttle_threshold: float | None = None,
                         short_ms: float | None = None,
-                        short_min_samples: int | None = None) -> Interleaved:
+                        short_min_samples: int | None = None,
+                        kernel_clock=None) -> Interleaved:
     """Time the arms in rounds, A B A B ...: each round takes one sample of every arm, each
     after its own `between` (the L2 flush). A round is kept only if every arm's SM clock was at
     or above the throttle floor. Stops once `min_samples` rounds are kept and every arm's IQR /
     median is at most `target_rel_iqr`, or at `max_seconds` / `max_samples`. A first arm shorter
-    than `short_ms` takes at least `short_min_samples` rounds (short kernels: more samples)."""
+    than `short_ms` takes at least `short_min_samples` rounds (short kernels: more samples).
+    `kernel_clock` (kernel_clock.KernelClock): samples are the kernels' GPU timestamps instead of
+    the event pairs around them."""
     import cupy as cp
 
     for arm in arms:
@@ -176,6 +181,9 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
                 arm.between()
             arm.launch()
     cp.cuda.get_current_stream().synchronize()
+    if kernel_clock is not None:
+        kernel_clock.clear()  # the warm-up launches are not samples
+    event_batches = 0
 
     batch = max(1, min(min_samples, max_samples))
     pools = [[(cp.cuda.Event(), cp.cuda.Event()) for _ in range(batch)] for _ in arms]
@@ -193,8 +201,13 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
             _sample_round(arms, pools, probes, i, taken + i)
         pools[-1][todo - 1][1].synchronize()
         taken += todo
+        stamped = kernel_clock.samples_ms(todo * len(arms)) if kernel_clock is not None else None
+        event_batches += stamped is None
         for a in range(len(arms)):
-            times[a].extend(cp.cuda.get_elapsed_time(s, e) for s, e in pools[a][:todo])
+            if stamped is not None:  # round i, arm a is the (i * arms + a)-th bracketed sample
+                times[a].extend(stamped[a::len(arms)])
+            else:
+                times[a].extend(cp.cuda.get_elapsed_time(s, e) for s, e in pools[a][:todo])
             clocks[a].extend(probes[a].read(todo))
         kept = _kept_rounds(clocks, floor)
         if short_ms is not None and short_min_samples and kept \
@@ -220,7 +233,10 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
     timings = tuple(summarize([t[i] for i in kept], clock_before, clock_after,
                               [c[i] for i in kept], taken - len(kept))
                     for t, c in zip(times, clocks))
-    return Interleaved(timings, tuple(tuple(t[i] for i in kept) for t in times))
+    batches = -(-taken // batch)
+    timer = ("events" if kernel_clock is None or event_batches == batches else
+             "cupti" if event_batches == 0 else "cupti+events")
+    return Interleaved(timings, tuple(tuple(t[i] for i in kept) for t in times), timer)
 
 
 def measure(launch: Callable[[], None], *, warmup: int, min_samples: int, max_samples: int,

@@ -30,6 +30,8 @@ class Record:
     error: str | None = None
     params: dict = field(default_factory=dict)
     tuned_from: str | None = None     # the conf/tuned/<gpu>.yaml size class the params came from
+    dispatched_to: str | None = None  # best_*: the chapter that ran this shape...
+    dispatch_rule: str | None = None  # ...and the dispatch rule (or default) that chose it, and why
     entry: str | None = None
     grid: list | None = None
     block: list | None = None
@@ -46,6 +48,7 @@ class Record:
     samples: int | None = None
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
+    timer: str | None = None               # the samples' clock: cupti (GPU kernel stamps), events
     samples_throttled: int | None = None   # samples left out: SM clock below the throttle threshold
     sample_clock_mhz: list | None = None   # the SM clock during each kept sample (clock64 / globaltimer)
     # against the baselines measured in the same process, same shape and protocol

@@ -64,7 +64,9 @@ def test_timer_must_be_a_known_clock():
 def test_cupti_times_the_kernels_alone_and_agrees_with_events_up_to_the_gaps(compose):
     """The same job timed with each clock: CUPTI's kernel stamps leave out what an event pair
     adds around a launch (the gap before the kernel starts), so its median is shorter, and both
-    clocks' records say which clock they used."""
+    clocks' records say which clock they used. (No bound on how much shorter: once CUPTI traces
+    the process, launches are slower on the host and the event pairs of a 24 µs kernel took 62 µs
+    on the H100.)"""
     from src.job.pipeline import run_job
 
     records = {timer: run_job(compose("kernel=20_wgmma_tf32", "size=1024", f"bench.timer={timer}"))
@@ -73,5 +75,5 @@ def test_cupti_times_the_kernels_alone_and_agrees_with_events_up_to_the_gaps(com
         assert record.status == "ok", record.error
         assert record.timer == timer
     cupti, events = records["cupti"], records["events"]
-    assert cupti.time_ms_median < events.time_ms_median < 2 * cupti.time_ms_median
+    assert cupti.time_ms_median < events.time_ms_median
     assert cupti.baseline_gflops > events.baseline_gflops  # cuBLAS too: the same clock for both

@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from src.job import shapes  # noqa: F401  (registers ${shape_dim:}, used for m, n and k)
 from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
 from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
 from src.tune.tuned import explicit_params

@@ -8,6 +8,7 @@ from functools import lru_cache
 
 from omegaconf import OmegaConf
 
+from src.job import shapes  # noqa: F401  (registers ${shape_dim:}, used for m, n and k)
 from src.paths import CONF_DIR
 
 

@@ -38,7 +38,8 @@ class Problem:
                 raise InvalidProblem(
                     f"invalid problem size: {name}={value!r}. M, N and K must be positive "
                     f"integers (rule: {name} > 0 and integer); set them with size=N for a square "
-                    f"problem or m=, n=, k= for a rectangular one."
+                    f"problem, m=, n=, k= or shape=MxNxK (e.g. shape=4096x2048x1024) for a "
+                    f"rectangular one."
                 )
             if value > INT32_MAX:
                 raise InvalidProblem(

@@ -86,7 +86,11 @@ def sweep_size(config, arguments: list[str]) -> int | None:
         for source in config.hydra.runtime.config_sources:
             search_path.append(source.provider, f"{source.schema}://{source.path}")
         loader = ConfigLoaderImpl(config_search_path=search_path)
-        parsed = OverridesParser.create(config_loader=loader).parse_overrides(list(arguments))
+        # as the basic sweeper does: the config's hydra.sweeper.params first (a shape suite's
+        # shapes, conf/suite/), then the command line's
+        params = config.hydra.sweeper.get("params") or {}
+        arguments = [f"{key}={value}" for key, value in params.items()] + list(arguments)
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
         return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
     except Exception:  # a count is a nicety: never stop a sweep for it
         return None

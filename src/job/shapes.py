@@ -1,0 +1,30 @@
+"""Shapes as one value: `shape=MxNxK` sets m, n and k together, so a shape suite is one sweep axis
+(conf/suite/: `python -m src.run -m +suite=llm kernel=best_fp32`) rather than three that Hydra
+would cross. conf/config.yaml reads m, n and k through the `shape_dim` resolver registered here:
+with shape unset they are `size` (or what m=, n=, k= say)."""
+
+from __future__ import annotations
+
+import re
+
+from omegaconf import OmegaConf
+
+SHAPE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
+
+
+def parse(shape: str) -> tuple[int, int, int] | None:
+    """(m, n, k) of "MxNxK", or None when it is not three positive integers joined by x."""
+    match = SHAPE.match(str(shape))
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+def shape_dim(shape, index, default):
+    """Dimension `index` (0 m, 1 n, 2 k) of `shape`, or `default` when no shape is set. A shape
+    that does not parse is handed on as it is, for the problem's check to refuse with its rule."""
+    if shape is None or str(shape) == "":
+        return default
+    dims = parse(shape)
+    return str(shape) if dims is None else dims[int(index)]
+
+
+OmegaConf.register_new_resolver("shape_dim", shape_dim, replace=True)

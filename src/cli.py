@@ -23,12 +23,13 @@ COMMANDS = ("run", "kernels", "results", "ui", "links")
 
 def kernel_rows() -> list[dict]:
     """One row per conf/kernel/*.yaml: name, precision, the first sentence of its header
-    comment, and the GPUs whose conf/tuned/<gpu>.yaml tunes it."""
+    comment, and the GPUs whose conf/tuned/<gpu>.yaml tunes it (best_*: has its dispatch rules)."""
     from omegaconf import OmegaConf
 
     tuned_for: dict[str, list[str]] = {}
     for path in sorted((CONF_DIR / "tuned").glob("*.yaml")):
-        for kernel in (OmegaConf.load(path).get("kernels") or {}):
+        tuned = OmegaConf.load(path)
+        for kernel in [*(tuned.get("kernels") or {}), *(tuned.get("dispatch") or {})]:
             tuned_for.setdefault(str(kernel), []).append(path.stem)
     rows = []
     for path in sorted((CONF_DIR / "kernel").glob("*.yaml")):

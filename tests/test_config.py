@@ -19,15 +19,17 @@ def test_the_expected_kernels_exist():
                 "13_transpose_a", "14_swizzle", "15_coalesced_store", "16_register_double_buffer",
                 "17_flagship", "18_wmma_tf32", "19_mma_tf32", "20_wgmma_tf32", "21_ffma_hopper",
                 "22_ffma_warp_specialized", "23_wgmma_3xtf32"]
-    assert KERNEL_CONFIGS == chapters + ["cublas_fp32", "cublas_tf32"]
+    assert KERNEL_CONFIGS == chapters + ["best_fp32", "best_tf32", "cublas_fp32", "cublas_tf32"]
 
 
 @pytest.mark.parametrize("kernel", KERNEL_CONFIGS)
 def test_kernel_config_composes(compose, kernel):
     cfg = compose(f"kernel={kernel}")
     assert cfg.kernel.name == kernel
-    assert cfg.kernel.backend in ("nvrtc", "cublas")
+    assert cfg.kernel.backend in ("nvrtc", "cublas", "dispatch")
     assert cfg.kernel.precision in ("fp32", "tf32")
+    if cfg.kernel.backend == "dispatch":  # best_*: a safe default chapter, rules per GPU
+        assert cfg.kernel.dispatch and (CONF_DIR / "kernel" / f"{cfg.kernel.default}.yaml").is_file()
     if cfg.kernel.backend == "nvrtc":
         assert (CONF_DIR.parent / "kernels" / cfg.kernel.source).is_file()
         assert cfg.kernel.source.startswith(kernel[:2])  # chapter number = file number

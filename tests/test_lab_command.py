@@ -38,7 +38,7 @@ def lab(cwd: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProces
 def table_rows(output: str) -> dict[str, str]:
     """The `sgemm-lab kernels` table's rows by their first column."""
     return {line.split()[0]: line for line in output.splitlines() if line[:2].isdigit()
-            or line.startswith("cublas_")}
+            or line.startswith(("cublas_", "best_"))}
 
 
 def test_kernels_lists_every_kernel_with_its_precision_and_tuned_gpus(tmp_path):
@@ -46,7 +46,7 @@ def test_kernels_lists_every_kernel_with_its_precision_and_tuned_gpus(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = table_rows(proc.stdout)
     assert sorted(rows) == [p.stem for p in KERNEL_CONFS]
-    tuned = {gpu.stem: set(OmegaConf.load(gpu).kernels)
+    tuned = {gpu.stem: set(OmegaConf.load(gpu).kernels) | set(OmegaConf.load(gpu).get("dispatch") or {})
              for gpu in (ROOT / "conf" / "tuned").glob("*.yaml")}
     assert tuned and any(tuned.values())
     for conf in KERNEL_CONFS:

@@ -34,6 +34,9 @@ def _describe(record: Record, prepared: PreparedJob) -> None:
     """What preparing decided, kept in the record (even if the job fails later)."""
     record.params = dict(prepared.kernel_cfg.get("params") or {})
     record.tuned_from = prepared.tuned_from
+    if prepared.dispatched is not None:
+        record.dispatched_to = prepared.dispatched.kernel
+        record.dispatch_rule = prepared.dispatched.rule
     spec = prepared.spec
     record.entry, record.grid, record.block = spec.entry, list(spec.grid), list(spec.block)
 

@@ -21,10 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from src.errors import NoGPU
 from src.job import gpu as gpu_mod
 from src.job.compile import expand_source
+from src.job.config import kernel_config
 from src.job.problem import Problem
 from src.job.protocol import check_bench
 from src.job.spec import KernelSpec, build_spec
-from src.tune import tuned
+from src.tune import dispatch, tuned
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class PreparedJob:
     bench: dict = field(default_factory=dict)
     tuned_from: str | None = None     # which tuned size class supplied parameters, if any
     source: str | None = None         # the exact text handed to NVRTC (None: a cuBLAS baseline)
+    dispatched: dispatch.DispatchChoice | None = None  # best_*: the chapter chosen for the shape
 
     @property
     def device(self) -> gpu_mod.Device | None:
@@ -102,10 +104,18 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dic
                    overrides: dict | None = None) -> PreparedJob:
     """A kernel config (a plain dict) at one problem on `where`: this GPU's tuned parameters for
     the problem's size class first (unless `use_tuned` is off or the name is in
-    `explicit_params`), then `overrides` (params by name) over them, then the spec and source."""
+    `explicit_params`), then `overrides` (params by name) over them, then the spec and source.
+    A dispatching config (kernel=best_fp32, best_tf32) first becomes the chapter its dispatch
+    table names for this shape, in the dispatcher's precision (the baseline it is paired with)."""
     if bench:
         check_bench(bench)  # the protocol's counts and limits, before any GPU work
     kcfg = OmegaConf.to_container(OmegaConf.create(kernel_cfg), resolve=True)
+    dispatched = None
+    if dispatch.is_dispatcher(kcfg):
+        dispatched = dispatch.choose(kcfg, where.gpu_spec_name, problem)
+        kcfg = {**kernel_config(dispatched.kernel), "precision": kcfg["precision"]}
+        overrides = {**dispatched.params, **(overrides or {})}
+        explicit_params = frozenset()  # kernel.params.* named the dispatcher's, not the chapter's
     tuned_from = None
     if use_tuned and kcfg.get("tuned"):
         choice = tuned.apply(kcfg, where.gpu_spec_name, problem,
@@ -115,7 +125,8 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dic
         kcfg["params"] = {**(kcfg.get("params") or {}), **overrides}
     spec = build_spec(kcfg, problem, where.limits)
     source = expand_source(spec.source) if spec.source is not None else None
-    return PreparedJob(problem, where, kcfg, spec, dict(bench or {}), tuned_from, source)
+    return PreparedJob(problem, where, kcfg, spec, dict(bench or {}), tuned_from, source,
+                       dispatched)
 
 
 def prepare(cfg: DictConfig, explicit_params: set[str] = frozenset()) -> PreparedJob:

@@ -1,0 +1,67 @@
+"""Per-shape dispatch: `kernel=best_fp32` and `kernel=best_tf32` choose, per problem, the chapter
+that runs it, from the GPU's dispatch table (conf/tuned/<gpu>.yaml, `dispatch:`). Rules are data
+with a `why`, tried in order; the first whose `when` (over m, n, k) holds names the kernel and,
+optionally, parameters over that chapter's own tuned size classes. A shape no rule covers (or a
+GPU with no table) runs the dispatching config's `default`, a chapter that runs any M, N, K on
+any GPU the lab supports. The record says which rule chose what (`dispatch_rule`).
+
+    dispatch:
+      best_fp32:
+        - when: "m <= 64 or n <= 64"
+          kernel: 22_ffma_warp_specialized
+          params: {bm: 64}            # optional
+          why: "..."
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simpleeval import SimpleEval
+
+from src.errors import ConfigError
+from src.job.config import tuned_config
+from src.job.problem import Problem
+from src.job.spec import FUNCTIONS
+
+
+@dataclass(frozen=True)
+class DispatchChoice:
+    kernel: str                                 # the chapter (conf/kernel/<kernel>.yaml) that runs
+    params: dict = field(default_factory=dict)  # the rule's parameters over the chapter's tuned ones
+    rule: str = ""                              # which rule chose it, and why
+
+
+def is_dispatcher(kernel_cfg: dict) -> bool:
+    return bool(kernel_cfg.get("dispatch"))
+
+
+def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem) -> DispatchChoice:
+    """The chapter a dispatching kernel config (`dispatch: true`, `default: <chapter>`) runs at
+    `problem` on `gpu_spec`."""
+    name = str(kernel_cfg["name"])
+    rules = ((tuned_config(gpu_spec) or {}).get("dispatch") or {}).get(name) or []
+    names = {"m": problem.m, "n": problem.n, "k": problem.k}
+    for index, rule in enumerate(rules):
+        when = str(rule.get("when", "True"))
+        if not rule.get("kernel"):
+            raise ConfigError(f"conf/tuned/{gpu_spec}.yaml: dispatch rule {name}[{index}] names "
+                              f"no kernel (rule: every dispatch rule has `kernel:`).")
+        try:
+            holds = SimpleEval(names=names, functions=FUNCTIONS).eval(when)
+        except Exception as exc:
+            raise ConfigError(f"conf/tuned/{gpu_spec}.yaml: dispatch rule {name}[{index}] has a "
+                              f"bad `when` expression {when!r}: {exc}") from exc
+        if holds:
+            why = str(rule.get("why", "")).strip()
+            return DispatchChoice(str(rule["kernel"]), dict(rule.get("params") or {}),
+                                  f"conf/tuned/{gpu_spec}.yaml: {name}[{index}] (when {when})"
+                                  + (f": {why}" if why else ""))
+    default = kernel_cfg.get("default")
+    if not default:
+        raise ConfigError(f"kernel {name} dispatches per shape but has no `default` chapter "
+                          f"(rule: a dispatching kernel config names the chapter that runs a "
+                          f"shape no rule covers).")
+    return DispatchChoice(str(default), {}, f"{name} default (no dispatch rule for "
+                          f"{problem.m}x{problem.n}x{problem.k} on {gpu_spec}): "
+                          f"{str(kernel_cfg.get('why', '')).strip()}".rstrip(": "))

@@ -22,7 +22,7 @@ import yaml
 
 from src.records.collect import read_runs
 from tests.conftest import CONF_DIR, DATA_DIR, ROOT
-from tests.runs_fixture import RUNS_FIXTURE
+from tests.runs_fixture import RUNS_FIXTURE, as_dispatched
 
 PIPELINE_FILES = ["dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", ".dvc/config",
                   ".dvc/.gitignore", ".dvc/plots", "src", "conf", "kernels"]
@@ -120,8 +120,11 @@ def test_outputs_are_in_git_not_in_the_dvc_cache():
         for entry in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):
             (path, options), = entry.items()
             assert path.startswith("results/") and options.get("cache") is False, (name, path)
-            # bench's outputs persist: DVC must not delete them before a run that may fail
-            assert options.get("persist", False) == (name == "bench"), (name, path)
+            # the GPU stages' outputs persist: DVC must not delete them before a run that may
+            # fail; so do the suite's per-GPU files (one GPU's run must not delete another's)
+            assert options.get("persist", False) == (name in ("bench", "suite", "suite_table")
+                                                     and path != "results/suite_metrics.json"), \
+                (name, path)
     ignored = subprocess.run(["git", "check-ignore", "-q", "results/progression.csv"], cwd=ROOT)
     assert ignored.returncode == 1  # results/ is not ignored
     swept = subprocess.run(["git", "check-ignore", "-q", "sweeps/progression/x"], cwd=ROOT)
@@ -178,9 +181,9 @@ def test_dag_and_status_are_valid(repo):
     work, dvc, _ = repo
     dot = dvc("dag", "--dot").stdout
     edges = set(re.findall(r'"(\w+)"\s*->\s*"(\w+)"', dot))
-    assert edges == {("bench", "table"), ("bench", "plots")}
+    assert edges == {("bench", "table"), ("bench", "plots"), ("suite", "suite_table")}
     status = dvc("status").stdout
-    for stage in ("bench", "table", "plots"):
+    for stage in ("bench", "table", "plots", "suite", "suite_table"):
         assert f"{stage}:" in status  # never run here: every stage is out of date
 
 
@@ -199,7 +202,8 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
     assert cmds[1:] == [
         "rm -rf sweeps/progression",
         "python -m src.run -m 'kernel=" + params()["progression"]["kernels"] + "' 'size="
-        + str(params()["progression"]["sizes"]) + "' bench=default hydra.sweep.dir=sweeps/progression",
+        + str(params()["progression"]["sizes"]) + "' bench=default bench.best_cublas=true "
+        "hydra.sweep.dir=sweeps/progression",
         "python -m src.records.collect sweeps/progression -o results/.runs.csv.new",
         "mv results/.ceilings.json.new results/ceilings.json",
         "mv results/.runs.csv.new results/runs.csv",
@@ -246,9 +250,14 @@ def test_table_and_plots_stages_run_on_recorded_runs(repo):
     shutil.copy2(RUNS_FIXTURE, results / "runs.csv")
     shutil.copy2(DATA_DIR / "ceilings_fixture_not_measured.json", results / "ceilings.json")
     dvc("commit", "-f", "bench")
+    shutil.copy2(as_dispatched(work), results / "suite_runs.csv")  # recorded H100 suite runs
+    dvc("commit", "-f", "suite")
     out = dvc("repro").stdout
     assert "Running stage 'table'" in out and "Running stage 'plots'" in out
-    assert "Running stage 'bench'" not in out
+    assert "Running stage 'suite_table'" in out
+    assert "Running stage 'bench'" not in out and "Running stage 'suite'" not in out
+    assert sorted(p.name for p in (results / "suite").iterdir()) == \
+        ["h100_sxm.csv", "h100_sxm.md", "h100_sxm.png"]
     assert "up to date" in dvc("status").stdout
     for name in ("progression.csv", "progression.md", "metrics.json", "plots/gflops_vs_size.png",
                  "plots/pct_of_cublas.png", "plots/roofline.png"):
@@ -258,9 +267,11 @@ def test_table_and_plots_stages_run_on_recorded_runs(repo):
     assert "results/progression.csv" in untracked and "results/plots/roofline.png" in untracked
     assert ".dvc/cache" not in untracked and "sweeps/" not in untracked
     lock = yaml.safe_load((work / "dvc.lock").read_text())
-    assert set(lock["stages"]) == {"bench", "table", "plots"}
+    assert set(lock["stages"]) == {"bench", "table", "plots", "suite", "suite_table"}
 
     metrics = json.loads(dvc("metrics", "show", "--json").stdout)
+    suite = metrics[""]["data"]["results/suite_metrics.json"]["data"]["h100_sxm"]
+    assert suite["fp32"]["shapes"] == 48 and 0 < suite["fp32"]["vs_default"]["min"] < 1
     shown = metrics[""]["data"]["results/metrics.json"]["data"]
     assert shown["size_4096"]["best_kernel"] == "06_vectorize"
     assert shown["jobs"] == {"total": 18, "ok": 16, "failed": 2}
@@ -280,7 +291,7 @@ def test_table_and_plots_stages_run_on_recorded_runs(repo):
     assert "progression.sizes" in diff and "1024,2048,4096,8192,16384" in diff
     status = dvc("status").stdout
     assert "bench:" in status and "table:" not in status  # table and plots follow bench's outputs
-    assert "Running stage 'bench'" in dvc("repro", "--dry").stdout
+    assert "Running stage 'bench'" in dvc("repro", "--dry", "bench").stdout
     # what a bench rerun does to its output (one more size in runs.csv) puts both after it out of date
     with (results / "runs.csv").open("a") as f:
         f.write((results / "runs.csv").read_text().splitlines()[1] + "\n")

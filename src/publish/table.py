@@ -31,7 +31,8 @@ from src.records.summary import row_labels, size_key, summary_table
 
 CONTRACT_COLUMNS = ["kernel", "precision", "m", "n", "k", "gflops", "pct_of_cublas_fp32",
                     "pct_of_cublas_tf32", "rel_err", "status", "gpu", "baseline_gflops",
-                    "pct_ci_low", "pct_ci_high", "verdict"]
+                    "pct_ci_low", "pct_ci_high", "verdict", "best_cublas", "cublaslt_gflops",
+                    "pct_of_best_cublas", "pct_best_ci_low", "pct_best_ci_high", "verdict_best"]
 BASELINE_BACKEND = "cublas"
 
 
@@ -63,6 +64,14 @@ def progression_frame(records: list[Record]) -> pd.DataFrame:
         "pct_ci_low": _round(r.pct_ci_low, 2) if r.ok else None,
         "pct_ci_high": _round(r.pct_ci_high, 2) if r.ok else None,
         "verdict": r.verdict if r.ok else None,
+        # against the stronger of cuBLAS's default and cuBLASLt autotuned for the shape
+        # (bench.best_cublas), paired in the same rounds
+        "best_cublas": r.best_cublas if r.ok else None,
+        "cublaslt_gflops": _round(r.cublaslt_gflops, 1) if r.ok else None,
+        "pct_of_best_cublas": _round(r.pct_of_best_cublas, 2) if r.ok else None,
+        "pct_best_ci_low": _round(r.pct_best_ci_low, 2) if r.ok else None,
+        "pct_best_ci_high": _round(r.pct_best_ci_high, 2) if r.ok else None,
+        "verdict_best": r.verdict_best if r.ok else None,
         "backend": r.backend, "alpha": r.alpha, "beta": r.beta, "size": r.size_label,
     } for label, r in zip(labels, records)]
     frame = pd.DataFrame(rows, columns=CONTRACT_COLUMNS + ["backend", "alpha", "beta", "size"])
@@ -121,6 +130,7 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -
     if (line := _ceilings_line(ceilings)) is not None:
         lines.append(line)
     lines += ["", summary_table(records).to_markdown(disable_numparse=True)]
+    lines += _against_best(records)
     if failed:
         lines += ["", "Failed jobs (no figure anywhere):", ""]
         for label, r in zip(row_labels(records), records):
@@ -128,6 +138,30 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -
                 first = (r.error or "").splitlines()[0] if r.error else ""
                 lines.append(f"- `{label}` at {r.size_label}: **{r.status}**: {first}")
     return "\n".join(lines) + "\n"
+
+
+def _against_best(records: list[Record]) -> list[str]:
+    """The hand-written kernels against the stronger cuBLAS per shape (the default heuristic or
+    cuBLASLt autotuned for it, whichever was faster in the same rounds), when the run had it."""
+    mine = [(label, r) for label, r in zip(row_labels(records), records)
+            if r.ok and r.backend != BASELINE_BACKEND and r.pct_of_best_cublas is not None]
+    if not mine:
+        return []
+    sizes = sorted({r.size_label for _, r in mine}, key=size_key)
+    cells: dict[str, dict[str, str]] = {}
+    for label, r in mine:
+        which = "cuBLASLt autotuned" if "cublaslt" in (r.best_cublas or "") else "cuBLAS default"
+        cells.setdefault(label, {})[r.size_label] = (
+            f"{r.pct_of_best_cublas:.1f}% [{r.pct_best_ci_low:.1f}, {r.pct_best_ci_high:.1f}] "
+            f"{r.verdict_best} ({which})")
+    lines = ["", "Against the stronger cuBLAS at each size, in the kernel's precision: cuBLAS's "
+             "default heuristic or cuBLASLt with its algorithms autotuned for the shape "
+             "(nvmath-python), whichever was faster in the same interleaved rounds; % with its 95% "
+             "interval and verdict.", "",
+             "| kernel | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for label, row in cells.items():
+        lines.append(f"| {label} | " + " | ".join(row.get(size, "") for size in sizes) + " |")
+    return lines
 
 
 def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:

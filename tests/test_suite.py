@@ -1,0 +1,159 @@
+"""Shape suites (conf/suite/), `shape=MxNxK`, per-shape dispatch (kernel=best_fp32 / best_tf32,
+src/tune/dispatch.py) and the suite's publication (src/publish/suite.py), without a GPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from src.errors import ConfigError, InvalidProblem
+from src.job.prepare import prepare
+from src.job.problem import Problem
+from src.publish.suite import publish, suite_frame, suites, summary
+from src.records.collect import read_runs
+from src.tune import dispatch
+from tests.conftest import CONF_DIR, DATA_DIR
+from tests.runs_fixture import as_dispatched
+
+ROOT = CONF_DIR.parent
+from tests.runs_fixture import SUITE_EXPLORATION as EXPLORATION
+
+
+def test_shape_sets_m_n_k_and_size_still_works(compose):
+    cfg = compose("shape=4095x4097x333")
+    assert (cfg.m, cfg.n, cfg.k) == (4095, 4097, 333)
+    cfg = compose("size=512")
+    assert (cfg.m, cfg.n, cfg.k) == (512, 512, 512)
+    cfg = compose("m=10", "n=20", "k=30")
+    assert (cfg.m, cfg.n, cfg.k) == (10, 20, 30)
+
+
+@pytest.mark.parametrize("bad", ["4096x2048", "4096x0.5x2", "axbxc"])
+def test_a_bad_shape_is_refused_with_its_rule(compose, bad):
+    with pytest.raises(InvalidProblem, match="shape=MxNxK"):
+        Problem.from_cfg(compose(f"shape={bad}"))
+
+
+def test_suites_hold_40_to_60_distinct_shapes_and_say_why():
+    shapes = suites()
+    assert 40 <= len(shapes) <= 60
+    assert set(shapes.values()) == {"square", "llm", "skinny", "odd"}
+    for path in (CONF_DIR / "suite").glob("*.yaml"):
+        text = path.read_text()
+        assert "Why:" in text, path.name          # each suite says why it exists
+        listed = str(yaml.safe_load(text)["hydra"]["sweeper"]["params"]["shape"]).split(",")
+        assert len(listed) == len(set(listed)), path.name
+    dims = [tuple(map(int, s.split("x"))) for s in shapes]
+    assert any(1 in d[:2] for d in dims)                      # a matrix-vector product
+    assert any(d[1] % 4 or d[2] % 4 for d in dims)            # rows not 16-byte aligned
+    assert max(max(d) for d in dims) >= 16384 and min(d[2] for d in dims) <= 64
+
+
+def test_a_suite_is_one_sweep_axis(tmp_path):
+    """`-m +suite=odd kernel=a,b`: every shape of the suite for each kernel (12 x 2 jobs), with
+    the suite's alpha and beta; the progress line counts the suite's shapes."""
+    out = subprocess.run(
+        [sys.executable, "-m", "src.run", "-m", "+suite=odd", "kernel=01_naive,02_gmem_coalesce",
+         "mlflow=off", "isolation=inline", f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "job 1 of 24:" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/record.json")]
+    assert len(records) == 24
+    assert {(r["m"], r["n"], r["k"]) for r in records} == \
+        {tuple(map(int, s.split("x"))) for s, name in suites().items() if name == "odd"}
+    assert {(r["alpha"], r["beta"]) for r in records} == {(0.5, 3.0)}
+
+
+def _problem(m, n, k):
+    return Problem(m, n, k, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("shape, chapter, index", [
+    ((4095, 4097, 333), "22_ffma_warp_specialized", 0),       # short K
+    ((8192, 128, 8192), "22_ffma_warp_specialized", 1),       # few columns
+    ((1024, 1024, 1024), "22_ffma_warp_specialized", 2),      # small product
+    ((4096, 4096, 4096), "23_wgmma_3xtf32", 3),
+    ((1, 4096, 4096), "23_wgmma_3xtf32", 3),
+    ((12345, 6789, 2500), "23_wgmma_3xtf32", 3),             # not in the suite: a class, not a list
+])
+def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
+    choice = dispatch.choose({"name": "best_fp32", "dispatch": True, "default": "17_flagship"},
+                             "h100_sxm", _problem(*shape))
+    assert choice.kernel == chapter
+    assert f"best_fp32[{index}]" in choice.rule and "conf/tuned/h100_sxm.yaml" in choice.rule
+
+
+def test_unaligned_rows_fall_back_to_a_chapter_that_runs_them(compose):
+    prepared = prepare(compose("kernel=best_tf32", "shape=4095x4097x333"))
+    assert prepared.spec.name == "23_wgmma_3xtf32" and prepared.spec.precision == "tf32"
+    assert "best_tf32[1]" in prepared.dispatched.rule and "not 16-byte aligned" in prepared.dispatched.rule
+    aligned = prepare(compose("kernel=best_tf32", "shape=4096x2048x1024"))
+    assert aligned.spec.name == "20_wgmma_tf32"
+
+
+def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
+    for kernel in ("best_fp32", "best_tf32"):
+        prepared = prepare(compose(f"kernel={kernel}", "gpu=a100", "shape=4095x4097x333"))
+        assert prepared.spec.name == "17_flagship"
+        assert prepared.dispatched.rule.startswith(f"{kernel} default (no dispatch rule for "
+                                                   f"4095x4097x333 on a100)")
+
+
+def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
+    prepared = prepare(compose("kernel=best_fp32", "size=1024"))
+    assert prepared.spec.name == "22_ffma_warp_specialized"
+    assert prepared.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[0]")
+    assert prepared.kernel_cfg["params"]["split_k"] == 2
+
+
+def test_bad_dispatch_rules_are_config_errors(monkeypatch):
+    def table(rules):
+        monkeypatch.setattr(dispatch, "tuned_config", lambda gpu: {"dispatch": {"best_fp32": rules}})
+
+    spec = {"name": "best_fp32", "dispatch": True, "default": "17_flagship"}
+    table([{"when": "m >", "kernel": "22_ffma_warp_specialized"}])
+    with pytest.raises(ConfigError, match=r"best_fp32\[0\] has a bad `when`"):
+        dispatch.choose(spec, "h100_sxm", _problem(8, 8, 8))
+    table([{"when": "True"}])
+    with pytest.raises(ConfigError, match="names no kernel"):
+        dispatch.choose(spec, "h100_sxm", _problem(8, 8, 8))
+    table([])
+    with pytest.raises(ConfigError, match="no `default` chapter"):
+        dispatch.choose({"name": "best_fp32", "dispatch": True}, "h100_sxm", _problem(8, 8, 8))
+
+
+def test_suite_publication_from_recorded_h100_runs(tmp_path):
+    metrics = publish(as_dispatched(tmp_path), tmp_path / "out")
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["h100_sxm.csv", "h100_sxm.md", "h100_sxm.png",
+                                                    "metrics.json"]
+    table = pd.read_csv(out / "h100_sxm.csv")
+    fp32 = table[table.kernel == "best_fp32"]
+    assert len(fp32) == 48 and (fp32.status == "ok").all()
+    # the geometric mean and the minimum, recomputed from the published ratios
+    ratios = fp32.ratio.tolist()
+    stats = metrics["h100_sxm"]["fp32"]["vs_default"]
+    assert stats["geomean"] == pytest.approx(math.exp(sum(map(math.log, ratios)) / len(ratios)), abs=1e-4)
+    assert stats["min"] == min(ratios) and stats["min_shape"] == "4096x1x4096"
+    # a ratio is the kernel's GFLOP/s over its paired baseline's, to rounding
+    assert (abs(fp32.ratio - fp32.gflops / fp32.baseline_gflops) < 2e-3).all()
+    # 20 refuses unaligned rows: those are failed shapes, with no ratio, counted as failed
+    tf32 = table[table.kernel == "best_tf32"]
+    refused = tf32[tf32.status != "ok"]
+    assert len(refused) == metrics["h100_sxm"]["tf32"]["failed"] > 0
+    assert refused.ratio.isna().all() and refused.gflops.isna().all()
+    text = (out / "h100_sxm.md").read_text()
+    assert "| fp32 | best_fp32 | 48 | 0 |" in text and "4096x1x4096" in text
+    assert json.loads((out / "metrics.json").read_text()) == metrics
+
+
+def test_summary_ignores_non_dispatching_kernels():
+    frame = suite_frame(read_runs(EXPLORATION))
+    assert frame.empty and summary(frame) == {}

@@ -1,4 +1,5 @@
-"""Timing step: CUDA events around each launch, after warm-up, with the L2 flushed in between.
+"""Timing step: each launch timed after warm-up, with the L2 flushed in between, by the kernels'
+own GPU timestamps (CUPTI, kernel_clock.py) or, as the fallback, CUDA events around the launch.
 
 cupyx.profiler.benchmark times with CUDA events too, but it cannot run untimed work between
 samples (the L2 flush, restoring C when beta != 0) or stop adaptively, so this loop adds just

@@ -1,0 +1,67 @@
+"""The published files are exactly what the publication steps make of the published runs:
+results/progression.md, .csv and metrics.json from results/runs.csv, and the shape suite's
+tables and metrics from results/suite_runs.csv. A hand edit, or runs and tables from different
+runs, fails here. And every claim the tables make against the stronger cuBLAS is the paired
+figure of its record."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from src.publish.suite import publish
+from src.publish.table import write_table
+from src.records.collect import read_runs
+from tests.conftest import ROOT
+
+RESULTS = ROOT / "results"
+
+
+def test_progression_files_are_made_from_the_published_runs(tmp_path):
+    write_table(RESULTS / "runs.csv", tmp_path, RESULTS / "ceilings.json")
+    for name in ("progression.md", "progression.csv", "metrics.json"):
+        assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), name
+
+
+def test_every_published_run_is_paired_with_the_stronger_cublas_and_timed_by_cupti():
+    runs = read_runs(RESULTS / "runs.csv")
+    mine = runs[(runs.backend != "cublas") & (runs.status == "ok")]
+    assert len(mine) == 92 and set(runs.timer) == {"cupti"}
+    assert mine.pct_of_best_cublas.notna().all() and mine.cublaslt_gflops.notna().all()
+    # the stronger baseline is never weaker than the default one: % of it is at most % of cuBLAS
+    assert (mine.pct_of_best_cublas <= mine.pct_of_cublas + 1e-9).all()
+    text = (RESULTS / "progression.md").read_text()
+    row = mine[(mine.kernel == "22_ffma_warp_specialized") & (mine.m == 4096)].iloc[0]
+    assert (f"{row.pct_of_best_cublas:.1f}% [{row.pct_best_ci_low:.1f}, {row.pct_best_ci_high:.1f}] "
+            f"{row.verdict_best}") in text
+
+
+def test_suite_files_are_made_from_the_published_suite_runs(tmp_path):
+    metrics = publish(RESULTS / "suite_runs.csv", tmp_path, tmp_path / "suite_metrics.json")
+    assert metrics == json.loads((RESULTS / "suite_metrics.json").read_text())
+    for gpu in metrics:
+        for suffix in (".csv", ".md"):
+            assert (tmp_path / f"{gpu}{suffix}").read_text() == \
+                (RESULTS / "suite" / f"{gpu}{suffix}").read_text(), gpu + suffix
+    table = pd.read_csv(RESULTS / "suite" / "h100_sxm.csv")
+    ok = table[table.status == "ok"]
+    # each ratio is the kernel's GFLOP/s over its paired baseline's, to the rounding
+    assert (abs(ok.ratio - ok.gflops / ok.baseline_gflops) < 1e-3).all()
+    assert set(table.kernel) == {"best_fp32", "best_tf32"} and len(table) == 96
+    assert table.chosen.notna().all() and table.rule.str.contains("conf/tuned/h100_sxm.yaml").all()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_suite_metrics_are_the_geometric_mean_and_minimum_of_the_table(precision):
+    import math
+
+    table = pd.read_csv(RESULTS / "suite" / "h100_sxm.csv")
+    rows = table[(table.kernel == f"best_{precision}") & (table.status == "ok")]
+    stats = json.loads((RESULTS / "suite_metrics.json").read_text())["h100_sxm"][precision]
+    for key, column in (("vs_default", "ratio"), ("vs_best", "ratio_best")):
+        values = rows[column].tolist()
+        assert stats[key]["geomean"] == pytest.approx(
+            math.exp(sum(map(math.log, values)) / len(values)), abs=1e-4)
+        assert stats[key]["min"] == min(values)

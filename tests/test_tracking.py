@@ -585,3 +585,19 @@ def test_tuned_kernel_logs_the_tile_parameters_it_used(tracking_uri):
     for key, value in record.params.items():
         assert params[f"kernel.params.{key}"] == str(value)
     assert params["kernel.params.split_k"] == "2"  # the 1024 class, not the config's 1
+
+
+def test_dispatched_kernel_logs_the_chapter_its_rule_and_its_parameters(tracking_uri):
+    """kernel=best_fp32: the run says which chapter ran the shape, the rule that chose it, and
+    the tile parameters that chapter ran with (here on an H100 SXM by name, without a GPU)."""
+    cfg = compose_config("kernel=best_fp32", "gpu=h100_sxm", "size=1024",
+                         f"mlflow.tracking_uri={tracking_uri}")
+    settings = tracking.Settings.from_cfg(cfg, ROOT, "config")
+    with tracking.job_run(settings, cfg, "dispatched") as job:
+        record = run_job(cfg)
+        job.log_result(record)
+    params = MlflowClient(tracking_uri).get_run(job.run_id).data.params
+    assert params["kernel"] == "best_fp32" and params["dispatched_to"] == "22_ffma_warp_specialized"
+    assert params["dispatch_rule"] == record.dispatch_rule and "best_fp32[2]" in record.dispatch_rule
+    assert params["kernel.params.split_k"] == "2"  # 22's own 1024 class
+    assert params["kernel.tuned_from"].startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[0]")

@@ -78,7 +78,12 @@ def result_params(record: Record, tile_params_deferred: bool) -> dict[str, str]:
         params["launch.grid"] = " x ".join(str(v) for v in record.grid)
     if record.block:
         params["launch.block"] = " x ".join(str(v) for v in record.block)
-    if tile_params_deferred:
+    if record.timer:
+        params["timer"] = record.timer  # the samples' clock: cupti or events
+    if record.dispatched_to:  # best_*: the chapter chosen for this shape, why, and its params
+        params["dispatched_to"] = record.dispatched_to
+        params["dispatch_rule"] = record.dispatch_rule or ""
+    if tile_params_deferred or record.dispatched_to:
         params.update(flatten({"kernel": {"params": record.params}}))
         params["kernel.tuned_from"] = record.tuned_from or "none (config defaults)"
     return params

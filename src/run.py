@@ -41,6 +41,7 @@ OmegaConf.register_new_resolver("sgemm_lab_help", help_section, replace=True)
 def main(cfg: DictConfig) -> dict:
     """One job; returns its record as a dict (what a sweeper, e.g. the tuning one, reads)."""
     hc = HydraConfig.get()
+    signals.raise_if_interrupted()  # an interrupt a library swallowed stops the sweep here
     try:
         with hydra_job_run(cfg) as tracked:
             record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)),

@@ -106,6 +106,22 @@ class SlowJobs(Callback):
         src.sweep.worker._serve = slow_serve
 
 
+class SwallowedSigterm(Callback):
+    """A Hydra callback (+hydra.callbacks.swallow._target_=tests.fault_jobs.SwallowedSigterm):
+    after the first job, the process gets SIGTERM inside code that swallows every exception, as
+    a library did once (a signal during Hydra's batch validation was lost)."""
+
+    def on_job_end(self, config, **kwargs) -> None:
+        if getattr(self, "done", False):
+            return
+        self.done = True
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)  # the handler runs here and raises...
+        except BaseException:
+            pass  # ...and the exception is lost
+
+
 def fake_h100():
     """What gpu.detect() reports on an H100 SXM, for a launcher on a machine without one."""
     from src.job.gpu import Device

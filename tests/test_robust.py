@@ -155,6 +155,22 @@ def test_repeated_signals_leave_no_run_running(tmp_path, tracking_uri, first):
     assert len(runs) == 2 and {r.info.status for r in runs} == {"KILLED"}, output
 
 
+def test_a_sigterm_whose_exception_a_library_swallows_still_stops_the_sweep(tmp_path, tracking_uri):
+    """A SIGTERM lands in code that swallows every exception (a library did, once, while Hydra
+    validated the next batch): the handler has marked the process interrupted, so the next job
+    does not start; the sweep exits 143 and its parent run ends KILLED."""
+    proc = start(tmp_path, "-m", "kernel=01_naive,02_gmem_coalesce,03_smem_blocking", "size=128",
+                 "+hydra.callbacks.swallow._target_=tests.fault_jobs.SwallowedSigterm",
+                 f"hydra.sweep.dir={tmp_path}/sweep", MLFLOW_TRACKING_URI=tracking_uri)
+    output = finish(proc, 120)
+    assert proc.returncode == 143 and "interrupted: terminated by an earlier signal" in output, output
+    assert output.count("GFLOP/s ") == 1  # only the first job ran
+    runs = store_runs(tracking_uri)
+    parent = [r for r in runs if r.data.tags.get("kind") == "sweep"]
+    assert len(parent) == 1 and parent[0].info.status == "KILLED"
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+
+
 @pytest.mark.parametrize("uri,needle", [
     ("file:///tmp/mlruns", "sqlite:///<path>.db"),
     ("some/dir/mlruns", "sqlite:///<path>.db"),

@@ -18,6 +18,7 @@ class Terminated(KeyboardInterrupt):
 
 
 _interrupted = False  # set once this process is interrupted: its unfinished sweep ends KILLED
+_signal_seen: int | None = None  # the signal that interrupted it (raise_if_interrupted)
 _ignoring = False     # set when the first signal switched both signals to SIG_IGN
 
 
@@ -39,7 +40,9 @@ def ignore_from_now() -> None:
 
 
 def _on_signal(signum, frame):
+    global _signal_seen
     mark_interrupted()
+    _signal_seen = signum
     ignore_from_now()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
@@ -80,7 +83,9 @@ def reset() -> None:
         for signum, default in _DEFAULT_HANDLERS.items():
             if signal.getsignal(signum) in (_on_signal, signal.SIG_IGN):
                 signal.signal(signum, default)
+    global _signal_seen
     _ignoring = _interrupted = False
+    _signal_seen = None
 
 
 @contextmanager
@@ -114,3 +119,15 @@ def mark_interrupted() -> None:
 
 def was_interrupted() -> bool:
     return _interrupted
+
+
+def raise_if_interrupted() -> None:
+    """Raise the interrupt again if this process was interrupted and is still going: a library
+    may swallow the exception a signal handler raises (measured: a SIGTERM that landed while
+    Hydra validated a sweep's next batch was lost, the handlers were already switched to ignore,
+    and the sweep ran to its end ignoring every later SIGTERM). Called before each job."""
+    if not _interrupted:
+        return
+    if _signal_seen == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated("terminated by an earlier signal (SIGTERM) whose exception was lost")

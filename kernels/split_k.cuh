@@ -14,6 +14,22 @@ __device__ __forceinline__ void sync_threads() {
   else asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 }
 
+// After this block has written its part of a split result to the workspace: counts it in on
+// `ticket`. Returns true in the last of the `parts` blocks to arrive, which may then read every
+// part's writes (and has reset the ticket for the next launch); false in the others.
+template <int SYNC_THREADS>
+__device__ __forceinline__ bool count_in(int parts, int* ticket) {
+  __shared__ int arrived;
+  __threadfence();  // this block's part is visible device-wide before its ticket
+  sync_threads<SYNC_THREADS>();
+  if (threadIdx.x == 0) arrived = atomicAdd(ticket, 1);
+  sync_threads<SYNC_THREADS>();
+  if (arrived != parts - 1) return false;
+  __threadfence();
+  if (threadIdx.x == 0) *ticket = 0;  // ready for the next launch
+  return true;
+}
+
 // A tile whose K range was split between `parts` blocks (split-K slices in 17, 21 and 22,
 // stream-K pieces in 22): every part writes its partial tile to its slot of the workspace
 // (BM x BN floats, row-major) and counts itself in on the tile's ticket. Returns true in the
@@ -24,18 +40,10 @@ __device__ __forceinline__ void sync_threads() {
 template <int BN, int SYNC_THREADS, typename ForEachFragment>
 __device__ __forceinline__ bool publish_partial(float* mine, int parts, int* ticket,
                                                 ForEachFragment&& for_each_fragment) {
-  __shared__ int arrived;
   for_each_fragment([&](int row, int col, float* v) {
     __stcg(reinterpret_cast<float4*>(&mine[row * BN + col]), make_float4(v[0], v[1], v[2], v[3]));
   });
-  __threadfence();  // this block's partial is visible device-wide before its ticket
-  sync_threads<SYNC_THREADS>();
-  if (threadIdx.x == 0) arrived = atomicAdd(ticket, 1);
-  sync_threads<SYNC_THREADS>();
-  if (arrived != parts - 1) return false;
-  __threadfence();
-  if (threadIdx.x == 0) *ticket = 0;  // ready for the next launch
-  return true;
+  return count_in<SYNC_THREADS>(parts, ticket);
 }
 
 // The last part sums the parts into its accumulators, in part order (so the result does not

@@ -12,6 +12,17 @@ ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
+# Chapters written for part of the shapes only, with the shapes the tests take for them in
+# place of the published squares: 24 computes products with at most 32 rows or columns of C
+# (its size constraint refuses squares). Both of its layouts, few columns and few rows.
+SHAPE_LIMITED = {"24_ffma_skinny": [(4096, 8, 4096), (1, 4096, 4096), (16, 8192, 8192),
+                                    (4096, 1, 4096)]}
+
+
+def chapter_shapes(name: str, sizes=(1024, 2048, 4096, 8192)) -> list[tuple[int, int, int]]:
+    """The shapes a test runs chapter `name` at: the squares given, or its own shapes."""
+    return SHAPE_LIMITED.get(name, [(s, s, s) for s in sizes])
+
 
 def _gpu_visible() -> str | None:
     try:

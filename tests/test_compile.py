@@ -15,15 +15,18 @@ from src.errors import CompileFailed
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.job.spec import KERNELS_DIR, KernelSpec, build_spec
-from tests.conftest import CONF_DIR
+from tests.conftest import CONF_DIR, SHAPE_LIMITED, chapter_shapes
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")
 CHAPTERS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("[0-9][0-9]_*.yaml"))
 
 
-def default_spec(name: str) -> KernelSpec:
+def default_spec(name: str, shape: tuple[int, int, int] | None = None) -> KernelSpec:
+    """The chapter at its configured parameters at 4096^3 (a shape-limited chapter: its first
+    shape, or `shape`)."""
     cfg = OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml")
-    return build_spec(cfg, Problem(4096, 4096, 4096, 1.0, 0.0), limits_from_spec("h100_sxm"))
+    shape = shape or chapter_shapes(name, sizes=(4096,))[0]
+    return build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
 
 
 @needs_nvcc
@@ -247,8 +250,9 @@ def test_chapter_builds_with_nvrtc_as_the_runner_does(name, tmp_path):
     from src.job.compile import build_cubin
 
     cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml"))
-    tuned.apply(cfg, "h100_sxm", P4096)
-    spec = build_spec(cfg, P4096, H100)
+    problem = Problem(*chapter_shapes(name, sizes=(4096,))[0], 1.0, 0.0)
+    tuned.apply(cfg, "h100_sxm", problem)
+    spec = build_spec(cfg, problem, H100)
     cubin = build_cubin(expand_source(spec.source), spec.entry, spec.arch or "sm_90", tmp_path,
                         spec.name)
     assert open(cubin.path, "rb").read(4) == b"\x7fELF"
@@ -343,3 +347,15 @@ def test_3xtf32_prepass_builds_with_nvrtc_as_the_runner_does(tmp_path):
     assert prepass.lowered_name.startswith("_Z19split_tf32_operands")
     assert main.lowered_name.startswith("_Z18sgemm_wgmma_3xtf32") and main.path != prepass.path
     assert open(prepass.path, "rb").read(4) == b"\x7fELF"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape", SHAPE_LIMITED["24_ffma_skinny"] + [(32, 4096, 4096), (4095, 3, 333),
+                                                                     (1, 4097, 4095)])
+def test_skinny_chapter_builds_without_spills_in_both_layouts(shape):
+    """24's two layouts (few columns, few rows), its float4 and single-float loads and the
+    widest small side it takes (32 rows: 128 sums per lane) compile without spilling."""
+    spec = default_spec("24_ffma_skinny", shape)
+    report = compile_offline(spec, "sm_90")
+    assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
+    assert spec.dynamic_smem_bytes == spec.derived["smem_bytes"]

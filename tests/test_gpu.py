@@ -9,7 +9,7 @@ from src.job.pipeline import run_job
 
 pytestmark = pytest.mark.gpu
 
-from tests.conftest import CONF_DIR
+from tests.conftest import CONF_DIR, SHAPE_LIMITED
 
 KERNELS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
 QUICK = ["bench=quick"]
@@ -19,6 +19,9 @@ QUICK = ["bench=quick"]
 @pytest.mark.parametrize("shape", [(128, 128, 128), (1024, 1024, 1024), (384, 640, 256)],
                          ids=["128", "1024", "384x640x256"])
 def test_kernel_verified(compose, kernel, shape):
+    if kernel in SHAPE_LIMITED:  # 24: a skinny shape of about the same size in place of each
+        shape = {(128, 128, 128): (128, 8, 128), (1024, 1024, 1024): (1024, 1, 1024),
+                 (384, 640, 256): (16, 640, 256)}[shape]
     m, n, k = shape
     record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", *QUICK))
     assert record.status == "ok", record.error
@@ -160,7 +163,8 @@ def test_3xtf32_is_only_tf32_accurate_where_small_parts_underflow():
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_kernel_alpha_beta(compose, kernel):
     """beta != 0 reads C (random, not NaN) and alpha scales the product."""
-    record = run_job(compose(f"kernel={kernel}", "size=256", "alpha=0.5", "beta=3.0", *QUICK))
+    shape = "shape=8x256x256" if kernel in SHAPE_LIMITED else "size=256"  # 24: a skinny product
+    record = run_job(compose(f"kernel={kernel}", shape, "alpha=0.5", "beta=3.0", *QUICK))
     assert record.status == "ok", record.error
     assert record.rel_err <= record.tolerance
 
@@ -215,3 +219,19 @@ def test_cublas_fp32_matches_independent_event_loop(compose):
         means.append(cp.cuda.get_elapsed_time(start, stop) / runs)
     independent = 2 * n**3 / (np.median(means) * 1e-3) / 1e9
     assert abs(record.gflops / independent - 1) < 0.03, (record.gflops, independent)
+
+
+@pytest.mark.chapter("24_ffma_skinny")
+@pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 5), (33, 17, 5), (4095, 3, 333),
+                                   (1, 4097, 4095), (30, 1000, 50), (4096, 1, 4096),
+                                   (1, 4096, 4096), (32, 4096, 4096), (4096, 32, 4096),
+                                   (16, 8192, 8192), (7, 9, 20000), (2, 3, 100003)])
+def test_skinny_chapter_any_shape_alpha_beta(compose, shape):
+    """24 in both layouts (few columns, few rows), with float4 and single-float loads, one K
+    slice or many (the last to arrive adds them up), K far longer than a slice: verified with
+    alpha and beta, its timed launches too."""
+    m, n, k = shape
+    record = run_job(compose("kernel=24_ffma_skinny", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *QUICK))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance

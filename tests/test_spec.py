@@ -15,7 +15,7 @@ from src.errors import ConfigError, InvalidParams, InvalidProblem, UnsupportedSi
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.job.spec import build_spec, ceil_div
-from tests.conftest import CONF_DIR
+from tests.conftest import CONF_DIR, chapter_shapes
 
 H100 = limits_from_spec("h100_sxm")
 SQUARE = Problem(4096, 4096, 4096, 1.0, 0.0)
@@ -168,6 +168,15 @@ VIOLATIONS = [
     ("23_wgmma_3xtf32", dict(order=3), SQUARE, "order == 1 or order == 2"),
     ("23_wgmma_3xtf32", dict(accumulation=3), SQUARE, "accumulation == 1 or accumulation == 2"),
     ("23_wgmma_3xtf32", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("24_ffma_skinny", dict(), SQUARE, "min(m, n) <= 32"),
+    ("24_ffma_skinny", dict(warps=64), Problem(8, 4096, 4096, 1, 0),
+     "warps >= 1 and 32 * warps <= max_threads_per_block"),
+    ("24_ffma_skinny", dict(max_k_slice=32), Problem(8, 4096, 4096, 1, 0),
+     "unroll >= 1 and (max_k_slice // k_step) >= 1"),
+    ("24_ffma_skinny", dict(unroll=32), Problem(32, 4096, 4096, 1, 0),
+     "accumulators + unroll * vec <= 192"),
+    ("24_ffma_skinny", dict(max_k_slice=2048, blocks_per_sm=1), Problem(4096, 32, 8192, 1, 0),
+     "smem_bytes <= max_smem_per_block"),
 ]
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
@@ -219,8 +228,8 @@ def test_every_constraint_has_a_violation_case():
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF_DIR / "kernel").glob("[0-9][0-9]_*.yaml")))
 def test_defaults_are_valid_at_published_sizes(name):
-    for size in (1024, 2048, 4096, 8192):
-        spec = build_spec(kernel_cfg(name), Problem(size, size, size, 1, 0), H100)
+    for shape in chapter_shapes(name):  # 24: the suite's skinny shapes instead of squares
+        spec = build_spec(kernel_cfg(name), Problem(*shape, 1, 0), H100)
         assert spec.threads <= 1024
         # the grid covers C exactly once
         assert spec.entry and "{" not in spec.entry
@@ -331,9 +340,9 @@ def test_every_portable_chapter_has_valid_defaults_on_other_gpus(gpu):
         cfg = kernel_cfg(path.stem)
         if cfg.get("backend") != "nvrtc" or cfg.get("arch") == "sm_90a" or cfg.get("dispatch"):
             continue  # best_*: the chapter it dispatches to is checked (test_suite.py)
-        for size in (1024, 2048, 4096, 8192):
-            spec = build_spec(cfg, Problem(size, size, size, 1.0, 0.0), limits)
+        for shape in chapter_shapes(path.stem):
+            spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits)
             assert spec.threads <= limits["max_threads_per_block"]
             assert spec.dynamic_smem_bytes <= limits["max_smem_per_block"]
         checked += 1
-    assert checked == 20  # chapters 01-19 and 21 (20, 22, 23 are built for sm_90a: Hopper only)
+    assert checked == 21  # chapters 01-19, 21 and 24 (20, 22, 23 are built for sm_90a: Hopper only)

@@ -132,32 +132,49 @@ struct Fragments {  // one 32-k stage of B^T for one lane, split: 16 values x 2 
 };
 
 // The epilogue: C(m, n .. n + 1) for this lane's BM / 4 rows, any N (a pair of columns is
-// stored as a float2 only when N is even, so its address is 8-byte aligned).
+// read and stored as a float2 only when N is even, so its address is 8-byte aligned). With
+// beta != 0 the old C is read in batches of EPI_BATCH row groups, all loads before any store,
+// as in 20: one row at a time, each row waited a full global-memory latency.
 template <int BM>
 __device__ __forceinline__ void store_tile(const float* acc, float* C, int M, int N, int m0,
                                            int n, int t, float alpha, float beta) {
+  constexpr int EPI_BATCH = 8;  // up to 16 float2 loads in flight per thread
+  static_assert((BM / 8) % EPI_BATCH == 0, "row groups come in whole batches");
   if (n >= N) return;
   const bool pair = n + 1 < N && N % 2 == 0;
+  const bool second = n + 1 < N;  // this lane's second column is inside C
 #pragma unroll
-  for (int j = 0; j < BM / 8; ++j) {
+  for (int j0 = 0; j0 < BM / 8; j0 += EPI_BATCH) {
+    float2 old[EPI_BATCH][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = m0 + 8 * j + 2 * t + h;
-      if (m >= M) continue;
-      float* p = C + (size_t)m * N + n;
-      float2 v = make_float2(alpha * acc[4 * j + h], alpha * acc[4 * j + h + 2]);
-      if (pair) {
-        if (beta != 0.0f) {
-          const float2 old = *reinterpret_cast<float2*>(p);
-          v.x += beta * old.x;
-          v.y += beta * old.y;
+    for (int j = 0; j < EPI_BATCH; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + 8 * (j0 + j) + 2 * t + h;
+        const float* p = C + (size_t)m * N + n;
+        old[j][h] = make_float2(0.0f, 0.0f);
+        if (beta != 0.0f && m < M) {
+          if (pair) old[j][h] = *reinterpret_cast<const float2*>(p);
+          else old[j][h] = make_float2(p[0], second ? p[1] : 0.0f);
         }
-        *reinterpret_cast<float2*>(p) = v;
-      } else {
-        p[0] = beta != 0.0f ? v.x + beta * p[0] : v.x;
-        if (n + 1 < N) p[1] = beta != 0.0f ? v.y + beta * p[1] : v.y;
       }
-    }
+#pragma unroll
+    for (int j = 0; j < EPI_BATCH; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + 8 * (j0 + j) + 2 * t + h;
+        if (m >= M) continue;
+        float* p = C + (size_t)m * N + n;
+        const float* v = acc + 4 * (j0 + j) + h;
+        const float2 out = make_float2(alpha * v[0] + beta * old[j][h].x,
+                                       alpha * v[2] + beta * old[j][h].y);
+        if (pair) {
+          *reinterpret_cast<float2*>(p) = out;
+        } else {
+          p[0] = out.x;
+          if (second) p[1] = out.y;
+        }
+      }
   }
 }
 

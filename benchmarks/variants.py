@@ -9,7 +9,8 @@ into a config. Every variant is verified first; one that fails prints its error 
 `--vary key=v1,v2` crosses values: `key` is a parameter (kernel.params.<key>) or
 `map.<matrix>.<field>` for a launch.tensor_maps entry. A tuned chapter starts from the detected
 GPU's tuned values for each size (conf/tuned/), as in a run; `--tuned-for` borrows another GPU's.
-`--shape m,n,k[,alpha,beta]` adds a verified-only problem (repeatable). Prints a table last.
+`--shape m,n,k[,alpha,beta]` adds a verified-only problem (repeatable); `--alpha`/`--beta` set the
+timed problems' scalars (beta != 0 times the epilogue's reads of C too). Prints a table last.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def with_maps(kernel_cfg: dict, choice: dict) -> dict:
     return cfg
 
 
-def parse_problems(sizes: str, shapes: list[str]) -> tuple[list[Problem], list[Problem]]:
-    timed = [Problem(*(3 * [int(s)] if "x" not in s else map(int, s.split("x"))), 1.0, 0.0)
+def parse_problems(sizes: str, shapes: list[str], alpha: float = 1.0,
+                   beta: float = 0.0) -> tuple[list[Problem], list[Problem]]:
+    timed = [Problem(*(3 * [int(s)] if "x" not in s else map(int, s.split("x"))), alpha, beta)
              for s in sizes.split(",")]
     checked = []
     for shape in shapes:
@@ -87,6 +89,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="4096", help="timed sizes: 4096 or MxNxK, comma-separated")
     parser.add_argument("--vary", action="append", default=[])
     parser.add_argument("--shape", action="append", default=[])
+    parser.add_argument("--alpha", type=float, default=1.0, help="the timed problems' alpha")
+    parser.add_argument("--beta", type=float, default=0.0, help="the timed problems' beta")
     parser.add_argument("--bench", default="default")
     parser.add_argument("--tuned-for", default="auto",
                         help="GPU spec whose tuned values apply (default: the detected GPU's)")
@@ -108,7 +112,7 @@ def main() -> int:
             for k, vs in (item.split("=", 1) for item in args.vary)]
     choices = [dict(zip([k for k, _ in axes], combo))
                for combo in itertools.product(*[vs for _, vs in axes])] or [{}]
-    timed, checked = parse_problems(args.sizes, args.shape)
+    timed, checked = parse_problems(args.sizes, args.shape, args.alpha, args.beta)
     baselines = Baselines()
     rows = []
     for choice in choices:

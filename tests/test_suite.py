@@ -76,12 +76,16 @@ def _problem(m, n, k):
 
 
 @pytest.mark.parametrize("shape, chapter, index", [
-    ((4095, 4097, 333), "22_ffma_warp_specialized", 0),       # short K
-    ((8192, 128, 8192), "22_ffma_warp_specialized", 1),       # few columns
-    ((1024, 1024, 1024), "22_ffma_warp_specialized", 2),      # small product
-    ((4096, 4096, 4096), "23_wgmma_3xtf32", 3),
-    ((1, 4096, 4096), "23_wgmma_3xtf32", 3),
-    ((12345, 6789, 2500), "23_wgmma_3xtf32", 3),             # not in the suite: a class, not a list
+    ((1, 4096, 4096), "24_ffma_skinny", 0),                   # matrix-vector-like
+    ((4096, 16, 4096), "24_ffma_skinny", 0),
+    ((3, 5, 7), "24_ffma_skinny", 0),                         # tiny: also one side <= 16
+    ((4095, 4097, 333), "22_ffma_warp_specialized", 1),       # short K
+    ((8192, 128, 8192), "22_ffma_warp_specialized", 2),       # few columns
+    ((4096, 17, 4096), "22_ffma_warp_specialized", 2),        # just past 24's class
+    ((1024, 1024, 1024), "22_ffma_warp_specialized", 3),      # small product
+    ((4096, 4096, 4096), "23_wgmma_3xtf32", 4),
+    ((32, 4096, 4096), "23_wgmma_3xtf32", 4),
+    ((12345, 6789, 2500), "23_wgmma_3xtf32", 4),             # not in the suite: a class, not a list
 ])
 def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
     choice = dispatch.choose({"name": "best_fp32", "dispatch": True, "default": "17_flagship"},
@@ -93,9 +97,11 @@ def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
 def test_unaligned_rows_fall_back_to_a_chapter_that_runs_them(compose):
     prepared = prepare(compose("kernel=best_tf32", "shape=4095x4097x333"))
     assert prepared.spec.name == "23_wgmma_3xtf32" and prepared.spec.precision == "tf32"
-    assert "best_tf32[1]" in prepared.dispatched.rule and "not 16-byte aligned" in prepared.dispatched.rule
+    assert "best_tf32[2]" in prepared.dispatched.rule and "not 16-byte aligned" in prepared.dispatched.rule
     aligned = prepare(compose("kernel=best_tf32", "shape=4096x2048x1024"))
     assert aligned.spec.name == "20_wgmma_tf32"
+    skinny = prepare(compose("kernel=best_tf32", "shape=4095x3x333"))  # unaligned and skinny
+    assert skinny.spec.name == "24_ffma_skinny" and "best_tf32[0]" in skinny.dispatched.rule
 
 
 def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
@@ -109,8 +115,17 @@ def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
 def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
     prepared = prepare(compose("kernel=best_fp32", "size=1024"))
     assert prepared.spec.name == "22_ffma_warp_specialized"
-    assert prepared.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[0]")
+    assert prepared.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[1]")
     assert prepared.kernel_cfg["params"]["split_k"] == 2
+    narrow = prepare(compose("kernel=best_fp32", "shape=4096x64x4096"))
+    assert narrow.spec.name == "22_ffma_warp_specialized"
+    assert narrow.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[0]")
+    assert (narrow.kernel_cfg["params"]["bn"], narrow.kernel_cfg["params"]["split_k"]) == (64, 4)
+    small_tf32 = prepare(compose("kernel=best_tf32", "size=1024"))
+    assert small_tf32.spec.name == "20_wgmma_tf32" and small_tf32.spec.entry.startswith(
+        "sgemm_wgmma_tf32<128, 64,")
+    assert prepare(compose("kernel=best_tf32", "size=2048")).spec.entry.startswith(
+        "sgemm_wgmma_tf32<256, 128,")
 
 
 def test_bad_dispatch_rules_are_config_errors(monkeypatch):

@@ -93,7 +93,8 @@ def test_without_measured_ceilings_the_datasheet_bounds_fp32(h100):
     ("warmup", -1, "integer >= 0"), ("max_samples", True, "integer >= 1"),
     ("max_seconds", float("inf"), "finite"), ("max_seconds", float("nan"), "finite"),
     ("target_rel_iqr", 0, "> 0"), ("plausibility_margin", 0.9, ">= 1"),
-    ("short_min_samples", 0, "integer >= 1")])
+    ("short_min_samples", 0, "integer >= 1"), ("warmup_ms", -1.0, "number >= 0"),
+    ("warmup_ms", float("inf"), "finite")])
 def test_protocol_values_that_break_their_rule_are_refused(key, value, rule):
     bench = dict(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bench" / "default.yaml")))
     check_bench(bench)  # the published protocol passes

@@ -19,3 +19,26 @@ def test_samples_below_the_clock_floor_are_left_out_and_counted():
 def test_without_a_floor_nothing_is_flagged():
     kept, clocks, flagged = keep_unthrottled([1.0, 2.0], [100.0, 2000.0], None)
     assert kept == [1.0, 2.0] and flagged == 0
+
+
+def test_warm_up_runs_its_count_then_until_its_time_has_passed(monkeypatch):
+    """bench.warmup launches at least; with bench.warmup_ms, more rounds (every arm, each after
+    its `between`) until that much wall time has passed, so a power-limited job is timed at the
+    clock it settles at (timing.warm_up says why)."""
+    import time
+
+    from src.job.timing import Arm, warm_up
+    from tests import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    calls = []
+    arms = [Arm(lambda: (calls.append("a"), time.sleep(0.002))), Arm(lambda: calls.append("b"),
+                                                                       lambda: calls.append("flush"))]
+    assert warm_up(arms, 3, 0.0) == 3 and calls == ["a", "flush", "b"] * 3
+    calls.clear()
+    started = time.perf_counter()
+    rounds = warm_up(arms, 3, 60.0)
+    assert time.perf_counter() - started >= 0.060
+    assert rounds > 3 and calls == ["a", "flush", "b"] * rounds
+    calls.clear()
+    assert warm_up(arms, 0, 0.0) == 0 and calls == []  # no warm-up asked for: none

@@ -111,7 +111,8 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
         arms.append(Arm(_launcher(baseline.kernel, problem, base_inputs),
                         _between(problem, base_inputs, flush)))
     return measure_interleaved(
-        arms, warmup=int(bench["warmup"]), min_samples=int(bench["min_samples"]),
+        arms, warmup=int(bench["warmup"]), warmup_ms=float(bench.get("warmup_ms") or 0.0),
+        min_samples=int(bench["min_samples"]),
         max_samples=int(bench["max_samples"]), target_rel_iqr=float(bench["target_rel_iqr"]),
         max_seconds=float(bench["max_seconds"]),
         read_clock=lambda: gpu_mod.sm_clock_mhz(device), max_clock_mhz=device.max_sm_clock_mhz,

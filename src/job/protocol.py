@@ -11,6 +11,7 @@ COUNTS = ("warmup", "min_samples", "max_samples")        # integers >= 1 (warmup
 POSITIVE = ("max_seconds", "target_rel_iqr")             # finite numbers > 0
 OPTIONAL_COUNTS = ("short_min_samples",)
 OPTIONAL_POSITIVE = ("short_kernel_ms", "plausibility_margin", "throttle_threshold")
+OPTIONAL_NON_NEGATIVE = ("warmup_ms",)                   # null or a finite number >= 0
 
 
 def _bad(key: str, value, rule: str) -> ConfigError:
@@ -46,6 +47,9 @@ def check_bench(bench: dict) -> None:
     for key in OPTIONAL_POSITIVE:
         if bench.get(key) is not None and (not _is_number(bench[key]) or bench[key] <= 0):
             raise _bad(key, bench[key], "null or a finite number > 0")
+    for key in OPTIONAL_NON_NEGATIVE:
+        if bench.get(key) is not None and (not _is_number(bench[key]) or bench[key] < 0):
+            raise _bad(key, bench[key], "null or a finite number >= 0")
     if bench.get("timer", "cupti") not in TIMERS:
         raise _bad("timer", bench.get("timer"), f"one of {', '.join(TIMERS)}")
     if bench.get("plausibility_margin") is not None and bench["plausibility_margin"] < 1:

@@ -159,8 +159,42 @@ def _kept_rounds(clocks: list[list[float]], floor: float | None) -> list[int]:
     return [i for i in rounds if all(c[i] >= floor for c in clocks)]
 
 
+def warm_up(arms: list[Arm], warmup: int, warmup_ms: float = 0.0) -> int:
+    """Untimed rounds of every arm (each after its `between`, as when timed): `warmup` rounds,
+    then more until `warmup_ms` of wall time has passed since the first. Returns the rounds run.
+
+    Why a time and not only a count: a heavy job runs its first launches at the boost clock and
+    only then meets the card's power limit. On an H100 (700 W), cuBLAS TF32 at 8192 launched
+    back to back from idle ran at 1,667 MHz for the first 0.2-0.3 s; from then on the power cap
+    held it between 1,260 and 1,500 MHz (benchmarks/clock_settle.py). With 3 launches of
+    warm-up, whether a job's samples fell in the boost phase depended on how soon its IQR
+    settled: that row read 412.9 TFLOP/s in one `dvc repro -f` and 394.9 in the next (median
+    SM clock 1,652 against 1,569 MHz). Timed after half a second, it is timed at the clock the
+    card holds under that load, whatever ran before (cold or hot, the same within 0.1%).
+    Rounds are enqueued in growing batches, so the GPU never idles between them while the host
+    checks the time."""
+    import cupy as cp
+
+    if warmup <= 0 and warmup_ms <= 0:
+        return 0
+    stream = cp.cuda.get_current_stream()
+    started = time.perf_counter()
+    rounds, batch = 0, max(warmup, 1)
+    while True:
+        for _ in range(batch):
+            for arm in arms:
+                if arm.between:
+                    arm.between()
+                arm.launch()
+        rounds += batch
+        stream.synchronize()
+        if rounds >= warmup and (time.perf_counter() - started) * 1e3 >= warmup_ms:
+            return rounds
+        batch = min(2 * batch, 64)
+
+
 def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_samples: int,
-                        target_rel_iqr: float, max_seconds: float,
+                        target_rel_iqr: float, max_seconds: float, warmup_ms: float = 0.0,
                         read_clock: Callable[[], int | None] = lambda: None,
                         max_clock_mhz: float | None = None,
                         throttle_threshold: float | None = None,
@@ -173,15 +207,10 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
     median is at most `target_rel_iqr`, or at `max_seconds` / `max_samples`. A first arm shorter
     than `short_ms` takes at least `short_min_samples` rounds (short kernels: more samples).
     `kernel_clock` (kernel_clock.KernelClock): samples are the kernels' GPU timestamps instead of
-    the event pairs around them."""
+    the event pairs around them. `warmup_ms`: see warm_up."""
     import cupy as cp
 
-    for arm in arms:
-        for _ in range(max(warmup, 0)):
-            if arm.between:
-                arm.between()
-            arm.launch()
-    cp.cuda.get_current_stream().synchronize()
+    warm_up(arms, warmup, warmup_ms)
     if kernel_clock is not None:
         kernel_clock.clear()  # the warm-up launches are not samples
     event_batches = 0

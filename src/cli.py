@@ -23,12 +23,15 @@ COMMANDS = ("run", "kernels", "results", "ui", "links")
 
 def kernel_rows() -> list[dict]:
     """One row per conf/kernel/*.yaml: name, precision, the first sentence of its header
-    comment, and the GPUs whose conf/tuned/<gpu>.yaml tunes it (best_*: has its dispatch rules)."""
+    comment, and the GPUs whose conf/tuned/<gpu>.yaml tunes it (best_*: has its dispatch rules),
+    as composed: a tuned file that starts from another GPU's (its defaults list) counts too."""
     from omegaconf import OmegaConf
+
+    from src.job.config import tuned_config
 
     tuned_for: dict[str, list[str]] = {}
     for path in sorted((CONF_DIR / "tuned").glob("*.yaml")):
-        tuned = OmegaConf.load(path)
+        tuned = tuned_config(path.stem) or {}
         for kernel in [*(tuned.get("kernels") or {}), *(tuned.get("dispatch") or {})]:
             tuned_for.setdefault(str(kernel), []).append(path.stem)
     rows = []

@@ -126,3 +126,20 @@ def test_ceilings_of_another_gpu_are_refused(tmp_path):
     (tmp_path / "ceilings.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match="ceilings and runs must come from one GPU"):
         write_table(RUNS_FIXTURE, tmp_path, tmp_path / "ceilings.json")
+
+
+@pytest.mark.parametrize("warmup_ms, says", [(500.0, "3 warm-up launches and at least 500 ms,"),
+                                             (0.0, "3 warm-up launches, median"),
+                                             (None, "3 warm-up launches, median")])
+def test_the_protocol_line_names_the_timed_warm_up(tmp_path, warmup_ms, says):
+    """progression.md's protocol line says how long jobs warmed up when they did (bench.warmup_ms;
+    runs recorded before it have no such column)."""
+    runs = pd.read_csv(ROOT / "results" / "runs.csv")
+    assert (runs["bench.warmup"] == 3).all()
+    if warmup_ms is None:
+        runs = runs.drop(columns=["bench.warmup_ms"])
+    else:
+        runs["bench.warmup_ms"] = warmup_ms
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    write_table(tmp_path / "runs.csv", tmp_path / "out", ROOT / "results" / "ceilings.json")
+    assert says in (tmp_path / "out" / "progression.md").read_text()

@@ -95,7 +95,9 @@ def _protocol(runs: pd.DataFrame) -> str:
     if any(value is None for value in b.values()):
         return "Protocol: not the same for every job (see runs.csv, bench.* columns)"
     flush = "L2 flushed before every sample" if str(b["flush_l2"]).lower() == "true" else "L2 not flushed"
-    return (f"Protocol: {int(b['warmup'])} warm-up launches, median of at least "
+    warmup_ms = _uniform(runs, "bench.warmup_ms")  # absent from runs before the timed warm-up
+    timed = f" and at least {float(warmup_ms):g} ms" if warmup_ms is not None and float(warmup_ms) > 0 else ""
+    return (f"Protocol: {int(b['warmup'])} warm-up launches{timed}, median of at least "
             f"{int(b['min_samples'])} samples (up to {int(b['max_samples'])}, until IQR/median "
             f"<= {100 * float(b['target_rel_iqr']):g}% or {float(b['max_seconds']):g} s), {flush}")
 

@@ -84,7 +84,9 @@ def _problem(m, n, k):
     ((4096, 17, 4096), "22_ffma_warp_specialized", 2),        # just past 24's class
     ((1024, 1024, 1024), "22_ffma_warp_specialized", 3),      # small product
     ((4096, 4096, 4096), "23_wgmma_3xtf32", 4),
-    ((32, 4096, 4096), "23_wgmma_3xtf32", 4),
+    ((32, 4096, 4096), "24_ffma_skinny", 0),                  # up to 32 rows: 24's few-rows layout
+    ((4096, 32, 4096), "22_ffma_warp_specialized", 2),        # but not 17-32 columns
+    ((33, 4096, 4096), "23_wgmma_3xtf32", 4),
     ((12345, 6789, 2500), "23_wgmma_3xtf32", 4),             # not in the suite: a class, not a list
 ])
 def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
@@ -126,6 +128,11 @@ def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
         "sgemm_wgmma_tf32<128, 64,")
     assert prepare(compose("kernel=best_tf32", "size=2048")).spec.entry.startswith(
         "sgemm_wgmma_tf32<256, 128,")
+    few_rows = prepare(compose("kernel=best_tf32", "shape=128x12288x4096"))  # half-empty 256-row tiles
+    assert few_rows.spec.entry.startswith("sgemm_wgmma_tf32<128, 128,")
+    assert few_rows.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 20_wgmma_tf32[0]")
+    assert prepare(compose("kernel=best_tf32", "shape=128x5120x13824")).spec.entry.startswith(
+        "sgemm_wgmma_tf32<128, 64,")  # fewer columns: the small-product class
 
 
 def test_bad_dispatch_rules_are_config_errors(monkeypatch):

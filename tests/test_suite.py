@@ -79,15 +79,18 @@ def _problem(m, n, k):
     ((1, 4096, 4096), "24_ffma_skinny", 0),                   # matrix-vector-like
     ((4096, 16, 4096), "24_ffma_skinny", 0),
     ((3, 5, 7), "24_ffma_skinny", 0),                         # tiny: also one side <= 16
-    ((4095, 4097, 333), "22_ffma_warp_specialized", 1),       # short K
-    ((8192, 128, 8192), "22_ffma_warp_specialized", 2),       # few columns
-    ((4096, 17, 4096), "22_ffma_warp_specialized", 2),        # just past 24's class
-    ((1024, 1024, 1024), "22_ffma_warp_specialized", 3),      # small product
-    ((4096, 4096, 4096), "23_wgmma_3xtf32", 4),
+    ((511, 513, 8191), "22_ffma_warp_specialized", 1),        # small C, long K
+    ((4095, 4097, 333), "22_ffma_warp_specialized", 2),       # short K
+    ((333, 333, 333), "22_ffma_warp_specialized", 2),
+    ((8192, 128, 8192), "22_ffma_warp_specialized", 3),       # few columns
+    ((4096, 17, 4096), "22_ffma_warp_specialized", 3),        # just past 24's class
+    ((1024, 1024, 1024), "22_ffma_warp_specialized", 4),      # small product
+    ((1023, 1025, 4095), "23_wgmma_3xtf32", 5),               # past the small-C class
+    ((4096, 4096, 4096), "23_wgmma_3xtf32", 5),
     ((32, 4096, 4096), "24_ffma_skinny", 0),                  # up to 32 rows: 24's few-rows layout
-    ((4096, 32, 4096), "22_ffma_warp_specialized", 2),        # but not 17-32 columns
-    ((33, 4096, 4096), "23_wgmma_3xtf32", 4),
-    ((12345, 6789, 2500), "23_wgmma_3xtf32", 4),             # not in the suite: a class, not a list
+    ((4096, 32, 4096), "22_ffma_warp_specialized", 3),        # but not 17-32 columns
+    ((33, 4096, 4096), "23_wgmma_3xtf32", 5),
+    ((12345, 6789, 2500), "23_wgmma_3xtf32", 5),             # not in the suite: a class, not a list
 ])
 def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
     choice = dispatch.choose({"name": "best_fp32", "dispatch": True, "default": "17_flagship"},
@@ -99,7 +102,10 @@ def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
 def test_unaligned_rows_fall_back_to_a_chapter_that_runs_them(compose):
     prepared = prepare(compose("kernel=best_tf32", "shape=4095x4097x333"))
     assert prepared.spec.name == "23_wgmma_3xtf32" and prepared.spec.precision == "tf32"
-    assert "best_tf32[2]" in prepared.dispatched.rule and "not 16-byte aligned" in prepared.dispatched.rule
+    assert "best_tf32[3]" in prepared.dispatched.rule and "not 16-byte aligned" in prepared.dispatched.rule
+    small = prepare(compose("kernel=best_tf32", "shape=333x333x333"))  # unaligned, and a small C
+    assert small.spec.name == "22_ffma_warp_specialized" and "best_tf32[1]" in small.dispatched.rule
+    assert small.spec.precision == "tf32"  # an FP32 chapter, judged as TF32 against cuBLAS TF32
     aligned = prepare(compose("kernel=best_tf32", "shape=4096x2048x1024"))
     assert aligned.spec.name == "20_wgmma_tf32"
     skinny = prepare(compose("kernel=best_tf32", "shape=4095x3x333"))  # unaligned and skinny
@@ -117,12 +123,17 @@ def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
 def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
     prepared = prepare(compose("kernel=best_fp32", "size=1024"))
     assert prepared.spec.name == "22_ffma_warp_specialized"
-    assert prepared.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[1]")
+    assert prepared.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[4]")
     assert prepared.kernel_cfg["params"]["split_k"] == 2
     narrow = prepare(compose("kernel=best_fp32", "shape=4096x64x4096"))
     assert narrow.spec.name == "22_ffma_warp_specialized"
     assert narrow.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[0]")
     assert (narrow.kernel_cfg["params"]["bn"], narrow.kernel_cfg["params"]["split_k"]) == (64, 4)
+    for shape, index, bm, split_k in [("511x513x8191", 1, 64, 8), ("333x333x333", 2, 64, 4),
+                                      ("512x512x512", 3, 128, 4), ("768x768x768", 4, 128, 2)]:
+        small = prepare(compose("kernel=best_fp32", f"shape={shape}"))
+        assert small.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[{index}]")
+        assert (small.kernel_cfg["params"]["bm"], small.kernel_cfg["params"]["split_k"]) == (bm, split_k)
     small_tf32 = prepare(compose("kernel=best_tf32", "size=1024"))
     assert small_tf32.spec.name == "20_wgmma_tf32" and small_tf32.spec.entry.startswith(
         "sgemm_wgmma_tf32<128, 64,")

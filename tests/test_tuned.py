@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from src.tune import tuned
 from src.errors import ConfigError
+from src.job.config import tuned_config
 from src.job.gpu import known_specs, limits_from_spec
 from src.job.pipeline import run_job
 from src.job.problem import Problem
@@ -72,7 +73,7 @@ def test_every_tuned_entry_is_valid_for_its_kernel_and_gpu(path):
     """Tuned files name a known GPU spec and tuned kernels, and every class passes the kernel's
     constraints at the published sizes it applies to."""
     assert path.stem in known_specs()
-    data = OmegaConf.to_container(OmegaConf.load(path))
+    data = tuned_config(path.stem)  # as composed: h200.yaml starts from h100_sxm.yaml
     for kernel, classes in data["kernels"].items():
         cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{kernel}.yaml"))
         assert cfg.get("tuned"), f"{kernel} does not read tuned values"

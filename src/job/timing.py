@@ -169,8 +169,9 @@ def warm_up(arms: list[Arm], warmup: int, warmup_ms: float = 0.0) -> int:
     held it between 1,260 and 1,500 MHz (benchmarks/clock_settle.py). With 3 launches of
     warm-up, whether a job's samples fell in the boost phase depended on how soon its IQR
     settled: that row read 412.9 TFLOP/s in one `dvc repro -f` and 394.9 in the next (median
-    SM clock 1,652 against 1,569 MHz). Timed after half a second, it is timed at the clock the
-    card holds under that load, whatever ran before (cold or hot, the same within 0.1%).
+    SM clock 1,652 against 1,569 MHz). Timed after the boost phase (500 ms by default), it is
+    timed at the clock the card holds under that load, whatever ran before (with a 1 s warm-up,
+    after an idle and after a hot card: the same within 0.1%).
     Rounds are enqueued in growing batches, so the GPU never idles between them while the host
     checks the time."""
     import cupy as cp

@@ -74,6 +74,8 @@
 // TensorMap, tma_load_2d, init_stage_ring; to_tf32, the wgmma wrappers and descriptor: as in 20
 #include "tma.cuh"
 #include "wgmma.cuh"
+// store_tile: the predicated any-N epilogue, shared with 25
+#include "wgmma_epilogue.cuh"
 
 // x = big + small (+ at most 2^-22 |x|), both TF32 values held as FP32 bit patterns.
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
@@ -130,53 +132,6 @@ __global__ void __launch_bounds__(256)
 struct Fragments {  // one 32-k stage of B^T for one lane, split: 16 values x 2 parts
   unsigned big[4][4], small[4][4];
 };
-
-// The epilogue: C(m, n .. n + 1) for this lane's BM / 4 rows, any N (a pair of columns is
-// read and stored as a float2 only when N is even, so its address is 8-byte aligned). With
-// beta != 0 the old C is read in batches of EPI_BATCH row groups, all loads before any store,
-// as in 20: one row at a time, each row waited a full global-memory latency.
-template <int BM>
-__device__ __forceinline__ void store_tile(const float* acc, float* C, int M, int N, int m0,
-                                           int n, int t, float alpha, float beta) {
-  constexpr int EPI_BATCH = 8;  // up to 16 float2 loads in flight per thread
-  static_assert((BM / 8) % EPI_BATCH == 0, "row groups come in whole batches");
-  if (n >= N) return;
-  const bool pair = n + 1 < N && N % 2 == 0;
-  const bool second = n + 1 < N;  // this lane's second column is inside C
-#pragma unroll
-  for (int j0 = 0; j0 < BM / 8; j0 += EPI_BATCH) {
-    float2 old[EPI_BATCH][2];
-#pragma unroll
-    for (int j = 0; j < EPI_BATCH; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = m0 + 8 * (j0 + j) + 2 * t + h;
-        const float* p = C + (size_t)m * N + n;
-        old[j][h] = make_float2(0.0f, 0.0f);
-        if (beta != 0.0f && m < M) {
-          if (pair) old[j][h] = *reinterpret_cast<const float2*>(p);
-          else old[j][h] = make_float2(p[0], second ? p[1] : 0.0f);
-        }
-      }
-#pragma unroll
-    for (int j = 0; j < EPI_BATCH; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = m0 + 8 * (j0 + j) + 2 * t + h;
-        if (m >= M) continue;
-        float* p = C + (size_t)m * N + n;
-        const float* v = acc + 4 * (j0 + j) + h;
-        const float2 out = make_float2(alpha * v[0] + beta * old[j][h].x,
-                                       alpha * v[2] + beta * old[j][h].y);
-        if (pair) {
-          *reinterpret_cast<float2*>(p) = out;
-        } else {
-          p[0] = out.x;
-          if (second) p[1] = out.y;
-        }
-      }
-  }
-}
 
 // Producer (one thread of warpgroup 0): walks K, refilling each stage as soon as the consumers
 // release it: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B, one stage after

@@ -1,0 +1,64 @@
+// wgmma_epilogue.cuh: writing a wgmma consumer's accumulators back to C for any N, as 23 and 25
+// use it. A consumer lane of 20's layout (C^T = B^T A^T in the accumulators) holds two adjacent
+// columns n, n + 1 of C for BM / 4 rows; this stores alpha * acc + beta * C there, predicated on
+// M and N. In its own header because both chapters that run rows not 16-byte aligned need the
+// same predicated stores (20 keeps its own pair-only epilogue: its N is a multiple of 4).
+#ifndef SGEMM_LAB_WGMMA_EPILOGUE_CUH
+#define SGEMM_LAB_WGMMA_EPILOGUE_CUH
+
+// The epilogue: C(m, n .. n + 1) for GROUPS row groups of this lane (rows m0 + 8j + 2t and
+// m0 + 8j + 2t + 1 for j < GROUPS; acc[4j + {0, 2}] and acc[4j + {1, 3}] as in wgmma.cuh), any
+// N (a pair of columns is read and stored as a float2 only when N is even, so its address is
+// 8-byte aligned). With beta != 0 the old C is read in batches of EPI_BATCH row groups, all loads
+// before any store, as in 20: one row at a time, each row waited a full global-memory latency.
+template <int GROUPS>
+__device__ __forceinline__ void store_row_groups(const float* acc, float* C, int M, int N, int m0,
+                                                 int n, int t, float alpha, float beta) {
+  constexpr int EPI_BATCH = GROUPS < 8 ? GROUPS : 8;  // up to 16 float2 loads in flight per thread
+  static_assert(GROUPS % EPI_BATCH == 0, "row groups come in whole batches");
+  if (n >= N) return;
+  const bool pair = n + 1 < N && N % 2 == 0;
+  const bool second = n + 1 < N;  // this lane's second column is inside C
+#pragma unroll
+  for (int j0 = 0; j0 < GROUPS; j0 += EPI_BATCH) {
+    float2 old[EPI_BATCH][2];
+#pragma unroll
+    for (int j = 0; j < EPI_BATCH; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + 8 * (j0 + j) + 2 * t + h;
+        const float* p = C + (size_t)m * N + n;
+        old[j][h] = make_float2(0.0f, 0.0f);
+        if (beta != 0.0f && m < M) {
+          if (pair) old[j][h] = *reinterpret_cast<const float2*>(p);
+          else old[j][h] = make_float2(p[0], second ? p[1] : 0.0f);
+        }
+      }
+#pragma unroll
+    for (int j = 0; j < EPI_BATCH; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + 8 * (j0 + j) + 2 * t + h;
+        if (m >= M) continue;
+        float* p = C + (size_t)m * N + n;
+        const float* v = acc + 4 * (j0 + j) + h;
+        const float2 out = make_float2(alpha * v[0] + beta * old[j][h].x,
+                                       alpha * v[2] + beta * old[j][h].y);
+        if (pair) {
+          *reinterpret_cast<float2*>(p) = out;
+        } else {
+          p[0] = out.x;
+          if (second) p[1] = out.y;
+        }
+      }
+  }
+}
+
+// A consumer lane's whole block tile: BM / 4 rows, BM / 8 row groups.
+template <int BM>
+__device__ __forceinline__ void store_tile(const float* acc, float* C, int M, int N, int m0,
+                                           int n, int t, float alpha, float beta) {
+  store_row_groups<BM / 8>(acc, C, M, N, m0, n, t, alpha, beta);
+}
+
+#endif  // SGEMM_LAB_WGMMA_EPILOGUE_CUH

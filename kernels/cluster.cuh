@@ -1,6 +1,6 @@
-// cluster.cuh: thread-block clusters (sm_90), as 22 uses them to add a tile's K slices up in
-// distributed shared memory: a cluster-wide barrier, another block's address of a shared-memory
-// location, a store there, and an arrival on another block's mbarrier.
+// cluster.cuh: thread-block clusters (sm_90), as 22 and 25 use them to add a tile's K slices up
+// in distributed shared memory: a cluster-wide barrier, another block's address of a
+// shared-memory location, a store or a load there, and an arrival on another block's mbarrier.
 #ifndef SGEMM_LAB_CLUSTER_CUH
 #define SGEMM_LAB_CLUSTER_CUH
 
@@ -18,6 +18,12 @@ __device__ __forceinline__ unsigned cluster_map(unsigned smem_address, unsigned 
 __device__ __forceinline__ void st_cluster_f32x4(unsigned remote, float x, float y, float z, float w) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n"
                ::"r"(remote), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+__device__ __forceinline__ float4 ld_cluster_f32x4(unsigned remote) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+  return v;
 }
 // One arrival on another block's barrier, after (release) this thread's stores to its memory.
 __device__ __forceinline__ void mbar_arrive_remote(unsigned remote_bar) {

@@ -2,8 +2,9 @@
 // rounding, the fence / commit / wait around asynchronous wgmma groups, the shared-memory
 // descriptor of a K-major 128-byte-swizzled tile, the m64nNk8 instruction with its first operand
 // (a slice of B^T) from registers, and the fragment layout by which a consumer lane loads that
-// slice from a TMA box of B. In its own header because both wgmma chapters issue the same
-// instructions on the same tiles (23 adds a scale-d predicate to restart the accumulator).
+// slice from a TMA box of B. In its own header because the wgmma chapters (20, 23, 25) issue the
+// same instructions on the same tiles (23 adds a scale-d predicate to restart the accumulator,
+// 25 the m64n64k8 form for 64-row block tiles).
 #ifndef SGEMM_LAB_WGMMA_CUH
 #define SGEMM_LAB_WGMMA_CUH
 #include "mbarrier.cuh"
@@ -46,13 +47,17 @@ __device__ __forceinline__ void wgmma_rs(float* d, const unsigned* a, u64 desc_b
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float* d, const unsigned* a, u64 desc_b, int accumulate);
 
-// The accumulator operands: "+f" constraints on d[0 .. 63] or d[0 .. 127], and their
+// The accumulator operands: "+f" constraints on d[0 .. 31], d[0 .. 63] or d[0 .. 127], and their
 // placeholders in the instruction text.
 #define WGMMA_ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define WGMMA_ACC16(d, i) WGMMA_ACC4(d, i), WGMMA_ACC4(d, i + 4), WGMMA_ACC4(d, i + 8), WGMMA_ACC4(d, i + 12)
+#define WGMMA_ACC32(d) WGMMA_ACC16(d, 0), WGMMA_ACC16(d, 16)
 #define WGMMA_ACC64(d) WGMMA_ACC16(d, 0), WGMMA_ACC16(d, 16), WGMMA_ACC16(d, 32), WGMMA_ACC16(d, 48)
 #define WGMMA_ACC128(d) \
   WGMMA_ACC64(d), WGMMA_ACC16(d, 64), WGMMA_ACC16(d, 80), WGMMA_ACC16(d, 96), WGMMA_ACC16(d, 112)
+#define WGMMA_D32                                                   \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"          \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
 #define WGMMA_D64                                                   \
   "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"          \
   "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
@@ -65,6 +70,15 @@ __device__ __forceinline__ void wgmma_rs(float* d, const unsigned* a, u64 desc_b
   "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"      \
   "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
 
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float* d, const unsigned* a, u64 desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" WGMMA_D32
+      "}, {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+      : WGMMA_ACC32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
+      : "memory");
+}
 template <>
 __device__ __forceinline__ void wgmma_rs<128>(float* d, const unsigned* a, u64 desc_b) {
   asm volatile(

@@ -103,7 +103,9 @@ class KernelSpec:
 @dataclass(frozen=True)
 class Prepass:
     """launch.prepass: a second entry of the same source (e.g. one that fills the workspace),
-    launched before the main one with the main one's arguments up to the workspace."""
+    launched before the main one with the main one's arguments up to the workspace. A pre-pass
+    whose grid evaluates to 0 blocks at a shape has nothing to do there and is not launched
+    (the spec's `prepass` is None)."""
 
     entry: str
     grid: tuple[int, ...]
@@ -263,4 +265,6 @@ def _prepass(cfg: dict | None, names: dict, name: str, values: dict) -> Prepass 
     block = tuple(int(_evaluate(e, names, name)) for e in cfg.get("block", ()))
     if not grid or not block or "entry" not in cfg:
         raise ConfigError(f"kernel {name}: launch.prepass needs an entry, a grid and a block.")
+    if 0 in grid:
+        return None  # a pre-pass with nothing to do at this shape (25: rows already aligned)
     return Prepass(entry=str(cfg["entry"]).format(**values), grid=grid, block=block)

@@ -306,6 +306,37 @@ def test_3xtf32_chapter_builds_both_entries_without_spills(shape, params):
 
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
+    ((4097, 4097, 4097), {}),                                    # both padded, one block per tile
+    ((4096, 64, 4096), {"bn": 64}),                              # one consumer, 8 slices
+    ((32, 4096, 4096), {"bm": 64, "stages": 8}),                 # m64n64k8, 4 slices
+    ((128, 4096, 8192), {"bm": 128, "in_flight": 1}),            # one group in flight, 4 slices
+    ((511, 513, 8191), {}),                                      # 256-row tiles, 8 slices
+], ids=["unsplit", "bn64-split8", "bm64-split4", "bm128-split4", "bm256-split8"])
+def test_any_shape_tf32_chapter_builds_without_spills(shape, params):
+    """25 for sm_90a in each tile and slice shape: the pre-pass and the main kernel (plain or
+    cluster entry) build, neither spills, ptxas honours setmaxnreg, and the cluster add-up reads
+    the other blocks' shared memory (ld.shared::cluster)."""
+    import re
+
+    cfg = OmegaConf.load(CONF_DIR / "kernel" / "25_wgmma_tf32_any_shape.yaml")
+    cfg.params.update(params)
+    spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
+    report = compile_offline(spec, spec.arch)
+    log = report["log"]
+    entries = 2  # pad_unaligned_rows is not a template: nvcc builds it even where it is not launched
+    assert len(re.findall(r"Compiling entry function", log)) == entries, log
+    assert re.findall(r"(\d+) bytes spill stores", log) == ["0"] * entries, log
+    assert re.findall(r"(\d+) bytes stack frame", log) == ["0"] * entries, log
+    assert "C7508" not in log, "ptxas ignored setmaxnreg"
+    assert ("_cluster<" in spec.entry) == (spec.derived["slices"] > 1)
+    text = expand_source(spec.source)
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "ld.shared::cluster",
+                        "barrier.cluster.arrive", "m64n64k8"):
+        assert instruction in text
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
     ((4096, 4096, 4096), {}),                               # persistent, stream-K, 16-byte B copies
     ((4095, 4097, 333), {}),                                # 4-byte B copies (N % 4 != 0)
     ((4096, 4096, 4096), {"schedule": 1, "split_k": 3}),    # one block per tile and K slice

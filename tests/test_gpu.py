@@ -103,6 +103,33 @@ def test_wgmma_refuses_unaligned_rows(compose):
     assert record.status == "unsupported_size" and "n % 4 == 0 and k % 4 == 0" in record.error
 
 
+ANY_SHAPE_TF32_VARIANTS = [{}, {"bm": 64, "stages": 8}, {"bm": 128, "in_flight": 1}, {"bn": 64},
+                           {"split_k": 1}, {"min_slice_k": 32}]
+
+
+@pytest.mark.chapter("25_wgmma_tf32_any_shape")
+@pytest.mark.parametrize("params", ANY_SHAPE_TF32_VARIANTS,
+                         ids=["configured", "bm64", "bm128-inflight1", "bn64", "unsplit",
+                              "short-slices"])
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
+                                   (511, 513, 8191), (32, 4096, 4096), (4096, 64, 4096),
+                                   (130, 258, 1031), (64, 66, 40000)])
+def test_wgmma_tf32_any_shape_alpha_beta(compose, shape, params):
+    """25 in each of its paths: rows not 16-byte aligned (the pre-pass copies A when K % 4, B
+    when N % 4, or both), K cut into 2, 4 or 8 slices added up across a cluster (with slices left
+    empty when K is short), 64-, 128- and 256-row tiles, one or two consumer warpgroups: verified
+    with alpha and beta against the FP64 reference at the TF32 tolerance, its timed launches
+    too, with no local memory."""
+    m, n, k = shape
+    record = run_job(compose("kernel=25_wgmma_tf32_any_shape", f"m={m}", f"n={n}", f"k={k}",
+                             "alpha=0.5", "beta=3.0",
+                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+
+
 THREE_TF32_VARIANTS = [{}, {"order": 2}, {"accumulation": 1},
                        {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1},
                        {"promote": 1, "in_flight": 1, "bn": 64}]

@@ -60,7 +60,8 @@ def test_no_device_function_over_150_lines(source):
         f"{too_long}; cut them into named __device__ __forceinline__ steps (kernels/README.md)")
 
 
-@pytest.mark.parametrize("chapter", ["20_wgmma_tf32.cu", "23_wgmma_3xtf32.cu"])
+@pytest.mark.parametrize("chapter", ["20_wgmma_tf32.cu", "23_wgmma_3xtf32.cu",
+                                     "25_wgmma_tf32_any_shape.cu"])
 def test_wgmma_chapters_share_the_tma_and_wgmma_headers(chapter):
     text = expand_source(KERNELS_DIR / chapter)
     for header in ("tma.cuh", "wgmma.cuh", "mbarrier.cuh", "warpgroup.cuh"):

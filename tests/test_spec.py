@@ -177,6 +177,15 @@ VIOLATIONS = [
      "accumulators + unroll * vec <= 192"),
     ("24_ffma_skinny", dict(max_k_slice=2048, blocks_per_sm=1), Problem(4096, 32, 8192, 1, 0),
      "smem_bytes <= max_smem_per_block"),
+    ("25_wgmma_tf32_any_shape", dict(bm=192), SQUARE, "bm == 64 or bm == 128 or bm == 256"),
+    ("25_wgmma_tf32_any_shape", dict(bn=256), SQUARE, "bn == 64 or bn == 128"),
+    ("25_wgmma_tf32_any_shape", dict(in_flight=3, stages=4), SQUARE, "in_flight == 1 or in_flight == 2"),
+    ("25_wgmma_tf32_any_shape", dict(stages=2, in_flight=2), SQUARE, "stages >= in_flight + 1"),
+    ("25_wgmma_tf32_any_shape", dict(split_k=3), SQUARE, "split_k == 1 or split_k == 2"),
+    ("25_wgmma_tf32_any_shape", dict(min_slice_k=16), SQUARE, "min_slice_k >= 32"),
+    ("25_wgmma_tf32_any_shape", dict(stages=2, in_flight=1), Problem(256, 128, 8192, 1, 0),
+     "slices == 1 or stages * stage_bytes >= 4 * bm * bn"),
+    ("25_wgmma_tf32_any_shape", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
 ]
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
@@ -193,6 +202,8 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     ("23_wgmma_3xtf32", "compute_capability == 90"),
     ("22_ffma_warp_specialized", "compute_capability == 90"),
     ("22_ffma_warp_specialized", "group_m >= 1 and split_k >= 1 and sk_split >= 1"),
+    ("25_wgmma_tf32_any_shape", "group_m >= 1"),
+    ("25_wgmma_tf32_any_shape", "compute_capability == 90"),
 }
 
 
@@ -272,9 +283,10 @@ def test_problem_scalars_must_be_numbers():
     assert p.flops == 2 * 2 * 3 * 4 and p.label == "2x3x4"
 
 
-@pytest.mark.parametrize("kernel", ["20_wgmma_tf32", "22_ffma_warp_specialized", "23_wgmma_3xtf32"])
+@pytest.mark.parametrize("kernel", ["20_wgmma_tf32", "22_ffma_warp_specialized", "23_wgmma_3xtf32",
+                                    "25_wgmma_tf32_any_shape"])
 def test_sm90a_chapter_needs_hopper(kernel):
-    """20, 22 and 23 are built for sm_90a, which runs on compute capability 9.0 only: an A100 is
+    """20, 22, 23 and 25 are built for sm_90a, which runs on compute capability 9.0 only: an A100 is
     refused before anything is compiled, with the rule named."""
     with pytest.raises(InvalidParams, match=r"compute_capability == 90.*compute_capability=80"):
         build_spec(kernel_cfg(kernel), SQUARE, limits_from_spec("a100"))
@@ -316,6 +328,46 @@ def test_3xtf32_prepass_and_workspace_follow_the_size(shape):
     assert spec.entry == "sgemm_wgmma_3xtf32<128, 128, 4, 8, 1, 1, 2>"
     plain = build_spec(kernel_cfg("23_wgmma_3xtf32", accumulation=1), SQUARE, H100)
     assert plain.entry.endswith(", 1, 0>")  # PROMOTE 0: no FP32 total
+
+
+@pytest.mark.parametrize("shape,slices,a_copied,b_copied", [
+    ((4096, 4096, 4096), 1, 0, 0),     # 512 tiles fill the SMs, rows aligned: 20's launch
+    ((4097, 4097, 4097), 1, 1, 1),     # both operands padded
+    ((4095, 4097, 332), 1, 0, 1),      # only B (N % 4)
+    ((1000, 1000, 999), 1, 1, 0),      # only A (K % 4)
+    ((4096, 64, 4096), 8, 0, 0),       # 16 tiles: 8 slices of 512 fill 128 SMs
+    ((511, 513, 8191), 8, 1, 1),       # 10 tiles: 8 slices (13 would fit, clusters are powers of two)
+    ((256, 4096, 16384), 4, 0, 0),     # 32 tiles: 4 slices
+    ((1024, 1024, 1024), 2, 0, 0),     # 32 tiles, K of 1024: 2 slices of 512
+    ((1024, 1024, 256), 1, 0, 0),      # K below two slices of min_slice_k
+])
+def test_any_shape_tf32_pads_only_unaligned_rows_and_slices_few_tiles(shape, slices, a_copied,
+                                                                       b_copied):
+    """25 copies an operand into padded rows only when its rows are not 16-byte aligned, and
+    launches no pre-pass when neither needs it; the tensor maps read the copies (or the operands
+    themselves). With few tiles a tile's K range is split across a cluster of 2, 4 or 8 blocks
+    (a power of two, within one wave of blocks, no slice under min_slice_k), through the entry
+    that carries __cluster_dims__."""
+    m, n, k = shape
+    spec = build_spec(kernel_cfg("25_wgmma_tf32_any_shape"), Problem(m, n, k, 1.0, 0.0), H100)
+    k_pad, n_pad = ceil_div(k, 4) * 4, ceil_div(n, 4) * 4
+    tiles = ceil_div(m, 256) * ceil_div(n, 128)
+    assert spec.grid == (tiles * slices,)
+    assert slices == 1 or tiles * slices <= H100["sms"]
+    assert spec.entry == (("sgemm_wgmma_tf32_any_shape_cluster" if slices > 1 else
+                           "sgemm_wgmma_tf32_any_shape") + f"<256, 128, 4, 8, 2, {slices}>")
+    assert spec.workspace_bytes == 4 * (a_copied * m * k_pad + b_copied * k * n_pad)
+    if a_copied or b_copied:
+        rows = a_copied * m + b_copied * k
+        assert spec.prepass.entry == "pad_unaligned_rows"
+        assert spec.prepass.grid == (min(rows, 16 * H100["sms"]),)
+    else:
+        assert spec.prepass is None  # a grid of 0 blocks: not launched
+    a_map, b_map = spec.tensor_maps
+    assert (a_map.matrix, a_map.element) == (("workspace" if a_copied else "a"), "tf32")
+    assert a_map.region == ((0, m, k, k_pad) if a_copied else None)
+    assert b_map.matrix == ("workspace" if b_copied else "b")
+    assert b_map.region == ((4 * a_copied * m * k_pad, k, n, n_pad) if b_copied else None)
 
 
 def test_a_prepass_needs_a_workspace_entry_and_geometry():

@@ -1,0 +1,283 @@
+// 25 wgmma_tf32_any_shape: chapter 20's TF32 wgmma pipeline for every shape users bring, not
+// only the large aligned ones. 20 refuses rows that are not 16-byte aligned (the TMA's rule), and
+// with few block tiles (a small C, few rows or few columns) it leaves most of the 132 SMs idle:
+// measured on the H100 in the shape suite, 32 x 4096 x 4096 ran at 57% of cuBLAS TF32, 4096 x 64
+// x 4096 at 70%, 256 x 4096 x 16384 at 76%, and the unaligned shapes fell back to 23 (three
+// products, a third of the TF32 rate: 1023 x 1025 x 4095 at 68%, 4097^3 at 77%).
+//
+// What changed from 20 and why:
+// - Rows not 16-byte aligned: a pre-pass (pad_unaligned_rows, launch.prepass) copies A into the
+//   workspace with rows padded to a multiple of 4 floats when K % 4 != 0, and B when N % 4 != 0;
+//   the tensor maps then read the copies (23's pre-pass does this as part of its split). Aligned
+//   operands are read where they are, and a shape with both aligned launches no pre-pass at all.
+//   Cost: one memory-bound pass over the unaligned operands (at 4097^3 A and B, 2 x 64 MiB read
+//   and written: about 0.09 ms at 3 TB/s against ~0.4 ms of wgmma work), counted in the time.
+// - K slices: a tile's K range cut into SLICES equal runs of k tiles computed by the blocks of
+//   one thread-block cluster, so that few tiles still fill the SMs (4096 x 64 x 4096 with
+//   256 x 64 tiles: 16 tiles, 8 slices: 128 blocks). They add up through distributed shared
+//   memory, as 22's clusters do, never through global memory: each block leaves its partial
+//   tile in its own (now idle) stage ring, and after a cluster barrier block r reads the r-th
+//   share of the tile's row groups from every block of the cluster, adds them in K order
+//   (deterministic) and stores that share of C. All the cluster's blocks reduce at once; a single
+//   last block summing 8 partial tiles alone (a global ticket, 17's split-K) would read 1 MiB
+//   at 256 x 128 through one SM. The derived `slices` (conf/kernel/25_wgmma_tf32_any_shape.yaml)
+//   picks 1, 2, 4 or 8 from the tile count and K.
+// - 64-row block tiles (bm 64: wgmma m64n64k8, wgmma.cuh): a product with a few dozen rows wastes
+//   half of a 128-row tile instead of three quarters.
+// - The epilogue takes any N (wgmma_epilogue.cuh's store_tile, shared with 23): column pairs are
+//   stored as float2 only when N is even.
+//
+// Tile hierarchy as in 20: block tile BM x BN, k tiles of 32 (one 128-byte swizzle row), STAGES
+// stages in the producer -> consumer ring -> consumer warpgroup BM x 64 (wgmma m64nBMk8 on
+// C^T = B^T A^T) -> warp 16 columns of C -> thread tile 2 columns x BM / 4 rows (BM / 2
+// accumulators). K slice: a run of a tile's k tiles, one block each.
+#include "common.cuh"
+#include "mbarrier.cuh"
+#include "warpgroup.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+#include "wgmma_epilogue.cuh"
+#include "cluster.cuh"
+
+// --- Pre-pass: workspace = [A copy (only when K % 4 != 0) | B copy (only when N % 4 != 0)],
+// row strides padded to 4 floats (16 bytes), pad columns zero. One block per row at a time;
+// the lanes walk the row in 4-byte steps, so loads and stores are coalesced however the row
+// starts, and each thread has four loads in flight before its stores.
+__global__ void __launch_bounds__(256)
+    pad_unaligned_rows(int M, int N, int K, float, const float* __restrict__ A,
+                       const float* __restrict__ B, float, float*, float* __restrict__ workspace) {
+  const int k_pad = CEIL_DIV(K, 4) * 4, n_pad = CEIL_DIV(N, 4) * 4;
+  const int a_rows = K % 4 ? M : 0, b_rows = N % 4 ? K : 0;
+  float* b_copy = workspace + (size_t)a_rows * k_pad;
+  for (int r = blockIdx.x; r < a_rows + b_rows; r += gridDim.x) {
+    const bool is_a = r < a_rows;
+    const int row = is_a ? r : r - a_rows, cols = is_a ? K : N, stride = is_a ? k_pad : n_pad;
+    const float* src = (is_a ? A : B) + (size_t)row * cols;
+    float* dst = (is_a ? workspace : b_copy) + (size_t)row * stride;
+    for (int c0 = threadIdx.x; c0 < stride; c0 += 4 * blockDim.x) {
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = c0 + j * blockDim.x;
+        v[j] = c < cols ? __ldg(src + c) : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = c0 + j * blockDim.x;
+        if (c < stride) dst[c] = v[j];
+      }
+    }
+  }
+}
+
+// Producer (one thread of warpgroup 0): walks this block's K slice (k tiles kt0 .. kt0 +
+// k_tiles - 1), refilling each stage as soon as the consumers release it: A's BM x 32 box and
+// BN / 32 boxes of B (32 k rows x 32 columns) per stage, as in 20.
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void produce_k_slice(unsigned char* a_tiles, unsigned char* b_tiles,
+                                                u64* full, u64* empty, const TensorMap* tmap_a,
+                                                const TensorMap* tmap_b, int m0, int n0, int kt0,
+                                                int k_tiles) {
+  constexpr int BK = 32, A_STAGE = BM * BK * 4, B_BOX = BK * 32 * 4, B_STAGE = (BN / 32) * B_BOX;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % STAGES;
+    const int k = (kt0 + kt) * BK;
+    mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
+    mbar_arrive_expect_tx(&full[s], A_STAGE + B_STAGE);
+    tma_load_2d(a_tiles + s * A_STAGE, tmap_a, &full[s], k, m0);
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i)
+      tma_load_2d(b_tiles + s * B_STAGE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+  }
+}
+
+// A cluster's K slices added up (SLICES > 1): every block has its partial tile in `d`. Block
+// `rank` stores it into its own stage ring (idle once both consumers' K loops are done; each thread's float4
+// q at index q * CONSUMER_THREADS + ct: a warp's stores are 512 contiguous bytes), the cluster
+// meets, and the block reads its share (row groups rank * SHARE ...) of every block's partial,
+// slice 0 first, into `sum`; the cluster meets again before any block may leave (its shared
+// memory is read by the others until then).
+template <int BM, int CONSUMER_THREADS, int SLICES>
+__device__ __forceinline__ void add_k_slices(const float* d, float* sum, unsigned char* ring,
+                                             int rank, int ct) {
+  constexpr int SHARE = BM / 8 / SLICES;  // row groups (float4s per thread) a block adds up
+  float4* mine = reinterpret_cast<float4*>(ring) + ct;
+  // Both consumer warpgroups read the last stage's A tile: neither may overwrite the ring before
+  // the other's wgmmas are done (named barrier 1, the consumers only; found on the H100 as wrong
+  // results at two consumers and not at one).
+  asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMER_THREADS) : "memory");
+#pragma unroll
+  for (int q = 0; q < BM / 8; ++q)
+    mine[q * CONSUMER_THREADS] = make_float4(d[4 * q], d[4 * q + 1], d[4 * q + 2], d[4 * q + 3]);
+  cluster_sync();
+  const unsigned share = smem_addr(mine + rank * SHARE * CONSUMER_THREADS);
+#pragma unroll
+  for (int i = 0; i < 4 * SHARE; ++i) sum[i] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < SLICES; ++s) {
+    const unsigned theirs = cluster_map(share, s);
+#pragma unroll
+    for (int j = 0; j < SHARE; ++j) {
+      const float4 p = ld_cluster_f32x4(theirs + 16 * j * CONSUMER_THREADS);
+      sum[4 * j] += p.x, sum[4 * j + 1] += p.y, sum[4 * j + 2] += p.z, sum[4 * j + 3] += p.w;
+    }
+  }
+}
+
+// The block: a tile's K slice (the whole K range when SLICES == 1), as in 20, then the cluster's
+// slices added up.
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, float beta, float* C,
+                                          const TensorMap* tmap_a, const TensorMap* tmap_b) {
+  constexpr int BK = 32;
+  constexpr int CONSUMERS = BN / 64;
+  constexpr int A_STAGE = BM * BK * 4;
+  constexpr int B_BOX = BK * 32 * 4;
+  constexpr int B_STAGE = (BN / 32) * B_BOX;
+  constexpr int PRODUCER_REGS = 40;
+  constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 232 : 240;
+  static_assert(SLICES == 1 || STAGES * (A_STAGE + B_STAGE) >= BM * BN * 4,
+                "the partial tile must fit in the stage ring it reuses");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* a_tiles = smem;
+  unsigned char* b_tiles = smem + STAGES * A_STAGE;
+  u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_STAGE);
+  u64* empty = full + STAGES;
+
+  // A tile's slices are consecutive blocks (one cluster); the tiles in 20's grouped order.
+  const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
+  const int tile = blockIdx.x / SLICES, slice = blockIdx.x % SLICES;
+  const int group_tiles = GROUP_M * tiles_n;
+  const int first_m = (tile / group_tiles) * GROUP_M;
+  const int rows_here = min(tiles_m - first_m, GROUP_M);
+  const int m0 = (first_m + (tile % group_tiles) % rows_here) * BM;
+  const int n0 = ((tile % group_tiles) / rows_here) * BN;
+  // This slice's run of k tiles (the last runs may be shorter, or empty: a zero partial).
+  const int k_tiles_all = CEIL_DIV(K, BK), per_slice = CEIL_DIV(k_tiles_all, SLICES);
+  const int kt0 = slice * per_slice;
+  const int k_tiles = max(0, min(per_slice, k_tiles_all - kt0));
+
+  if (threadIdx.x == 0) init_stage_ring<STAGES, CONSUMERS>(full, empty);
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (threadIdx.x == 0)
+      produce_k_slice<BM, BN, STAGES>(a_tiles, b_tiles, full, empty, tmap_a, tmap_b, m0, n0, kt0,
+                                      k_tiles);
+    if constexpr (SLICES > 1) {  // the producers meet the cluster's two barriers too
+      __syncwarp();  // converged: the barrier is .aligned
+      cluster_sync();
+      cluster_sync();
+    }
+    return;
+  }
+  setmaxnreg_inc<CONSUMER_REGS>();
+  const int ct = threadIdx.x - 128;  // consumer thread, 0 .. 128 * CONSUMERS - 1
+  const int c = ct / 128;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int box = 2 * c + warp / 2;
+  const int chunk = 2 * (warp % 2) + (g >> 2) + 4 * ((g >> 1) & 1);
+  const unsigned frag_lo = t * 128 + ((chunk ^ t) << 4) + (g & 1) * 8;
+  const unsigned frag_hi = (t + 4) * 128 + ((chunk ^ (t + 4)) << 4) + (g & 1) * 8;
+
+  float d[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) d[i] = 0.0f;
+
+  auto release = [&](int s) {
+    if (lane == 0) mbar_arrive(&empty[s]);
+  };
+  // As in 20: wait for k tile kt, load its B^T fragments (rounded to TF32), issue its wgmmas as
+  // one group.
+  auto issue = [&](int kt, unsigned (&frag)[BK / 8][4]) {
+    const int s = kt % STAGES;
+    mbar_wait(&full[s], (kt / STAGES) & 1);
+    const unsigned char* b_box = b_tiles + s * B_STAGE + box * B_BOX;
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
+      const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
+      frag[ks][0] = to_tf32(lo.x);
+      frag[ks][1] = to_tf32(lo.y);
+      frag[ks][2] = to_tf32(hi.x);
+      frag[ks][3] = to_tf32(hi.y);
+    }
+    const unsigned a_tile = smem_addr(a_tiles + s * A_STAGE);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks)
+      wgmma_rs<BM>(d, frag[ks], smem_desc_k_sw128(a_tile + ks * 32));
+    wgmma_commit();
+  };
+  auto keep = [](unsigned (&frag)[BK / 8][4]) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[ks][i]));
+  };
+  // One k tile: issue it, then retire the one before (IN_FLIGHT 2) or itself (1).
+  auto step = [&](int kt, unsigned (&now)[BK / 8][4], unsigned (&prev)[BK / 8][4]) {
+    issue(kt, now);
+    if (IN_FLIGHT == 2) {
+      wgmma_wait<1>();
+      keep(prev);
+      if (kt > 0) release((kt - 1) % STAGES);
+    } else {
+      wgmma_wait<0>();
+      keep(now);
+      release(kt % STAGES);
+    }
+  };
+
+  unsigned frag0[BK / 8][4], frag1[BK / 8][4];
+  int kt = 0;
+  for (; kt + 1 < k_tiles; kt += 2) {
+    step(kt, frag0, frag1);
+    step(kt + 1, frag1, frag0);
+  }
+  if (kt < k_tiles) step(kt, frag0, frag1);
+  wgmma_wait<0>();
+  keep(frag0);
+  keep(frag1);
+  if (IN_FLIGHT == 2 && k_tiles > 0) release((k_tiles - 1) % STAGES);
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
+
+  const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
+  if constexpr (SLICES == 1) {
+    store_tile<BM>(d, C, M, N, m0, n, t, alpha, beta);
+  } else {
+    constexpr int SHARE = BM / 8 / SLICES;
+    float sum[4 * SHARE];
+    add_k_slices<BM, 128 * CONSUMERS, SLICES>(d, sum, smem, slice, ct);
+    cluster_sync();  // every block has read its share of this block's partial
+    store_row_groups<SHARE>(sum, C, M, N, m0 + 8 * SHARE * slice, n, t, alpha, beta);
+  }
+}
+
+// One block per tile (SLICES == 1)...
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+__global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
+    sgemm_wgmma_tf32_any_shape(int M, int N, int K, float alpha, const float* __restrict__ A,
+                               const float* __restrict__ B, float beta, float* __restrict__ C,
+                               float* __restrict__ workspace,
+                               const __grid_constant__ TensorMap tmap_a,
+                               const __grid_constant__ TensorMap tmap_b) {
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES>(M, N, K, alpha, beta, C, &tmap_a, &tmap_b);
+}
+
+// ... or a cluster of SLICES blocks per tile, one K slice each.
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+__global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICES, 1, 1)
+    sgemm_wgmma_tf32_any_shape_cluster(int M, int N, int K, float alpha,
+                                       const float* __restrict__ A, const float* __restrict__ B,
+                                       float beta, float* __restrict__ C,
+                                       float* __restrict__ workspace,
+                                       const __grid_constant__ TensorMap tmap_a,
+                                       const __grid_constant__ TensorMap tmap_b) {
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES>(M, N, K, alpha, beta, C, &tmap_a, &tmap_b);
+}

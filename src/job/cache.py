@@ -29,6 +29,7 @@ import os
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
+from src.job import compile as compile_step
 from src.records.record import Record
 
 log = logging.getLogger("sgemm")
@@ -51,14 +52,12 @@ def _compiler(spec) -> dict | None:
     """How NVRTC builds the chapter: its options and the toolkit header it may include."""
     if spec.backend != "nvrtc":
         return None
-    from src.job.compile import BUILD_OPTIONS, cuda_include_options
-
     header_sha = None
-    for option in cuda_include_options():
+    for option in compile_step.cuda_include_options():
         header = Path(option[2:]) / "mma.h"
         if header.is_file():
             header_sha = hashlib.sha256(header.read_bytes()).hexdigest()
-    return {"options": list(BUILD_OPTIONS), "mma_h_sha256": header_sha}
+    return {"options": list(compile_step.BUILD_OPTIONS), "mma_h_sha256": header_sha}
 
 
 def key(prepared) -> Key:
@@ -160,36 +159,3 @@ class Cache:
 
     def __len__(self) -> int:
         return sum(1 for _ in self.dir.glob("*/*.json")) if self.dir.is_dir() else 0
-
-
-# --- compiled kernels (src/job/compile.py): <cache_dir>/cubin/<key>.cubin + <key>.json ----------
-
-def store_cubin(binary: bytes, meta: dict, meta_path: Path, cubin_path: Path) -> None:
-    """Write a cubin, then its meta file (last: a meta file means its cubin is whole), each
-    under a private name renamed into place. The meta file names the cubin relative to itself
-    (a copied or moved cache works where it lands) with its size and SHA-256."""
-    cubin_path.parent.mkdir(parents=True, exist_ok=True)
-    private = f".{os.getpid()}.{id(binary)}.tmp"
-    tmp = cubin_path.with_name(cubin_path.name + private)
-    tmp.write_bytes(binary)
-    tmp.replace(cubin_path)
-    meta = {**meta, "path": cubin_path.name, "size": len(binary),
-            "sha256": hashlib.sha256(binary).hexdigest()}
-    tmp = meta_path.with_name(meta_path.name + private)
-    tmp.write_text(json.dumps(meta) + "\n")
-    tmp.replace(meta_path)
-
-
-def cubin_entry(meta_path: Path, cubin_path: Path) -> dict | None:
-    """The cached cubin's meta (its path made absolute) if the meta file is whole and the cubin
-    beside it has the recorded size and SHA-256; None (build again) for anything else: absent,
-    an older layout, an empty or truncated cubin, one swapped in from another build."""
-    try:
-        meta = json.loads(meta_path.read_text())
-        binary = cubin_path.read_bytes()
-        if (meta.pop("path") != cubin_path.name or meta.pop("size") != len(binary) or not binary
-                or meta.pop("sha256") != hashlib.sha256(binary).hexdigest()):
-            return None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None
-    return {**meta, "path": str(cubin_path.resolve())}

@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from src.errors import CompileFailed, LaunchFailed, OutOfMemory
-from src.job.cache import cubin_entry, store_cubin
+from src.job.cubin_store import cubin_entry, store_cubin
 from src.job.spec import KERNELS_DIR, KernelSpec
 from src.paths import kernel_file
 

@@ -72,16 +72,6 @@ __device__ __forceinline__ void produce_k_tiles(unsigned char* a_tiles, unsigned
   }
 }
 
-// A wgmma reads its register fragments while it runs: they must keep their registers until
-// its group has completed. The empty asm makes them live up to here, so the compiler cannot
-// hand those registers to the next tile's fragments earlier.
-__device__ __forceinline__ void keep_fragments(unsigned (&frag)[4][4]) {
-#pragma unroll
-  for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[ks][i]));
-}
-
 // The epilogue: d[4j + {0, 2}] are C(m0 + 8j + 2t, n .. n + 1), d[4j + {1, 3}] the next row.
 // N is a multiple of 4, so a column pair is in or out as a whole. With beta != 0 the old C is
 // read in batches of EPI_BATCH row groups, all loads before any store: loaded one row at a time

@@ -76,8 +76,8 @@
 #include "wgmma.cuh"
 // store_tile: the predicated any-N epilogue, shared with 25
 #include "wgmma_epilogue.cuh"
-// split_tf32, the pre-pass split_tf32_operands, Fragments and the three-tile producer
-// (produce_split_k_tiles), shared with 26
+// split_tf32, the pre-pass split_tf32_operands, the three-tile producer (produce_split_k_tiles)
+// and the consumer's K loop (consume_split_k_tiles), shared with 26
 #include "tf32_split.cuh"
 
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int ORDER, int PROMOTE>
@@ -128,87 +128,9 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
 
     float d[BM / 2];      // the wgmma accumulator (restarted every PROMOTE k tiles)
     float total[BM / 2];  // promotion: the FP32 sum of the periods' partials
-#pragma unroll
-    for (int i = 0; i < BM / 2; ++i) d[i] = total[i] = 0.0f;
-
-    auto release = [&](int s) {
-      if (lane == 0) mbar_arrive(&empty[s]);
-    };
-    // Wait for k tile kt, split its B^T fragments, issue its 3 x 4 wgmmas as one group. The
-    // first wgmma of a promotion period starts the accumulator afresh (scale-d = 0).
-    auto issue = [&](int kt, Fragments& f) {
-      const int s = kt % STAGES;
-      mbar_wait(&full[s], (kt / STAGES) & 1);
-      const unsigned char* stage = smem + s * STAGE;
-      const unsigned char* b_box = stage + 2 * A_TILE + box * B_BOX;
-#pragma unroll
-      for (int ks = 0; ks < BK / 8; ++ks) {
-        const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
-        const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
-        split_tf32(lo.x, f.big[ks][0], f.small[ks][0]);
-        split_tf32(lo.y, f.big[ks][1], f.small[ks][1]);
-        split_tf32(hi.x, f.big[ks][2], f.small[ks][2]);
-        split_tf32(hi.y, f.big[ks][3], f.small[ks][3]);
-      }
-      const unsigned a_big = smem_addr(stage), a_small = a_big + A_TILE;
-      int accumulate = PROMOTE == 0 || kt % PROMOTE != 0 ? 1 : 0;
-      auto mma = [&](const unsigned* frag, unsigned a_tile) {
-        wgmma_rs<BM>(d, frag, smem_desc_k_sw128(a_tile), accumulate);
-        accumulate = 1;
-      };
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < BK / 8; ++ks) {
-        if (ORDER == 2) mma(f.big[ks], a_big + ks * 32);     // A_big B_big first
-        mma(f.small[ks], a_big + ks * 32);                   // A_big B_small
-        mma(f.big[ks], a_small + ks * 32);                   // A_small B_big
-        if (ORDER == 1) mma(f.big[ks], a_big + ks * 32);     // A_big B_big last
-      }
-      wgmma_commit();
-    };
-    auto keep = [](Fragments& f) {
-#pragma unroll
-      for (int ks = 0; ks < BK / 8; ++ks)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(f.big[ks][i]), "+r"(f.small[ks][i]));
-    };
-    // One k tile: issue it, retire the one before (IN_FLIGHT 2) or itself (1), and at the end
-    // of a promotion period drain the group and add the partial into the total.
-    auto step = [&](int kt, Fragments& now, Fragments& prev) {
-      issue(kt, now);
-      if (IN_FLIGHT == 2) {
-        wgmma_wait<1>();
-        keep(prev);
-        if (kt > 0) release((kt - 1) % STAGES);
-      } else {
-        wgmma_wait<0>();
-        keep(now);
-        release(kt % STAGES);
-      }
-      if (PROMOTE > 0 && (kt % PROMOTE == PROMOTE - 1 || kt == k_tiles - 1)) {
-        wgmma_wait<0>();
-        keep(now);
-#pragma unroll
-        for (int i = 0; i < BM / 2; ++i) {
-          asm volatile("" : "+f"(d[i]));  // read d only after the wait
-          total[i] += d[i];
-        }
-      }
-    };
-
-    Fragments f0, f1;
-    int kt = 0;
-    for (; kt + 1 < k_tiles; kt += 2) {
-      step(kt, f0, f1);
-      step(kt + 1, f1, f0);
-    }
-    if (kt < k_tiles) step(kt, f0, f1);
-    wgmma_wait<0>();
-    keep(f0);
-    keep(f1);
-    if (IN_FLIGHT == 2) release((k_tiles - 1) % STAGES);
-#pragma unroll
-    for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
+    consume_split_k_tiles<BM, BN, STAGES, IN_FLIGHT, ORDER, PROMOTE>(smem, full, empty, k_tiles,
+                                                                     box, frag_lo, frag_hi, lane,
+                                                                     d, total);
 
     const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
     store_tile<BM>(PROMOTE > 0 ? total : d, C, M, N, m0, n, t, alpha, beta);

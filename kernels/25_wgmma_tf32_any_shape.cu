@@ -182,12 +182,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
       wgmma_rs<BM>(d, frag[ks], smem_desc_k_sw128(a_tile + ks * 32));
     wgmma_commit();
   };
-  auto keep = [](unsigned (&frag)[BK / 8][4]) {
-#pragma unroll
-    for (int ks = 0; ks < BK / 8; ++ks)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[ks][i]));
-  };
+  auto keep = [](unsigned (&frag)[BK / 8][4]) { keep_fragments(frag); };
   // One k tile: issue it, then retire the one before (IN_FLIGHT 2) or itself (1).
   auto step = [&](int kt, unsigned (&now)[BK / 8][4], unsigned (&prev)[BK / 8][4]) {
     issue(kt, now);

@@ -18,12 +18,13 @@
 //   cluster's add-up is one more round-to-nearest addition per slice, in the same K order on
 //   every run (deterministic, as 25).
 // - The three products always go small ones first (23's ORDER 1, its measured default).
-// Unchanged from 23: the pre-pass (split_tf32_operands) and the three-tile producer, now in
-// tf32_split.cuh; B split in registers; the predicated any-N epilogue (wgmma_epilogue.cuh).
+// Unchanged from 23: the pre-pass (split_tf32_operands), the three-tile producer and the
+// consumer's K loop (B split in registers, promotion), now in tf32_split.cuh; the predicated
+// any-N epilogue (wgmma_epilogue.cuh).
 //
 // Measured on the H100 (shape suite, alpha 0.5, beta 3, against the stronger of cuBLAS FP32 and
-// autotuned cuBLASLt): 32 x 4096 x 4096 1.28x, 511 x 513 x 8191 1.24x, 512^3 1.21x, 64 x 8192 x
-// 4096 1.56x, 4096^3 2.49x (23 and 26 in one variants run at 4096^3: 237% and 245% of cuBLAS
+// autotuned cuBLASLt): 32 x 4096 x 4096 1.33x, 511 x 513 x 8191 1.28x, 512^3 1.20x, 64 x 8192 x
+// 4096 1.56x, 4096^3 2.46x (23 and 26 in one variants run at 4096^3: 237% and 245% of cuBLAS
 // FP32). Where A is the big operand (few columns, many rows) the split pre-pass, which writes A
 // twice, costs more than the tensor cores save: 4096 x 64 x 4096 ran at 0.49x (22: 0.85x), so the
 // dispatch leaves those shapes to 22.
@@ -40,102 +41,6 @@
 #include "cluster.cuh"
 #include "k_slices.cuh"
 #include "tf32_split.cuh"
-
-// A consumer warpgroup's K slice, as in 23: k tiles 0 .. k_tiles - 1 of the ring, each split and
-// multiplied into `d` (the wgmma accumulator, restarted every PROMOTE k tiles) and, with
-// promotion, `total` (the FP32 sum of the slice's periods).
-template <int BM, int BN, int STAGES, int IN_FLIGHT, int PROMOTE>
-__device__ __forceinline__ void consume_k_slice(const unsigned char* smem, u64* full, u64* empty,
-                                                int k_tiles, int box, unsigned frag_lo,
-                                                unsigned frag_hi, int lane, float* d,
-                                                float* total) {
-  constexpr int BK = 32;
-  constexpr int A_TILE = BM * BK * 4;
-  constexpr int B_BOX = BK * 32 * 4;
-  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;
-#pragma unroll
-  for (int i = 0; i < BM / 2; ++i) d[i] = total[i] = 0.0f;
-
-  auto release = [&](int s) {
-    if (lane == 0) mbar_arrive(&empty[s]);
-  };
-  // As in 23: wait for k tile kt (of this slice), split its B^T fragments, issue its 3 x 4
-  // wgmmas as one group, small products first; a promotion period's first wgmma starts the
-  // accumulator afresh (scale-d = 0).
-  auto issue = [&](int kt, Fragments& f) {
-    const int s = kt % STAGES;
-    mbar_wait(&full[s], (kt / STAGES) & 1);
-    const unsigned char* stage = smem + s * STAGE;
-    const unsigned char* b_box = stage + 2 * A_TILE + box * B_BOX;
-#pragma unroll
-    for (int ks = 0; ks < BK / 8; ++ks) {
-      const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
-      const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
-      split_tf32(lo.x, f.big[ks][0], f.small[ks][0]);
-      split_tf32(lo.y, f.big[ks][1], f.small[ks][1]);
-      split_tf32(hi.x, f.big[ks][2], f.small[ks][2]);
-      split_tf32(hi.y, f.big[ks][3], f.small[ks][3]);
-    }
-    const unsigned a_big = smem_addr(stage), a_small = a_big + A_TILE;
-    int accumulate = PROMOTE == 0 || kt % PROMOTE != 0 ? 1 : 0;
-    auto mma = [&](const unsigned* frag, unsigned a_tile) {
-      wgmma_rs<BM>(d, frag, smem_desc_k_sw128(a_tile), accumulate);
-      accumulate = 1;
-    };
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < BK / 8; ++ks) {
-      mma(f.small[ks], a_big + ks * 32);  // A_big B_small
-      mma(f.big[ks], a_small + ks * 32);  // A_small B_big
-      mma(f.big[ks], a_big + ks * 32);    // A_big B_big
-    }
-    wgmma_commit();
-  };
-  auto keep = [](Fragments& f) {
-#pragma unroll
-    for (int ks = 0; ks < BK / 8; ++ks)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(f.big[ks][i]), "+r"(f.small[ks][i]));
-  };
-  // One k tile: issue it, retire the one before (IN_FLIGHT 2) or itself (1), and at the end of
-  // a promotion period drain the group and add the partial into the total.
-  auto step = [&](int kt, Fragments& now, Fragments& prev) {
-    issue(kt, now);
-    if (IN_FLIGHT == 2) {
-      wgmma_wait<1>();
-      keep(prev);
-      if (kt > 0) release((kt - 1) % STAGES);
-    } else {
-      wgmma_wait<0>();
-      keep(now);
-      release(kt % STAGES);
-    }
-    if (PROMOTE > 0 && (kt % PROMOTE == PROMOTE - 1 || kt == k_tiles - 1)) {
-      wgmma_wait<0>();
-      keep(now);
-#pragma unroll
-      for (int i = 0; i < BM / 2; ++i) {
-        asm volatile("" : "+f"(d[i]));  // read d only after the wait
-        total[i] += d[i];
-      }
-    }
-  };
-
-  Fragments f0, f1;
-  int kt = 0;
-  for (; kt + 1 < k_tiles; kt += 2) {
-    step(kt, f0, f1);
-    step(kt + 1, f1, f0);
-  }
-  if (kt < k_tiles) step(kt, f0, f1);
-  wgmma_wait<0>();
-  keep(f0);
-  keep(f1);
-  if (IN_FLIGHT == 2 && k_tiles > 0) release((k_tiles - 1) % STAGES);
-#pragma unroll
-  for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
-
-}
 
 // The block: a tile's K slice (all of K when SLICES == 1) as in 23, then the cluster's slices
 // added up as in 25.
@@ -199,8 +104,8 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
 
   float d[BM / 2];      // the wgmma accumulator (restarted every PROMOTE k tiles)
   float total[BM / 2];  // promotion: the FP32 sum of this slice's periods
-  consume_k_slice<BM, BN, STAGES, IN_FLIGHT, PROMOTE>(smem, full, empty, k_tiles, box, frag_lo,
-                                                      frag_hi, lane, d, total);
+  consume_split_k_tiles<BM, BN, STAGES, IN_FLIGHT, 1, PROMOTE>(smem, full, empty, k_tiles, box,
+                                                               frag_lo, frag_hi, lane, d, total);
 
   const float* acc = PROMOTE > 0 ? total : d;
   const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);

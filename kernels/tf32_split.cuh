@@ -2,7 +2,8 @@
 // values, x ~ big + small (23's header has the error analysis); the pre-pass writes A_big and
 // A_small (and a copy of B when its rows are not 16-byte aligned) into the workspace; a consumer
 // lane splits its B^T fragments in registers; the producer loads a stage's three tiles (A_big,
-// A_small, B). In its own header because 26 runs 23's pipeline in K slices and 64-row tiles.
+// A_small, B) and a consumer warpgroup runs its k tiles through three wgmmas each. In its own
+// header because 26 runs 23's pipeline in K slices and 64-row tiles.
 #ifndef SGEMM_LAB_TF32_SPLIT_CUH
 #define SGEMM_LAB_TF32_SPLIT_CUH
 #include "common.cuh"
@@ -88,6 +89,103 @@ __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* 
     for (int i = 0; i < BN / 32; ++i)
       tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
   }
+}
+
+// Consumer warpgroup (23's K loop; a K slice in 26): k tiles 0 .. k_tiles - 1 of the ring, each
+// split and multiplied into `d` (the wgmma accumulator, restarted every PROMOTE k tiles) and,
+// with promotion, `total` (the FP32 sum of the periods). The three products of a k step go small
+// ones first (ORDER 1) or the big one first (ORDER 2).
+template <int BM, int BN, int STAGES, int IN_FLIGHT, int ORDER, int PROMOTE>
+__device__ __forceinline__ void consume_split_k_tiles(const unsigned char* smem, u64* full, u64* empty,
+                                                int k_tiles, int box, unsigned frag_lo,
+                                                unsigned frag_hi, int lane, float* d,
+                                                float* total) {
+  constexpr int BK = 32;
+  constexpr int A_TILE = BM * BK * 4;
+  constexpr int B_BOX = BK * 32 * 4;
+  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) d[i] = total[i] = 0.0f;
+
+  auto release = [&](int s) {
+    if (lane == 0) mbar_arrive(&empty[s]);
+  };
+  // Wait for k tile kt, split its B^T fragments, issue its 3 x 4 wgmmas as one group. The first
+  // wgmma of a promotion period starts the accumulator afresh (scale-d = 0).
+  auto issue = [&](int kt, Fragments& f) {
+    const int s = kt % STAGES;
+    mbar_wait(&full[s], (kt / STAGES) & 1);
+    const unsigned char* stage = smem + s * STAGE;
+    const unsigned char* b_box = stage + 2 * A_TILE + box * B_BOX;
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
+      const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
+      split_tf32(lo.x, f.big[ks][0], f.small[ks][0]);
+      split_tf32(lo.y, f.big[ks][1], f.small[ks][1]);
+      split_tf32(hi.x, f.big[ks][2], f.small[ks][2]);
+      split_tf32(hi.y, f.big[ks][3], f.small[ks][3]);
+    }
+    const unsigned a_big = smem_addr(stage), a_small = a_big + A_TILE;
+    int accumulate = PROMOTE == 0 || kt % PROMOTE != 0 ? 1 : 0;
+    auto mma = [&](const unsigned* frag, unsigned a_tile) {
+      wgmma_rs<BM>(d, frag, smem_desc_k_sw128(a_tile), accumulate);
+      accumulate = 1;
+    };
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      if (ORDER == 2) mma(f.big[ks], a_big + ks * 32);  // A_big B_big first
+      mma(f.small[ks], a_big + ks * 32);                // A_big B_small
+      mma(f.big[ks], a_small + ks * 32);                // A_small B_big
+      if (ORDER == 1) mma(f.big[ks], a_big + ks * 32);  // A_big B_big last
+    }
+    wgmma_commit();
+  };
+  auto keep = [](Fragments& f) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(f.big[ks][i]), "+r"(f.small[ks][i]));
+  };
+  // One k tile: issue it, retire the one before (IN_FLIGHT 2) or itself (1), and at the end of
+  // a promotion period drain the group and add the partial into the total.
+  auto step = [&](int kt, Fragments& now, Fragments& prev) {
+    issue(kt, now);
+    if (IN_FLIGHT == 2) {
+      wgmma_wait<1>();
+      keep(prev);
+      if (kt > 0) release((kt - 1) % STAGES);
+    } else {
+      wgmma_wait<0>();
+      keep(now);
+      release(kt % STAGES);
+    }
+    if (PROMOTE > 0 && (kt % PROMOTE == PROMOTE - 1 || kt == k_tiles - 1)) {
+      wgmma_wait<0>();
+      keep(now);
+#pragma unroll
+      for (int i = 0; i < BM / 2; ++i) {
+        asm volatile("" : "+f"(d[i]));  // read d only after the wait
+        total[i] += d[i];
+      }
+    }
+  };
+
+  Fragments f0, f1;
+  int kt = 0;
+  for (; kt + 1 < k_tiles; kt += 2) {
+    step(kt, f0, f1);
+    step(kt + 1, f1, f0);
+  }
+  if (kt < k_tiles) step(kt, f0, f1);
+  wgmma_wait<0>();
+  keep(f0);
+  keep(f1);
+  if (IN_FLIGHT == 2 && k_tiles > 0) release((k_tiles - 1) % STAGES);
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
+
 }
 
 #endif  // SGEMM_LAB_TF32_SPLIT_CUH

@@ -1,5 +1,6 @@
 // wgmma.cuh: Hopper's warpgroup MMA (sm_90a) in TF32 as 20 and 23 use it: FP32 -> TF32
-// rounding, the fence / commit / wait around asynchronous wgmma groups, the shared-memory
+// rounding, the fence / commit / wait around asynchronous wgmma groups, keeping register
+// fragments live until their group completes (keep_fragments), the shared-memory
 // descriptor of a K-major 128-byte-swizzled tile, the m64nNk8 instruction with its first operand
 // (a slice of B^T) from registers, and the fragment layout by which a consumer lane loads that
 // slice from a TMA box of B. In its own header because the wgmma chapters (20, 23, 25, 26) issue
@@ -24,6 +25,16 @@ __device__ __forceinline__ void wgmma_commit() {
 template <int PENDING>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// A wgmma reads its register fragments while it runs: they must keep their registers until
+// its group has completed. The empty asm makes them live up to the call, so the compiler cannot
+// hand those registers to the next tile's fragments earlier.
+__device__ __forceinline__ void keep_fragments(unsigned (&frag)[4][4]) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[ks][i]));
 }
 
 // Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: rows of 128 bytes (32

@@ -82,8 +82,9 @@ def _problem(m, n, k):
     ((3, 5, 7), "24_ffma_skinny", 0),                         # tiny: also one side <= 16
     ((8192, 128, 8192), "22_ffma_warp_specialized", 1),       # few columns, many rows
     ((4096, 17, 4096), "22_ffma_warp_specialized", 1),        # just past 24's class
-    ((2048, 128, 4096), "22_ffma_warp_specialized", 1),
-    ((2047, 128, 4096), "26_wgmma_3xtf32_any_shape", 2),      # fewer rows: A is small
+    ((2048, 64, 4096), "22_ffma_warp_specialized", 1),        # m = 32 n: the measured crossover
+    ((2047, 64, 4096), "26_wgmma_3xtf32_any_shape", 2),       # fewer rows: A is small
+    ((2048, 128, 8192), "26_wgmma_3xtf32_any_shape", 2),      # (22: 29.5%, 26: 73.2%)
     ((128, 128, 4096), "26_wgmma_3xtf32_any_shape", 2),
     ((4096, 129, 4096), "26_wgmma_3xtf32_any_shape", 2),      # past the few-columns class
     ((9, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),        # past the vector class

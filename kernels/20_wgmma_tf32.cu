@@ -155,14 +155,10 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
     // Consumer warpgroup c: columns n0 + 64c .. n0 + 64c + 63 of C, all BM rows.
     setmaxnreg_inc<CONSUMER_REGS>();
     const int c = threadIdx.x / 128 - 1;
-    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;
-    const int box = 2 * c + warp / 2;           // which 32-column box of the B tile
-    const int chunk = 2 * (warp % 2) + (g >> 2) + 4 * ((g >> 1) & 1);  // 16-byte chunk of n(g)
-    // Byte offsets of this lane's two LDS.64 in a box, for k rows t and t + 4 of each 8-k step
-    // (the swizzle moves chunk `chunk` of row k to chunk ^ (k % 8)).
-    const unsigned frag_lo = t * 128 + ((chunk ^ t) << 4) + (g & 1) * 8;
-    const unsigned frag_hi = (t + 4) * 128 + ((chunk ^ (t + 4)) << 4) + (g & 1) * 8;
+    // Its lane's box of B, 16-byte chunk of n(g) and fragment offsets (wgmma.cuh).
+    const ConsumerLane place = consumer_lane(c);
+    const int lane = place.lane, g = place.g, t = place.t, box = place.box, chunk = place.chunk;
+    const unsigned frag_lo = place.frag_lo, frag_hi = place.frag_hi;
 
     float d[BM / 2];
 #pragma unroll

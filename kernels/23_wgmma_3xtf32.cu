@@ -119,12 +119,9 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
     const int c = threadIdx.x / 128 - 1;
-    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;
-    const int box = 2 * c + warp / 2;
-    const int chunk = 2 * (warp % 2) + (g >> 2) + 4 * ((g >> 1) & 1);
-    const unsigned frag_lo = t * 128 + ((chunk ^ t) << 4) + (g & 1) * 8;
-    const unsigned frag_hi = (t + 4) * 128 + ((chunk ^ (t + 4)) << 4) + (g & 1) * 8;
+    const ConsumerLane place = consumer_lane(c);
+    const int lane = place.lane, g = place.g, t = place.t, box = place.box, chunk = place.chunk;
+    const unsigned frag_lo = place.frag_lo, frag_hi = place.frag_hi;
 
     float d[BM / 2];      // the wgmma accumulator (restarted every PROMOTE k tiles)
     float total[BM / 2];  // promotion: the FP32 sum of the periods' partials

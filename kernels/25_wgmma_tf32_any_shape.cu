@@ -115,18 +115,9 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
   u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_STAGE);
   u64* empty = full + STAGES;
 
-  // A tile's slices are consecutive blocks (one cluster); the tiles in 20's grouped order.
-  const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
-  const int tile = blockIdx.x / SLICES, slice = blockIdx.x % SLICES;
-  const int group_tiles = GROUP_M * tiles_n;
-  const int first_m = (tile / group_tiles) * GROUP_M;
-  const int rows_here = min(tiles_m - first_m, GROUP_M);
-  const int m0 = (first_m + (tile % group_tiles) % rows_here) * BM;
-  const int n0 = ((tile % group_tiles) / rows_here) * BN;
-  // This slice's run of k tiles (the last runs may be shorter, or empty: a zero partial).
-  const int k_tiles_all = CEIL_DIV(K, BK), per_slice = CEIL_DIV(k_tiles_all, SLICES);
-  const int kt0 = slice * per_slice;
-  const int k_tiles = max(0, min(per_slice, k_tiles_all - kt0));
+  // This block's tile and K slice (k_slices.cuh).
+  const SliceOfTile work = slice_of_tile<BM, BN, BK, GROUP_M, SLICES>(M, N, K);
+  const int m0 = work.m0, n0 = work.n0, slice = work.slice, kt0 = work.kt0, k_tiles = work.k_tiles;
 
   if (threadIdx.x == 0) init_stage_ring<STAGES, CONSUMERS>(full, empty);
   __syncthreads();
@@ -146,12 +137,9 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
   setmaxnreg_inc<CONSUMER_REGS>();
   const int ct = threadIdx.x - 128;  // consumer thread, 0 .. 128 * CONSUMERS - 1
   const int c = ct / 128;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int box = 2 * c + warp / 2;
-  const int chunk = 2 * (warp % 2) + (g >> 2) + 4 * ((g >> 1) & 1);
-  const unsigned frag_lo = t * 128 + ((chunk ^ t) << 4) + (g & 1) * 8;
-  const unsigned frag_hi = (t + 4) * 128 + ((chunk ^ (t + 4)) << 4) + (g & 1) * 8;
+  const ConsumerLane place = consumer_lane(c);
+  const int lane = place.lane, g = place.g, t = place.t, box = place.box, chunk = place.chunk;
+  const unsigned frag_lo = place.frag_lo, frag_hi = place.frag_hi;
 
   float d[BM / 2];
 #pragma unroll

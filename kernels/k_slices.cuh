@@ -1,11 +1,36 @@
 // k_slices.cuh: a tile's K slices, computed by the blocks of one cluster, added up through
 // distributed shared memory as 25 and 26 do it (25's header says why not through global memory).
-// In its own header because the TF32 (25) and 3xTF32 (26) any-shape chapters split K the same way.
+// In its own header because the TF32 (25) and 3xTF32 (26) any-shape chapters split K the same
+// way: which slice of which tile a block runs, and how the slices are added up.
 #ifndef SGEMM_LAB_K_SLICES_CUH
 #define SGEMM_LAB_K_SLICES_CUH
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "cluster.cuh"
+
+// Where a block works: a tile's K slices are consecutive blocks (one cluster), the tiles in 20's
+// grouped order (GROUP_M block rows walked together); slice `slice` of the tile at (m0, n0)
+// runs k tiles kt0 .. kt0 + k_tiles - 1 (the last slices may be shorter, or empty: a zero
+// partial). With SLICES == 1 it is the whole K range of one tile.
+struct SliceOfTile {
+  int m0, n0, slice, kt0, k_tiles;
+};
+template <int BM, int BN, int BK, int GROUP_M, int SLICES>
+__device__ __forceinline__ SliceOfTile slice_of_tile(int M, int N, int K) {
+  SliceOfTile w;
+  const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
+  const int tile = blockIdx.x / SLICES;
+  w.slice = blockIdx.x % SLICES;
+  const int group_tiles = GROUP_M * tiles_n;
+  const int first_m = (tile / group_tiles) * GROUP_M;
+  const int rows_here = min(tiles_m - first_m, GROUP_M);
+  w.m0 = (first_m + (tile % group_tiles) % rows_here) * BM;
+  w.n0 = ((tile % group_tiles) / rows_here) * BN;
+  const int k_tiles_all = CEIL_DIV(K, BK), per_slice = CEIL_DIV(k_tiles_all, SLICES);
+  w.kt0 = w.slice * per_slice;
+  w.k_tiles = max(0, min(per_slice, k_tiles_all - w.kt0));
+  return w;
+}
 
 // A cluster's K slices added up (SLICES > 1): every block has its partial tile in `d`. Block
 // `rank` stores it into its own stage ring (idle once both consumers' K loops are done; each thread's float4

@@ -142,4 +142,25 @@ __device__ __forceinline__ void wgmma_rs<256>(float* d, const unsigned* a, u64 d
       : "memory");
 }
 
+// A consumer lane's place in the fragment layout (consumer warpgroup c holds columns 64c ..
+// 64c + 63 of the block tile): lane coordinates g = lane / 4, t = lane % 4, the 32-column box
+// of the B tile it reads, the 16-byte chunk of its columns n(g), and the byte offsets of its two
+// LDS.64 in a box for k rows t and t + 4 of each 8-k step (the swizzle moves chunk `chunk` of
+// row k to chunk ^ (k % 8)). One definition for 20, 23, 25 and 26, which read B the same way.
+struct ConsumerLane {
+  int lane, g, t, box, chunk;
+  unsigned frag_lo, frag_hi;
+};
+__device__ __forceinline__ ConsumerLane consumer_lane(int c) {
+  ConsumerLane l;
+  const int warp = (threadIdx.x / 32) % 4;
+  l.lane = threadIdx.x % 32;
+  l.g = l.lane / 4, l.t = l.lane % 4;
+  l.box = 2 * c + warp / 2;
+  l.chunk = 2 * (warp % 2) + (l.g >> 2) + 4 * ((l.g >> 1) & 1);
+  l.frag_lo = l.t * 128 + ((l.chunk ^ l.t) << 4) + (l.g & 1) * 8;
+  l.frag_hi = (l.t + 4) * 128 + ((l.chunk ^ (l.t + 4)) << 4) + (l.g & 1) * 8;
+  return l;
+}
+
 #endif  // SGEMM_LAB_WGMMA_CUH

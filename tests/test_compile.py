@@ -304,6 +304,29 @@ def test_3xtf32_chapter_builds_both_entries_without_spills(shape, params):
         assert instruction in text
 
 
+def _sliced_build(chapter: str, shape, params, instructions) -> None:
+    """A K-slicing chapter (25, 26) built for sm_90a at these parameters: its pre-pass and the
+    chosen main entry (plain, or the cluster entry exactly when there are slices) both build,
+    neither spills nor has a stack frame, ptxas honours setmaxnreg, and `instructions` are in the
+    source nvcc was given."""
+    import re
+
+    cfg = OmegaConf.load(CONF_DIR / "kernel" / f"{chapter}.yaml")
+    cfg.params.update(params)
+    spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
+    log = compile_offline(spec, spec.arch)["log"]
+    entries = 2  # the pre-pass is not a template: nvcc builds it even where it is not launched
+    assert len(re.findall(r"Compiling entry function", log)) == entries, log
+    assert re.findall(r"(\d+) bytes spill stores", log) == ["0"] * entries, log
+    assert re.findall(r"(\d+) bytes stack frame", log) == ["0"] * entries, log
+    assert "C7508" not in log, "ptxas ignored setmaxnreg"
+    assert ("_cluster<" in spec.entry) == (spec.derived["slices"] > 1)
+    text = expand_source(spec.source)
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "ld.shared::cluster",
+                        "barrier.cluster.arrive", *instructions):
+        assert instruction in text
+
+
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
     ((4097, 4097, 4097), {}),                                    # both padded, one block per tile
@@ -313,26 +336,9 @@ def test_3xtf32_chapter_builds_both_entries_without_spills(shape, params):
     ((511, 513, 8191), {}),                                      # 256-row tiles, 8 slices
 ], ids=["unsplit", "bn64-split8", "bm64-split4", "bm128-split4", "bm256-split8"])
 def test_any_shape_tf32_chapter_builds_without_spills(shape, params):
-    """25 for sm_90a in each tile and slice shape: the pre-pass and the main kernel (plain or
-    cluster entry) build, neither spills, ptxas honours setmaxnreg, and the cluster add-up reads
-    the other blocks' shared memory (ld.shared::cluster)."""
-    import re
-
-    cfg = OmegaConf.load(CONF_DIR / "kernel" / "25_wgmma_tf32_any_shape.yaml")
-    cfg.params.update(params)
-    spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
-    report = compile_offline(spec, spec.arch)
-    log = report["log"]
-    entries = 2  # pad_unaligned_rows is not a template: nvcc builds it even where it is not launched
-    assert len(re.findall(r"Compiling entry function", log)) == entries, log
-    assert re.findall(r"(\d+) bytes spill stores", log) == ["0"] * entries, log
-    assert re.findall(r"(\d+) bytes stack frame", log) == ["0"] * entries, log
-    assert "C7508" not in log, "ptxas ignored setmaxnreg"
-    assert ("_cluster<" in spec.entry) == (spec.derived["slices"] > 1)
-    text = expand_source(spec.source)
-    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "ld.shared::cluster",
-                        "barrier.cluster.arrive", "m64n64k8"):
-        assert instruction in text
+    """25 in each tile and slice shape: pad_unaligned_rows and the main kernel build without
+    spills, and the cluster add-up reads the other blocks' shared memory (ld.shared::cluster)."""
+    _sliced_build("25_wgmma_tf32_any_shape", shape, params, ["m64n64k8"])
 
 
 @needs_nvcc
@@ -344,26 +350,12 @@ def test_any_shape_tf32_chapter_builds_without_spills(shape, params):
     ((256, 512, 8192), {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1}),  # 256 rows, 8 slices
 ], ids=["unsplit", "bm64-split2", "promoted-split4", "bm64-bn128", "bm256-unpromoted"])
 def test_any_shape_3xtf32_chapter_builds_without_spills(shape, params):
-    """26 for sm_90a in each tile, accumulation and slice shape: 23's split pre-pass and the main
-    kernel (plain or cluster entry) build, neither spills (the FP32 total and two stages of split
-    fragments stay in registers), ptxas honours setmaxnreg, and the K slices add up through the
-    other blocks' shared memory."""
-    import re
-
-    cfg = OmegaConf.load(CONF_DIR / "kernel" / "26_wgmma_3xtf32_any_shape.yaml")
-    cfg.params.update(params)
-    spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
-    log = compile_offline(spec, spec.arch)["log"]
-    entries = 2  # split_tf32_operands and the chosen main entry
-    assert len(re.findall(r"Compiling entry function", log)) == entries, log
-    assert re.findall(r"(\d+) bytes spill stores", log) == ["0"] * entries, log
-    assert re.findall(r"(\d+) bytes stack frame", log) == ["0"] * entries, log
-    assert "C7508" not in log, "ptxas ignored setmaxnreg"
-    assert ("_cluster<" in spec.entry) == (spec.derived["slices"] > 1)
-    text = expand_source(spec.source)
-    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "ld.shared::cluster",
-                        "barrier.cluster.arrive", "setp.ne.b32 p", "cvt.rna.tf32.f32"):
-        assert instruction in text
+    """26 in each tile, accumulation and slice shape: 23's split pre-pass and the main kernel
+    build without spills (the FP32 total and two stages of split fragments stay in registers),
+    the K slices add up through the other blocks' shared memory, and the split and the scale-d
+    restart are in the source."""
+    _sliced_build("26_wgmma_3xtf32_any_shape", shape, params,
+                  ["setp.ne.b32 p", "cvt.rna.tf32.f32"])
 
 
 @needs_nvcc

@@ -125,9 +125,8 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
 
     float d[BM / 2];      // the wgmma accumulator (restarted every PROMOTE k tiles)
     float total[BM / 2];  // promotion: the FP32 sum of the periods' partials
-    consume_split_k_tiles<BM, BN, STAGES, IN_FLIGHT, ORDER, PROMOTE>(smem, full, empty, k_tiles,
-                                                                     box, frag_lo, frag_hi, lane,
-                                                                     d, total);
+    consume_split_k_tiles<BM, STAGE, 0, A_TILE, STAGES, IN_FLIGHT, ORDER, PROMOTE>(
+        smem, full, empty, k_tiles, box, frag_lo, frag_hi, lane, d, total);
 
     const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
     store_tile<BM>(PROMOTE > 0 ? total : d, C, M, N, m0, n, t, alpha, beta);

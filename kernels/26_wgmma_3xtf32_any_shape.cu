@@ -92,8 +92,8 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
 
   float d[BM / 2];      // the wgmma accumulator (restarted every PROMOTE k tiles)
   float total[BM / 2];  // promotion: the FP32 sum of this slice's periods
-  consume_split_k_tiles<BM, BN, STAGES, IN_FLIGHT, 1, PROMOTE>(smem, full, empty, k_tiles, box,
-                                                               frag_lo, frag_hi, lane, d, total);
+  consume_split_k_tiles<BM, STAGE, 0, A_TILE, STAGES, IN_FLIGHT, 1, PROMOTE>(
+      smem, full, empty, k_tiles, box, frag_lo, frag_hi, lane, d, total);
 
   const float* acc = PROMOTE > 0 ? total : d;
   const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);

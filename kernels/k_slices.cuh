@@ -32,23 +32,25 @@ __device__ __forceinline__ SliceOfTile slice_of_tile(int M, int N, int K) {
   return w;
 }
 
-// A cluster's K slices added up (SLICES > 1): every block has its partial tile in `d`. Block
-// `rank` stores it into its own stage ring (idle once both consumers' K loops are done; each thread's float4
-// q at index q * CONSUMER_THREADS + ct: a warp's stores are 512 contiguous bytes), the cluster
-// meets, and the block reads its share (row groups rank * SHARE ...) of every block's partial,
-// slice 0 first, into `sum`; the cluster meets again before any block may leave (its shared
-// memory is read by the others until then).
-template <int BM, int CONSUMER_THREADS, int SLICES>
+// A cluster's K slices added up (SLICES > 1): every block has its partial tile in `d`, N / 2
+// accumulators per consumer thread (wgmma m64nNk8) in groups of four: the row groups of 25's and
+// 26's C^T layout, the column groups of 27's C layout. Block `rank` stores it into its own stage
+// ring (idle once both consumers' K loops are done; each thread's float4 q at index
+// q * CONSUMER_THREADS + ct: a warp's stores are 512 contiguous bytes), the cluster meets, and
+// the block reads its share (groups rank * SHARE ...) of every block's partial, slice 0 first,
+// into `sum`; the cluster meets again before any block may leave (its shared memory is read by
+// the others until then).
+template <int N, int CONSUMER_THREADS, int SLICES>
 __device__ __forceinline__ void add_k_slices(const float* d, float* sum, unsigned char* ring,
                                              int rank, int ct) {
-  constexpr int SHARE = BM / 8 / SLICES;  // row groups (float4s per thread) a block adds up
+  constexpr int SHARE = N / 8 / SLICES;  // groups (float4s per thread) a block adds up
   float4* mine = reinterpret_cast<float4*>(ring) + ct;
-  // Both consumer warpgroups read the last stage's A tile: neither may overwrite the ring before
-  // the other's wgmmas are done (named barrier 1, the consumers only; found on the H100 as wrong
-  // results at two consumers and not at one).
+  // Both consumer warpgroups read the last stage's shared tiles: neither may overwrite the ring
+  // before the other's wgmmas are done (named barrier 1, the consumers only; found on the H100 as
+  // wrong results at two consumers and not at one).
   asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMER_THREADS) : "memory");
 #pragma unroll
-  for (int q = 0; q < BM / 8; ++q)
+  for (int q = 0; q < N / 8; ++q)
     mine[q * CONSUMER_THREADS] = make_float4(d[4 * q], d[4 * q + 1], d[4 * q + 2], d[4 * q + 3]);
   cluster_sync();
   const unsigned share = smem_addr(mine + rank * SHARE * CONSUMER_THREADS);

@@ -62,9 +62,32 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-struct Fragments {  // one 32-k stage of B^T for one lane, split: 16 values x 2 parts
+// A consumer lane's share of its register operand for one 32-k stage, split: 16 values x 2
+// parts, 4 per 8-k step in wgmma's A-fragment order (wgmma.cuh). The register operand is B^T in
+// 23 and 26 (C^T = B^T A^T: the shared-memory operand is A, pre-split) and A in 27 (C = A B: the
+// shared-memory operand is B^T, pre-split); the split is the same.
+struct Fragments {
   unsigned big[4][4], small[4][4];
 };
+
+// 27: the lane's A fragments from a K-major, 128-byte-swizzled A tile (rows of 32 k), split.
+// ldmatrix moves 8 x 8 matrices of 16-bit values: read as 8 rows of four FP32 values, lane
+// (g = lane / 4, t = lane % 4) receives value t of row g, which is the TF32 A-fragment layout, so
+// one ldmatrix.x4 brings a warp's 16 rows x 8 k: lanes 0-7 and 8-15 address rows 0-7 and 8-15
+// at k 0-3 of the step, lanes 16-31 the same rows at k 4-7. `row_addr` is the shared address of
+// this lane's row (its 16-byte chunk c sits at chunk c ^ (row % 8), row % 8 = lane % 8).
+__device__ __forceinline__ void split_a_fragments(unsigned row_addr, int lane, Fragments& f) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const unsigned addr = row_addr + ((((2 * ks + (lane >> 4)) ^ (lane & 7))) << 4);
+    unsigned x[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                 : "r"(addr));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(x[i]), f.big[ks][i], f.small[ks][i]);
+  }
+}
 
 // Producer (one thread of warpgroup 0): walks k tiles kt0 .. kt0 + k_tiles - 1 (all of K in 23,
 // a K slice in 26), refilling each stage as soon as the consumers release it: A_big's and
@@ -91,54 +114,63 @@ __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* 
   }
 }
 
-// Consumer warpgroup (23's K loop; a K slice in 26): k tiles 0 .. k_tiles - 1 of the ring, each
-// split and multiplied into `d` (the wgmma accumulator, restarted every PROMOTE k tiles) and,
-// with promotion, `total` (the FP32 sum of the periods). The three products of a k step go small
-// ones first (ORDER 1) or the big one first (ORDER 2).
-template <int BM, int BN, int STAGES, int IN_FLIGHT, int ORDER, int PROMOTE>
-__device__ __forceinline__ void consume_split_k_tiles(const unsigned char* smem, u64* full, u64* empty,
-                                                int k_tiles, int box, unsigned frag_lo,
-                                                unsigned frag_hi, int lane, float* d,
-                                                float* total) {
+// Consumer warpgroup (23's K loop; a K slice in 26 and 27): k tiles 0 .. k_tiles - 1 of the
+// ring of STAGE-byte stages. For each, the lane loads and splits its register operand: B^T's
+// fragments from its 32-column box `box` of the B tile at byte 2 N x 128 of the stage (23, 26;
+// consumer_lane's offsets frag_lo, frag_hi), or with SPLIT_A its rows of the A tile at byte 0
+// (27; frag_lo is its row's byte offset). Three wgmmas m64nNk8 per 8 k then multiply it into `d`
+// against the shared-memory operand's two TF32 parts, the tiles at bytes BIG and SMALL of the
+// stage: register small x big, register big x small, register big x big (the accumulator
+// restarted every PROMOTE k tiles) and, with promotion, `total` (the FP32 sum of the periods).
+// The three products of a k step go small ones first (ORDER 1) or the big one first (ORDER 2).
+template <int N, int STAGE, int BIG, int SMALL, int STAGES, int IN_FLIGHT, int ORDER, int PROMOTE,
+          bool SPLIT_A = false>
+__device__ __forceinline__ void consume_split_k_tiles(const unsigned char* smem, u64* full,
+                                                      u64* empty, int k_tiles, int box,
+                                                      unsigned frag_lo, unsigned frag_hi,
+                                                      int lane, float* d, float* total) {
   constexpr int BK = 32;
-  constexpr int A_TILE = BM * BK * 4;
-  constexpr int B_BOX = BK * 32 * 4;
-  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;
+  constexpr int A_TILE = N * BK * 4;  // 23, 26: the bytes of one A part per stage
+  constexpr int B_BOX = BK * 32 * 4;  // 23, 26: one TMA box of B
 #pragma unroll
-  for (int i = 0; i < BM / 2; ++i) d[i] = total[i] = 0.0f;
+  for (int i = 0; i < N / 2; ++i) d[i] = total[i] = 0.0f;
 
   auto release = [&](int s) {
     if (lane == 0) mbar_arrive(&empty[s]);
   };
-  // Wait for k tile kt, split its B^T fragments, issue its 3 x 4 wgmmas as one group. The first
-  // wgmma of a promotion period starts the accumulator afresh (scale-d = 0).
+  // Wait for k tile kt, split its register operand, issue its 3 x 4 wgmmas as one group. The
+  // first wgmma of a promotion period starts the accumulator afresh (scale-d = 0).
   auto issue = [&](int kt, Fragments& f) {
     const int s = kt % STAGES;
     mbar_wait(&full[s], (kt / STAGES) & 1);
     const unsigned char* stage = smem + s * STAGE;
-    const unsigned char* b_box = stage + 2 * A_TILE + box * B_BOX;
+    if constexpr (SPLIT_A) {
+      split_a_fragments(smem_addr(stage) + frag_lo, lane, f);
+    } else {
+      const unsigned char* b_box = stage + 2 * A_TILE + box * B_BOX;
 #pragma unroll
-    for (int ks = 0; ks < BK / 8; ++ks) {
-      const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
-      const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
-      split_tf32(lo.x, f.big[ks][0], f.small[ks][0]);
-      split_tf32(lo.y, f.big[ks][1], f.small[ks][1]);
-      split_tf32(hi.x, f.big[ks][2], f.small[ks][2]);
-      split_tf32(hi.y, f.big[ks][3], f.small[ks][3]);
+      for (int ks = 0; ks < BK / 8; ++ks) {
+        const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
+        const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
+        split_tf32(lo.x, f.big[ks][0], f.small[ks][0]);
+        split_tf32(lo.y, f.big[ks][1], f.small[ks][1]);
+        split_tf32(hi.x, f.big[ks][2], f.small[ks][2]);
+        split_tf32(hi.y, f.big[ks][3], f.small[ks][3]);
+      }
     }
-    const unsigned a_big = smem_addr(stage), a_small = a_big + A_TILE;
+    const unsigned big = smem_addr(stage) + BIG, small = big - BIG + SMALL;
     int accumulate = PROMOTE == 0 || kt % PROMOTE != 0 ? 1 : 0;
-    auto mma = [&](const unsigned* frag, unsigned a_tile) {
-      wgmma_rs<BM>(d, frag, smem_desc_k_sw128(a_tile), accumulate);
+    auto mma = [&](const unsigned* frag, unsigned tile) {
+      wgmma_rs<N>(d, frag, smem_desc_k_sw128(tile), accumulate);
       accumulate = 1;
     };
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BK / 8; ++ks) {
-      if (ORDER == 2) mma(f.big[ks], a_big + ks * 32);  // A_big B_big first
-      mma(f.small[ks], a_big + ks * 32);                // A_big B_small
-      mma(f.big[ks], a_small + ks * 32);                // A_small B_big
-      if (ORDER == 1) mma(f.big[ks], a_big + ks * 32);  // A_big B_big last
+      if (ORDER == 2) mma(f.big[ks], big + ks * 32);  // big x big first
+      mma(f.small[ks], big + ks * 32);                // register small x big
+      mma(f.big[ks], small + ks * 32);                // register big x small
+      if (ORDER == 1) mma(f.big[ks], big + ks * 32);  // big x big last
     }
     wgmma_commit();
   };
@@ -165,7 +197,7 @@ __device__ __forceinline__ void consume_split_k_tiles(const unsigned char* smem,
       wgmma_wait<0>();
       keep(now);
 #pragma unroll
-      for (int i = 0; i < BM / 2; ++i) {
+      for (int i = 0; i < N / 2; ++i) {
         asm volatile("" : "+f"(d[i]));  // read d only after the wait
         total[i] += d[i];
       }
@@ -184,7 +216,7 @@ __device__ __forceinline__ void consume_split_k_tiles(const unsigned char* smem,
   keep(f1);
   if (IN_FLIGHT == 2 && k_tiles > 0) release((k_tiles - 1) % STAGES);
 #pragma unroll
-  for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
+  for (int i = 0; i < N / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
 
 }
 

@@ -1,8 +1,10 @@
-// wgmma_epilogue.cuh: writing a wgmma consumer's accumulators back to C for any N, as 23 and 25
-// use it. A consumer lane of 20's layout (C^T = B^T A^T in the accumulators) holds two adjacent
-// columns n, n + 1 of C for BM / 4 rows; this stores alpha * acc + beta * C there, predicated on
-// M and N. In its own header because both chapters that run rows not 16-byte aligned need the
-// same predicated stores (20 keeps its own pair-only epilogue: its N is a multiple of 4).
+// wgmma_epilogue.cuh: writing a wgmma consumer's accumulators back to C for any M and N, as 23,
+// 25, 26 and 27 use it. A consumer lane of 20's layout (C^T = B^T A^T in the accumulators) holds
+// two adjacent columns n, n + 1 of C for BM / 4 rows (store_row_groups); one of 27's layout
+// (C = A B, A from registers) holds two rows m, m + 8 of C for pairs of adjacent columns
+// (store_column_groups). Both store alpha * acc + beta * C, predicated on M and N. In its own
+// header because every chapter that runs rows not 16-byte aligned needs the same predicated
+// stores (20 keeps its own pair-only epilogue: its N is a multiple of 4).
 #ifndef SGEMM_LAB_WGMMA_EPILOGUE_CUH
 #define SGEMM_LAB_WGMMA_EPILOGUE_CUH
 
@@ -59,6 +61,49 @@ template <int BM>
 __device__ __forceinline__ void store_tile(const float* acc, float* C, int M, int N, int m0,
                                            int n, int t, float alpha, float beta) {
   store_row_groups<BM / 8>(acc, C, M, N, m0, n, t, alpha, beta);
+}
+
+// 27's layout: C(m, n + 8j .. n + 8j + 1) in acc[4j + {0, 1}] and C(m + 8, ...) in acc[4j + {2,
+// 3}] for GROUPS column groups j (wgmma.cuh's D with m = 16w + g and n = 2t), any M and N, with
+// the old C read in batches of EPI_BATCH column groups before any store, as above.
+template <int GROUPS>
+__device__ __forceinline__ void store_column_groups(const float* acc, float* C, int M, int N,
+                                                    int m, int n, float alpha, float beta) {
+  constexpr int EPI_BATCH = GROUPS < 8 ? GROUPS : 8;
+  static_assert(GROUPS % EPI_BATCH == 0, "column groups come in whole batches");
+#pragma unroll
+  for (int j0 = 0; j0 < GROUPS; j0 += EPI_BATCH) {
+    float2 old[EPI_BATCH][2];
+#pragma unroll
+    for (int j = 0; j < EPI_BATCH; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m + 8 * h, col = n + 8 * (j0 + j);
+        const float* p = C + (size_t)row * N + col;
+        old[j][h] = make_float2(0.0f, 0.0f);
+        if (beta != 0.0f && row < M && col < N) {
+          if (col + 1 < N && N % 2 == 0) old[j][h] = *reinterpret_cast<const float2*>(p);
+          else old[j][h] = make_float2(p[0], col + 1 < N ? p[1] : 0.0f);
+        }
+      }
+#pragma unroll
+    for (int j = 0; j < EPI_BATCH; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m + 8 * h, col = n + 8 * (j0 + j);
+        if (row >= M || col >= N) continue;
+        float* p = C + (size_t)row * N + col;
+        const float* v = acc + 4 * (j0 + j) + 2 * h;
+        const float2 out = make_float2(alpha * v[0] + beta * old[j][h].x,
+                                       alpha * v[1] + beta * old[j][h].y);
+        if (col + 1 < N && N % 2 == 0) {
+          *reinterpret_cast<float2*>(p) = out;
+        } else {
+          p[0] = out.x;
+          if (col + 1 < N) p[1] = out.y;
+        }
+      }
+  }
 }
 
 #endif  // SGEMM_LAB_WGMMA_EPILOGUE_CUH

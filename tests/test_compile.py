@@ -304,18 +304,18 @@ def test_3xtf32_chapter_builds_both_entries_without_spills(shape, params):
         assert instruction in text
 
 
-def _sliced_build(chapter: str, shape, params, instructions) -> None:
-    """A K-slicing chapter (25, 26) built for sm_90a at these parameters: its pre-pass and the
-    chosen main entry (plain, or the cluster entry exactly when there are slices) both build,
-    neither spills nor has a stack frame, ptxas honours setmaxnreg, and `instructions` are in the
-    source nvcc was given."""
+def _sliced_build(chapter: str, shape, params, instructions, entries: int = 2) -> None:
+    """A K-slicing chapter (25, 26, 27) built for sm_90a at these parameters: its pre-pass and
+    the chosen main entry (plain, or the cluster entry exactly when there are slices) build (with
+    `entries` counting every kernel in the source), none spills or has a stack frame, ptxas
+    honours setmaxnreg, and `instructions` are in the source nvcc was given."""
     import re
 
     cfg = OmegaConf.load(CONF_DIR / "kernel" / f"{chapter}.yaml")
     cfg.params.update(params)
     spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
     log = compile_offline(spec, spec.arch)["log"]
-    entries = 2  # the pre-pass is not a template: nvcc builds it even where it is not launched
+    # pre-passes are not templates: nvcc builds them even where they are not launched
     assert len(re.findall(r"Compiling entry function", log)) == entries, log
     assert re.findall(r"(\d+) bytes spill stores", log) == ["0"] * entries, log
     assert re.findall(r"(\d+) bytes stack frame", log) == ["0"] * entries, log
@@ -356,6 +356,22 @@ def test_any_shape_3xtf32_chapter_builds_without_spills(shape, params):
     restart are in the source."""
     _sliced_build("26_wgmma_3xtf32_any_shape", shape, params,
                   ["setp.ne.b32 p", "cvt.rna.tf32.f32"])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
+    ((4096, 64, 4096), {}),                                      # two consumers, 4 slices
+    ((4095, 63, 4093), {"bm": 64}),                              # A copied (K % 4), 2 slices
+    ((4096, 4096, 4096), {"bn": 128, "stages": 4}),              # m64n128k8, one block per tile
+    ((2048, 64, 4096), {"accumulation": 1, "in_flight": 2}),     # unpromoted, 2 groups in flight
+], ids=["split4", "bm64-a-copied", "bn128-unsplit", "unpromoted"])
+def test_a_in_registers_chapter_builds_without_spills(shape, params):
+    """27 in each tile, accumulation and slice shape: the transposing split pre-pass and the main
+    kernel build without spills, the K slices add up through the other blocks' shared memory, and
+    A's fragments come out of shared memory by ldmatrix and are split in registers."""
+    _sliced_build("27_wgmma_3xtf32_a_in_registers", shape, params,
+                  ["ldmatrix.sync.aligned.m8n8.x4", "cvt.rna.tf32.f32"],
+                  entries=3)  # its own pre-pass and 23's, which tf32_split.cuh holds
 
 
 @needs_nvcc

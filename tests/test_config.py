@@ -19,7 +19,8 @@ def test_the_expected_kernels_exist():
                 "13_transpose_a", "14_swizzle", "15_coalesced_store", "16_register_double_buffer",
                 "17_flagship", "18_wmma_tf32", "19_mma_tf32", "20_wgmma_tf32", "21_ffma_hopper",
                 "22_ffma_warp_specialized", "23_wgmma_3xtf32", "24_ffma_skinny",
-                "25_wgmma_tf32_any_shape", "26_wgmma_3xtf32_any_shape"]
+                "25_wgmma_tf32_any_shape", "26_wgmma_3xtf32_any_shape",
+                "27_wgmma_3xtf32_a_in_registers"]
     assert KERNEL_CONFIGS == chapters + ["best_fp32", "best_tf32", "cublas_fp32", "cublas_tf32"]
 
 

@@ -195,6 +195,43 @@ def test_3xtf32_k_slices_alpha_beta(compose, shape, params):
     assert record.local_bytes == 0
 
 
+NARROW = {"bn": 64, "stages": 6}  # 64-column tiles (wgmma m64n64k8)
+A_IN_REGISTERS_VARIANTS = [{}, {"bm": 64, **NARROW}, NARROW, {"bm": 64, "in_flight": 2, **NARROW},
+                           {"accumulation": 1, **NARROW}, {"split_k": 1, **NARROW},
+                           {"min_slice_k": 32, "promote": 1, **NARROW}]
+A_IN_REGISTERS_IDS = ["configured", "bm64-bn64", "bn64", "bm64-bn64-inflight2", "unpromoted",
+                      "unsplit", "short-slices-promote1"]
+A_IN_REGISTERS_SHAPES = [(4096, 64, 4096), (1000, 1000, 1000), (4095, 63, 333), (17, 33, 5),
+                         (1, 1, 1), (2048, 100, 4093), (130, 258, 1031), (64, 66, 40000),
+                         (1024, 128, 8192)]
+# As for 26: not the unpromoted variant at K >= 4096 (one accumulator truncated over a long slice).
+A_IN_REGISTERS_CASES = [
+    pytest.param(shape, params, id=f"{'x'.join(map(str, shape))}-{name}")
+    for shape in A_IN_REGISTERS_SHAPES
+    for params, name in zip(A_IN_REGISTERS_VARIANTS, A_IN_REGISTERS_IDS)
+    if not (params.get("accumulation") == 1 and shape[2] >= 4096)]
+
+
+@pytest.mark.chapter("27_wgmma_3xtf32_a_in_registers")
+@pytest.mark.parametrize("shape,params", A_IN_REGISTERS_CASES)
+def test_3xtf32_a_in_registers_alpha_beta(compose, shape, params):
+    """27 in each of its paths: A streamed by the TMA as it is (or copied with padded rows when
+    K % 4), B^T split and transposed by the pre-pass (any N), A's fragments split in registers
+    (ldmatrix), 64- and 128-column tiles, one or two consumer warpgroups, K cut into 2, 4 or 8
+    slices across a cluster (slices left empty when K is short), promoted or not: verified with
+    alpha and beta against the FP64 reference at the FP32 tolerance (1e-5), its timed launches
+    and fresh inputs too, with no local memory."""
+    m, n, k = shape
+    record = run_job(compose("kernel=27_wgmma_3xtf32_a_in_registers", f"m={m}", f"n={n}", f"k={k}",
+                             "alpha=0.5", "beta=3.0",
+                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert record.tolerance == 1e-5
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+
+
 @pytest.mark.chapter("23_wgmma_3xtf32")
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (1024, 1024, 1024), (2048, 2048, 2048),
                                    (1024, 1024, 4096), (512, 512, 16384)])

@@ -61,7 +61,8 @@ def test_no_device_function_over_150_lines(source):
 
 
 @pytest.mark.parametrize("chapter", ["20_wgmma_tf32.cu", "23_wgmma_3xtf32.cu",
-                                     "25_wgmma_tf32_any_shape.cu", "26_wgmma_3xtf32_any_shape.cu"])
+                                     "25_wgmma_tf32_any_shape.cu", "26_wgmma_3xtf32_any_shape.cu",
+                                     "27_wgmma_3xtf32_a_in_registers.cu"])
 def test_wgmma_chapters_share_the_tma_and_wgmma_headers(chapter):
     text = expand_source(KERNELS_DIR / chapter)
     for header in ("tma.cuh", "wgmma.cuh", "mbarrier.cuh", "warpgroup.cuh"):

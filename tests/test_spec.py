@@ -195,6 +195,14 @@ VIOLATIONS = [
     ("26_wgmma_3xtf32_any_shape", dict(split_k=3), SQUARE, "split_k == 1 or split_k == 2"),
     ("26_wgmma_3xtf32_any_shape", dict(min_slice_k=16), SQUARE, "min_slice_k >= 32"),
     ("26_wgmma_3xtf32_any_shape", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("27_wgmma_3xtf32_a_in_registers", dict(bm=256), SQUARE, "bm == 64 or bm == 128"),
+    ("27_wgmma_3xtf32_a_in_registers", dict(bn=256), SQUARE, "bn == 64 or bn == 128"),
+    ("27_wgmma_3xtf32_a_in_registers", dict(accumulation=3), SQUARE, "accumulation == 1 or accumulation == 2"),
+    ("27_wgmma_3xtf32_a_in_registers", dict(in_flight=3), SQUARE, "in_flight == 1 or in_flight == 2"),
+    ("27_wgmma_3xtf32_a_in_registers", dict(stages=2, in_flight=2), SQUARE, "stages >= in_flight + 1"),
+    ("27_wgmma_3xtf32_a_in_registers", dict(split_k=3), SQUARE, "split_k == 1 or split_k == 2"),
+    ("27_wgmma_3xtf32_a_in_registers", dict(min_slice_k=16), SQUARE, "min_slice_k >= 32"),
+    ("27_wgmma_3xtf32_a_in_registers", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
 ]
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
@@ -218,6 +226,12 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     # a 3xTF32 stage holds two A tiles: stages >= 2 gives 8 * 32 * (2 * bm + bn) bytes, more
     # than the 4 * bm * bn of a partial tile for every allowed bm and bn
     ("26_wgmma_3xtf32_any_shape", "slices == 1 or stages * stage_bytes >= 4 * bm * bn"),
+    ("27_wgmma_3xtf32_a_in_registers", "group_m >= 1"),
+    ("27_wgmma_3xtf32_a_in_registers", "compute_capability == 90"),
+    # bn <= 128 (checked before): at most 64 accumulators, 128 with the FP32 total
+    ("27_wgmma_3xtf32_a_in_registers", "accumulators <= 128"),
+    # stages >= 2 gives 256 * (bm + 2 * bn) bytes, more than 4 * bm * bn for bm, bn <= 128
+    ("27_wgmma_3xtf32_a_in_registers", "slices == 1 or stages * stage_bytes >= 4 * bm * bn"),
 }
 
 
@@ -298,9 +312,10 @@ def test_problem_scalars_must_be_numbers():
 
 
 @pytest.mark.parametrize("kernel", ["20_wgmma_tf32", "22_ffma_warp_specialized", "23_wgmma_3xtf32",
-                                    "25_wgmma_tf32_any_shape", "26_wgmma_3xtf32_any_shape"])
+                                    "25_wgmma_tf32_any_shape", "26_wgmma_3xtf32_any_shape",
+                                    "27_wgmma_3xtf32_a_in_registers"])
 def test_sm90a_chapter_needs_hopper(kernel):
-    """20, 22, 23, 25 and 26 are built for sm_90a, which runs on compute capability 9.0 only: an A100 is
+    """20, 22, 23, 25, 26 and 27 are built for sm_90a, which runs on compute capability 9.0 only: an A100 is
     refused before anything is compiled, with the rule named."""
     with pytest.raises(InvalidParams, match=r"compute_capability == 90.*compute_capability=80"):
         build_spec(kernel_cfg(kernel), SQUARE, limits_from_spec("a100"))

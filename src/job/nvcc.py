@@ -61,7 +61,19 @@ def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = 
         raise CompileFailed(f"kernel {spec.name} ({spec.entry}) failed to compile for {arch}:\n"
                             f"{proc.stderr.strip()}")
     report: dict = {"arch": arch, "log": proc.stderr}
+    entry_log = _entry_log(proc.stderr, spec.entry.split("<")[0])
     for key, pattern in _PTXAS.items():
-        found = pattern.search(proc.stderr)
+        found = pattern.search(entry_log)
         report[key] = int(found.group(1)) if found else 0
     return report
+
+
+def _entry_log(log: str, name: str) -> str:
+    """ptxas's lines for the kernel `name` alone: a source with a pre-pass (or a header's) builds
+    several kernels, and the report's numbers must be the entry's, not the first in the log."""
+    mangled = f"{len(name)}{name}"  # as in _Z33name...: not a prefix of name_cluster's
+    for block in re.split(r"(?=ptxas info\s*: Compiling entry function)", log):
+        found = re.search(r"Compiling entry function '([^']+)'", block)
+        if found and (found.group(1) == name or mangled in found.group(1)):
+            return block
+    return log

@@ -15,6 +15,15 @@ KERNELS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
 QUICK = ["bench=quick"]
 
 
+def pinned_inputs(shape) -> list[str]:
+    """A 1 x 1 x 1 product is one number, 0.5 a b + 3 c, and for a few random inputs in ten
+    thousand it cancels to near zero: the normwise relative error of a correct kernel then exceeds
+    the tolerance (seen on the H100: 27 at rel_err 3.8e-5, from an absolute error of about 1e-7,
+    3xTF32's). Its inputs are pinned (seed 7; the fresh-input check takes 8); every other
+    shape's stay fresh random inputs."""
+    return ["bench.seed=7"] if tuple(shape) == (1, 1, 1) else []
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("shape", [(128, 128, 128), (1024, 1024, 1024), (384, 640, 256)],
                          ids=["128", "1024", "384x640x256"])
@@ -53,7 +62,7 @@ def test_fp32_flagships_any_shape_alpha_beta(compose, kernel, params, shape):
     m, n, k = shape
     record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
                              "beta=3.0", *[f"kernel.params.{n}={v}" for n, v in params.items()],
-                             *QUICK),
+                             *QUICK, *pinned_inputs(shape)),
                      explicit_params=set(params))
     assert record.status == "ok", record.error
     assert record.rel_err <= record.tolerance
@@ -123,7 +132,7 @@ def test_wgmma_tf32_any_shape_alpha_beta(compose, shape, params):
     m, n, k = shape
     record = run_job(compose("kernel=25_wgmma_tf32_any_shape", f"m={m}", f"n={n}", f"k={k}",
                              "alpha=0.5", "beta=3.0",
-                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK),
+                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK, *pinned_inputs(shape)),
                      explicit_params=set(params))
     assert record.status == "ok", record.error
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
@@ -147,7 +156,7 @@ def test_3xtf32_any_shape_alpha_beta(compose, shape, params):
     m, n, k = shape
     record = run_job(compose("kernel=23_wgmma_3xtf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
                              "beta=3.0", *[f"kernel.params.{n}={v}" for n, v in params.items()],
-                             *QUICK),
+                             *QUICK, *pinned_inputs(shape)),
                      explicit_params=set(params))
     assert record.status == "ok", record.error
     assert record.tolerance == 1e-5 and record.rel_err <= 1e-5
@@ -187,7 +196,7 @@ def test_3xtf32_k_slices_alpha_beta(compose, shape, params):
     m, n, k = shape
     record = run_job(compose("kernel=26_wgmma_3xtf32_any_shape", f"m={m}", f"n={n}", f"k={k}",
                              "alpha=0.5", "beta=3.0",
-                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK),
+                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK, *pinned_inputs(shape)),
                      explicit_params=set(params))
     assert record.status == "ok", record.error
     assert record.tolerance == 1e-5
@@ -224,7 +233,7 @@ def test_3xtf32_a_in_registers_alpha_beta(compose, shape, params):
     m, n, k = shape
     record = run_job(compose("kernel=27_wgmma_3xtf32_a_in_registers", f"m={m}", f"n={n}", f"k={k}",
                              "alpha=0.5", "beta=3.0",
-                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK),
+                             *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK, *pinned_inputs(shape)),
                      explicit_params=set(params))
     assert record.status == "ok", record.error
     assert record.tolerance == 1e-5
@@ -337,6 +346,6 @@ def test_skinny_chapter_any_shape_alpha_beta(compose, shape):
     alpha and beta, its timed launches too."""
     m, n, k = shape
     record = run_job(compose("kernel=24_ffma_skinny", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
-                             "beta=3.0", *QUICK))
+                             "beta=3.0", *QUICK, *pinned_inputs(shape)))
     assert record.status == "ok", record.error
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance

@@ -113,13 +113,14 @@ def test_wgmma_refuses_unaligned_rows(compose):
 
 
 ANY_SHAPE_TF32_VARIANTS = [{}, {"bm": 64, "stages": 8}, {"bm": 128, "in_flight": 1}, {"bn": 64},
-                           {"split_k": 1}, {"min_slice_k": 32}]
+                           {"split_k": 1}, {"min_slice_k": 32},
+                           {"bm": 256, "bn": 128, "stages": 4, "min_slices": 2}]
 
 
 @pytest.mark.chapter("25_wgmma_tf32_any_shape")
 @pytest.mark.parametrize("params", ANY_SHAPE_TF32_VARIANTS,
                          ids=["configured", "bm64", "bm128-inflight1", "bn64", "unsplit",
-                              "short-slices"])
+                              "short-slices", "bm256-forced-slices"])
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (4095, 4097, 333), (17, 33, 5), (1, 1, 1),
                                    (511, 513, 8191), (32, 4096, 4096), (4096, 64, 4096),
                                    (130, 258, 1031), (64, 66, 40000)])

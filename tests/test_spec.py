@@ -183,6 +183,7 @@ VIOLATIONS = [
     ("25_wgmma_tf32_any_shape", dict(stages=2, in_flight=2), SQUARE, "stages >= in_flight + 1"),
     ("25_wgmma_tf32_any_shape", dict(split_k=3), SQUARE, "split_k == 1 or split_k == 2"),
     ("25_wgmma_tf32_any_shape", dict(min_slice_k=16), SQUARE, "min_slice_k >= 32"),
+    ("25_wgmma_tf32_any_shape", dict(min_slices=4, split_k=2), SQUARE, "min_slices >= 1 and min_slices <= split_k"),
     ("25_wgmma_tf32_any_shape", dict(stages=2, in_flight=1), Problem(256, 128, 8192, 1, 0),
      "slices == 1 or stages * stage_bytes >= 4 * bm * bn"),
     ("25_wgmma_tf32_any_shape", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),

@@ -80,13 +80,13 @@ def _problem(m, n, k):
     ((4096, 16, 4096), "24_ffma_skinny", 0),
     ((8, 4096, 4096), "24_ffma_skinny", 0),
     ((3, 5, 7), "24_ffma_skinny", 0),                         # tiny: also one side <= 16
-    ((8192, 128, 8192), "22_ffma_warp_specialized", 1),       # few columns, many rows
-    ((4096, 17, 4096), "22_ffma_warp_specialized", 1),        # just past 24's class
-    ((2048, 64, 4096), "22_ffma_warp_specialized", 1),        # m = 32 n: the measured crossover
-    ((2047, 64, 4096), "26_wgmma_3xtf32_any_shape", 2),       # fewer rows: A is small
-    ((2048, 128, 8192), "26_wgmma_3xtf32_any_shape", 2),      # (22: 29.5%, 26: 73.2%)
+    ((8192, 128, 8192), "27_wgmma_3xtf32_a_in_registers", 1),   # few columns, many rows
+    ((4096, 17, 4096), "27_wgmma_3xtf32_a_in_registers", 1),    # just past 24's class
+    ((2048, 128, 8192), "27_wgmma_3xtf32_a_in_registers", 1),   # (26: 73.1%, 27: 122.4%)
+    ((4096, 2048, 1024), "27_wgmma_3xtf32_a_in_registers", 1),  # m = 2 n: A is the bigger operand
+    ((4095, 2048, 1024), "26_wgmma_3xtf32_any_shape", 2),       # just under it
     ((128, 128, 4096), "26_wgmma_3xtf32_any_shape", 2),
-    ((4096, 129, 4096), "26_wgmma_3xtf32_any_shape", 2),      # past the few-columns class
+    ((4096, 129, 4096), "27_wgmma_3xtf32_a_in_registers", 1),
     ((9, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),        # past the vector class
     ((32, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),
     ((511, 513, 8191), "26_wgmma_3xtf32_any_shape", 2),       # small C, long K
@@ -96,6 +96,7 @@ def _problem(m, n, k):
     ((6000, 7000, 50), "26_wgmma_3xtf32_any_shape", 2),
     ((4096, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),
     ((12345, 6789, 2500), "26_wgmma_3xtf32_any_shape", 2),   # not in the suite: a class, not a list
+    ((12345, 6172, 2500), "27_wgmma_3xtf32_a_in_registers", 1),
 ])
 def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
     choice = dispatch.choose({"name": "best_fp32", "dispatch": True, "default": "17_flagship"},
@@ -127,10 +128,28 @@ def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
 
 
 def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
-    narrow = prepare(compose("kernel=best_fp32", "shape=4096x64x4096"))
-    assert narrow.spec.name == "22_ffma_warp_specialized"
-    assert narrow.tuned_from.startswith("conf/tuned/h100_sxm.yaml: 22_ffma_warp_specialized[0]")
-    assert (narrow.kernel_cfg["params"]["bn"], narrow.kernel_cfg["params"]["split_k"]) == (64, 4)
+    # best_fp32 -> 24 (matrix-vector-like): K slices of 1024 for few columns up to 4096 rows; the
+    # first loads issued before the small operand is staged only at width 1
+    for shape, index, entry in [
+            ("4096x1x4096", 0, "<0, 1, 8, 4, 1024, 4, 1>"),
+            ("4096x8x4096", 0, "<0, 8, 8, 4, 1024, 4, 0>"),
+            ("8192x2x8192", 1, "<0, 2, 8, 4, 512, 4, 0>"),
+            ("1x4096x4096", 1, "<1, 1, 8, 4, 256, 8, 1>"),
+            ("8x4096x4096", 1, "<1, 8, 8, 4, 256, 8, 0>")]:
+        vector = prepare(compose("kernel=best_fp32", f"shape={shape}"))
+        assert vector.spec.entry == "sgemm_skinny" + entry, shape
+        assert vector.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 24_ffma_skinny[{index}]")
+    # best_fp32 -> 27 (more rows than columns): 64-column tiles for few columns, 64 or 128 rows
+    for shape, index, entry in [
+            ("4096x64x4096", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),    # 64 tiles: 2 slices
+            ("512x64x8192", 0, "_cluster<64, 64, 8, 8, 1, 2, 8>"),     # few rows: 8 slices
+            ("1024x64x4096", 1, "_cluster<128, 64, 6, 8, 1, 2, 8>"),   # 8 tiles of 128 rows
+            ("16384x64x1024", 1, "<128, 64, 6, 8, 1, 2, 1>"),          # 128 tiles: no slices
+            ("8192x128x8192", 2, "_cluster<128, 128, 4, 8, 1, 2, 2>")]:  # 64 tiles: 2 slices
+        narrow = prepare(compose("kernel=best_fp32", f"shape={shape}"))
+        assert narrow.spec.entry == "sgemm_wgmma_3xtf32_a_in_registers" + entry, shape
+        assert narrow.tuned_from.startswith(
+            f"conf/tuned/h100_sxm.yaml: 27_wgmma_3xtf32_a_in_registers[{index}]")
     # best_fp32 -> 26: one wave of 64 x 64 tiles, or 23's 128 x 128 tile, K slices where few
     for shape, index, entry in [
             ("32x4096x4096", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),    # 64 tiles: 2 slices
@@ -153,7 +172,9 @@ def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
             ("8192x128x8192", 2, "_cluster<128, 128, 4, 8, 2, 2>"),
             ("768x768x768", 3, "<64, 128, 8, 8, 2, 1>"),             # small squares
             ("1024x1024x1024", 4, "_cluster<128, 128, 4, 8, 2, 2>"),
-            ("4096x4096x4096", 5, "<256, 128, 4, 8, 2, 1>")]:       # 20's tile, unsplit
+            ("512x10240x8192", 5, "_cluster<256, 128, 4, 8, 2, 2>"),  # 160 tiles: 2 slices
+            ("1024x13824x5120", 6, "<256, 128, 4, 8, 2, 1>"),         # 432 tiles: unsplit
+            ("4096x4096x4096", 6, "<256, 128, 4, 8, 2, 1>")]:       # 20's tile, unsplit
         tf32 = prepare(compose("kernel=best_tf32", f"shape={shape}"))
         assert tf32.spec.entry == "sgemm_wgmma_tf32_any_shape" + entry, shape
         assert tf32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 25_wgmma_tf32_any_shape[{index}]")

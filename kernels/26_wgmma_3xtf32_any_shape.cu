@@ -27,7 +27,8 @@
 // 4096 1.56x, 4096^3 2.46x (23 and 26 in one variants run at 4096^3: 237% and 245% of cuBLAS
 // FP32). Where A is the big operand (few columns, many rows) the split pre-pass, which writes A
 // twice, costs more than the tensor cores save: 4096 x 64 x 4096 ran at 0.49x (22: 0.85x), so the
-// dispatch leaves those shapes to 22.
+// dispatch left those shapes to 22; chapter 27 (A streamed once and split in registers, B
+// pre-split instead) now runs every shape with M >= 2 N.
 //
 // Tile hierarchy as in 23: block tile BM x BN, k tiles of 32, STAGES stages of three tiles ->
 // consumer warpgroup BM x 64 (wgmma m64nBMk8 on C^T = B^T A^T) -> warp 16 columns of C ->

@@ -23,8 +23,8 @@
 // - Rows of A that are not 16-byte aligned (K % 4 != 0) cannot be TMA tensors: the pre-pass then
 //   also copies A with padded rows (once, where 26 writes it twice in every case).
 // Unchanged from 26: K slices across a cluster with the partial tiles added up in K order
-// (k_slices.cuh), promotion, the consumer's K loop (consume_split_k_tiles, with SPLIT_A), the
-// small products first.
+// (k_slices.cuh), promotion, the producer and the consumer's K loop (produce_split_k_tiles and
+// consume_split_k_tiles, both with SPLIT_A), the small products first.
 //
 // Tile hierarchy: block tile BM x BN, k tiles of 32, STAGES stages of three tiles (A, B_big^T,
 // B_small^T) -> consumer warpgroup 64 rows x BN (wgmma m64nBNk8 on C = A B) -> warp 16 rows ->
@@ -88,29 +88,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Producer (one thread of warpgroup 0): k tiles kt0 .. kt0 + k_tiles - 1 of the block's K slice,
-// each stage refilled as soon as the consumers release it: A's BM x 32 box (FP32), then B_big^T's
-// and B_small^T's BN x 32 boxes.
-template <int BM, int BN, int STAGES>
-__device__ __forceinline__ void produce_a_and_split_b(unsigned char* smem, u64* full, u64* empty,
-                                                      const TensorMap* tmap_a,
-                                                      const TensorMap* tmap_b_big,
-                                                      const TensorMap* tmap_b_small, int m0,
-                                                      int n0, int kt0, int k_tiles) {
-  constexpr int BK = 32, A_TILE = BM * BK * 4, B_TILE = BN * BK * 4;
-  constexpr int STAGE = A_TILE + 2 * B_TILE;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % STAGES;
-    const int k = (kt0 + kt) * BK;
-    unsigned char* stage = smem + s * STAGE;
-    mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
-    mbar_arrive_expect_tx(&full[s], STAGE);
-    tma_load_2d(stage, tmap_a, &full[s], k, m0);
-    tma_load_2d(stage + A_TILE, tmap_b_big, &full[s], k, n0);
-    tma_load_2d(stage + A_TILE + B_TILE, tmap_b_small, &full[s], k, n0);
-  }
-}
-
 // The block: a tile's K slice (all of K when SLICES == 1), then the cluster's slices added up.
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE, int SLICES>
 __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, float beta, float* C,
@@ -139,8 +116,9 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x == 0)
-      produce_a_and_split_b<BM, BN, STAGES>(smem, full, empty, tmap_a, tmap_b_big, tmap_b_small,
-                                            work.m0, work.n0, work.kt0, work.k_tiles);
+      produce_split_k_tiles<BM, BN, STAGES, true>(smem, full, empty, tmap_a, tmap_b_big,
+                                                  tmap_b_small, work.m0, work.n0, work.kt0,
+                                                  work.k_tiles);
     if constexpr (SLICES > 1) {  // the producers meet the cluster's two barriers too
       __syncwarp();
       cluster_sync();

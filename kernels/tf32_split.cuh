@@ -90,27 +90,35 @@ __device__ __forceinline__ void split_a_fragments(unsigned row_addr, int lane, F
 }
 
 // Producer (one thread of warpgroup 0): walks k tiles kt0 .. kt0 + k_tiles - 1 (all of K in 23,
-// a K slice in 26), refilling each stage as soon as the consumers release it: A_big's and
-// A_small's BM x 32 boxes, then BN / 32 boxes of B, one stage after another in `smem`.
-template <int BM, int BN, int STAGES>
+// a K slice in 26 and 27), refilling each stage as soon as the consumers release it, one stage
+// after another in `smem`: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B (23, 26:
+// maps a_big, a_small, b), or with SPLIT_A A's BM x 32 box (FP32), then B_big^T's and B_small^T's
+// BN x 32 boxes (27: maps a, b_big, b_small).
+template <int BM, int BN, int STAGES, bool SPLIT_A = false>
 __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* full, u64* empty,
                                                       const TensorMap* tmap_a_big,
                                                       const TensorMap* tmap_a_small,
                                                       const TensorMap* tmap_b, int m0, int n0,
                                                       int kt0, int k_tiles) {
-  constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4;
-  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;
+  constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4, B_TILE = BN * BK * 4;
+  constexpr int STAGE = SPLIT_A ? A_TILE + 2 * B_TILE : 2 * A_TILE + (BN / 32) * B_BOX;
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int s = kt % STAGES;
     const int k = (kt0 + kt) * BK;
     unsigned char* stage = smem + s * STAGE;
     mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
     mbar_arrive_expect_tx(&full[s], STAGE);
-    tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
-    tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
+    if constexpr (SPLIT_A) {
+      tma_load_2d(stage, tmap_a_big, &full[s], k, m0);                        // A
+      tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, n0);             // B_big^T
+      tma_load_2d(stage + A_TILE + B_TILE, tmap_b, &full[s], k, n0);          // B_small^T
+    } else {
+      tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
+      tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
 #pragma unroll
-    for (int i = 0; i < BN / 32; ++i)
-      tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+      for (int i = 0; i < BN / 32; ++i)
+        tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+    }
   }
 }
 

@@ -34,7 +34,8 @@ from src.job.prepare import PreparedJob, datasheet_target, prepare_kernel  # noq
 from src.job.problem import Problem  # noqa: E402
 from src.paths import CONF_DIR  # noqa: E402
 
-MEMORY_OPS = re.compile(r"\b((?:LDGSTS|LDG|STG|LDS|STS|LDL|STL|UTMALDG|UTMASTG)(?:\.[A-Z0-9]+)*)")
+# LDSM (ldmatrix) before LDS, or it would count as a plain LDS
+MEMORY_OPS = re.compile(r"\b((?:LDGSTS|LDG|STG|LDSM|LDS|STS|LDL|STL|UTMALDG|UTMASTG)(?:\.[A-Z0-9]+)*)")
 # an instruction line of cuobjdump: /*0040*/  [@P0 | @!UP1]  OPCODE.MODIFIERS ...
 OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
 

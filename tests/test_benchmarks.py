@@ -25,6 +25,7 @@ SASS = """
                                                                             /* 0x000fe40000000800 */
         /*0020*/              @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;
         /*0030*/                   LDS.128 R8, [R0] ;
+        /*0038*/                   LDSM.16.M88.4 R16, [R3] ;
         /*0040*/                   FFMA R12, R4, R8, R12 ;
         /*0050*/               @P2 FFMA.FTZ R13, R5, R9, R13 ;
         /*0060*/                   HGMMA.64x128x8.F32.TF32 R24, gdesc[UR4], R24 ;
@@ -50,9 +51,9 @@ def test_sass_counts_instructions():
         sys.path.remove(str(BENCHMARKS))
     math, memory = sass.instruction_counts(SASS)
     assert math == {"FFMA": 2, "HMMA": 0, "HGMMA": 1}
-    assert memory == {"LDG.E.128": 1, "LDS.128": 1, "STL": 1, "STG.E": 1}
+    assert memory == {"LDG.E.128": 1, "LDS.128": 1, "LDSM.16.M88.4": 1, "STL": 1, "STG.E": 1}
     ops = sass.OPCODE.findall(SASS)
-    assert ops == ["LDC", "LDG", "LDS", "FFMA", "FFMA", "HGMMA", "STL", "STG", "EXIT"]
+    assert ops == ["LDC", "LDG", "LDS", "LDSM", "FFMA", "FFMA", "HGMMA", "STL", "STG", "EXIT"]
 
 
 def test_sass_refuses_an_unknown_chapter_or_gpu():
@@ -80,7 +81,7 @@ def test_sass_table_builds_what_a_run_prepares(tmp_path):
     name, registers, ffma, hmma, hgmma, *memory = row.split()
     assert name == "06_vectorize" and 0 < int(registers) <= 255
     assert (ffma, hmma, hgmma) == ("2", "0", "1")
-    assert " ".join(memory) == "LDG.E.128 x1, LDS.128 x1, STG.E x1, STL x1"
+    assert " ".join(memory) == "LDG.E.128 x1, LDS.128 x1, LDSM.16.M88.4 x1, STG.E x1, STL x1"
 
 
 @pytest.mark.parametrize("args,said", [([], "usage:"), (["99"], "exactly one chapter"),

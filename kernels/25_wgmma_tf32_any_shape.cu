@@ -21,7 +21,10 @@
 //   (deterministic) and stores that share of C. All the cluster's blocks reduce at once; a single
 //   last block summing 8 partial tiles alone (a global ticket, 17's split-K) would read 1 MiB
 //   at 256 x 128 through one SM. The derived `slices` (conf/kernel/25_wgmma_tf32_any_shape.yaml)
-//   picks 1, 2, 4 or 8 from the tile count and K.
+//   picks 1, 2, 4 or 8 from the tile count and K. Not 6, though 17 to 22 tiles (511 x 513 at
+//   128 x 128 has 20) in 4 slices leave a third of the SMs idle: tried with 4 of the 6 blocks
+//   adding up, 511 x 513 x 8191 fell from 90% to 70% of cuBLAS TF32 on the H100, as clusters of
+//   6 pack two to a GPC of ~16 SMs, so 20 of them need two waves.
 // - 64-row block tiles (bm 64: wgmma m64n64k8, wgmma.cuh): a product with a few dozen rows wastes
 //   half of a 128-row tile instead of three quarters.
 // - The epilogue takes any N (wgmma_epilogue.cuh's store_tile, shared with 23): column pairs are
@@ -42,33 +45,44 @@
 #include "k_slices.cuh"
 
 // --- Pre-pass: workspace = [A copy (only when K % 4 != 0) | B copy (only when N % 4 != 0)],
-// row strides padded to 4 floats (16 bytes), pad columns zero. One block per row at a time;
-// the lanes walk the row in 4-byte steps, so loads and stores are coalesced however the row
-// starts, and each thread has four loads in flight before its stores.
+// row strides padded to 4 floats (16 bytes), pad columns zero. The copies are flat lists of
+// 4-float chunks of the padded rows: a thread takes CHUNKS of them a grid apart, loads all of
+// them (four 4-byte loads each: a source row starts anywhere) before it stores any (one 16-byte
+// store each: a padded row starts 16-byte aligned), so each thread has 16 loads in flight and
+// a warp's loads and stores are 512 contiguous bytes. The first version (a block per row, four
+// loads in flight per thread, 4-byte stores) moved 67 MB at 511 x 513 x 8191 at 2.1 TB/s,
+// 32 us next to the GEMM's 42 (H100, timed apart, L2 flushed).
 __global__ void __launch_bounds__(256)
     pad_unaligned_rows(int M, int N, int K, float, const float* __restrict__ A,
                        const float* __restrict__ B, float, float*, float* __restrict__ workspace) {
-  const int k_pad = CEIL_DIV(K, 4) * 4, n_pad = CEIL_DIV(N, 4) * 4;
-  const int a_rows = K % 4 ? M : 0, b_rows = N % 4 ? K : 0;
-  float* b_copy = workspace + (size_t)a_rows * k_pad;
-  for (int r = blockIdx.x; r < a_rows + b_rows; r += gridDim.x) {
-    const bool is_a = r < a_rows;
-    const int row = is_a ? r : r - a_rows, cols = is_a ? K : N, stride = is_a ? k_pad : n_pad;
-    const float* src = (is_a ? A : B) + (size_t)row * cols;
-    float* dst = (is_a ? workspace : b_copy) + (size_t)row * stride;
-    for (int c0 = threadIdx.x; c0 < stride; c0 += 4 * blockDim.x) {
-      float v[4];
+  constexpr int CHUNKS = 4;
+  const int a_per_row = CEIL_DIV(K, 4), b_per_row = CEIL_DIV(N, 4);  // chunks per padded row
+  // chunk counts fit an int (the yaml's size constraint: copy_chunks <= 2^31 - 1)
+  const int a_chunks = K % 4 ? M * a_per_row : 0, b_chunks = N % 4 ? K * b_per_row : 0;
+  const int total = a_chunks + b_chunks, step = gridDim.x * blockDim.x;
+  float* b_copy = workspace + (size_t)(a_chunks ? M : 0) * (4 * a_per_row);
+  for (int first = blockIdx.x * blockDim.x + threadIdx.x; first < total; first += CHUNKS * step) {
+    float4 v[CHUNKS];
+    float4* dst[CHUNKS];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = c0 + j * blockDim.x;
-        v[j] = c < cols ? __ldg(src + c) : 0.0f;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = c0 + j * blockDim.x;
-        if (c < stride) dst[c] = v[j];
-      }
+    for (int j = 0; j < CHUNKS; ++j) {
+      const int id = first + j * step;
+      dst[j] = nullptr;
+      if (id >= total) continue;
+      const bool is_a = id < a_chunks;
+      const int local = is_a ? id : id - a_chunks, per_row = is_a ? a_per_row : b_per_row;
+      const int row = local / per_row, col = 4 * (local - row * per_row), cols = is_a ? K : N;
+      const float* src = (is_a ? A : B) + (size_t)row * cols + col;
+      v[j].x = __ldg(src);  // col < cols: a chunk starts inside its row
+      v[j].y = col + 1 < cols ? __ldg(src + 1) : 0.0f;
+      v[j].z = col + 2 < cols ? __ldg(src + 2) : 0.0f;
+      v[j].w = col + 3 < cols ? __ldg(src + 3) : 0.0f;
+      dst[j] = reinterpret_cast<float4*>((is_a ? workspace : b_copy) + (size_t)row * 4 * per_row) +
+               col / 4;
     }
+#pragma unroll
+    for (int j = 0; j < CHUNKS; ++j)
+      if (dst[j] != nullptr) *dst[j] = v[j];
   }
 }
 

@@ -184,6 +184,7 @@ VIOLATIONS = [
     ("25_wgmma_tf32_any_shape", dict(split_k=3), SQUARE, "split_k == 1 or split_k == 2"),
     ("25_wgmma_tf32_any_shape", dict(min_slice_k=16), SQUARE, "min_slice_k >= 32"),
     ("25_wgmma_tf32_any_shape", dict(min_slices=4, split_k=2), SQUARE, "min_slices >= 1 and min_slices <= split_k"),
+    ("25_wgmma_tf32_any_shape", {}, Problem(4, 1, 2**31 - 1, 1, 0), "copy_chunks <= 2147483647"),
     ("25_wgmma_tf32_any_shape", dict(stages=2, in_flight=1), Problem(256, 128, 8192, 1, 0),
      "slices == 1 or stages * stage_bytes >= 4 * bm * bn"),
     ("25_wgmma_tf32_any_shape", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
@@ -388,9 +389,9 @@ def test_any_shape_tf32_pads_only_unaligned_rows_and_slices_few_tiles(shape, sli
                            "sgemm_wgmma_tf32_any_shape") + f"<256, 128, 4, 8, 2, {slices}>")
     assert spec.workspace_bytes == 4 * (a_copied * m * k_pad + b_copied * k * n_pad)
     if a_copied or b_copied:
-        rows = a_copied * m + b_copied * k
+        chunks = a_copied * m * k_pad // 4 + b_copied * k * n_pad // 4  # 4-float chunks written
         assert spec.prepass.entry == "pad_unaligned_rows"
-        assert spec.prepass.grid == (min(rows, 16 * H100["sms"]),)
+        assert spec.prepass.grid == (min(ceil_div(chunks, 4 * 256), 16 * H100["sms"]),)
     else:
         assert spec.prepass is None  # a grid of 0 blocks: not launched
     a_map, b_map = spec.tensor_maps

@@ -164,7 +164,7 @@ def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
         assert fp32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 26_wgmma_3xtf32_any_shape[{index}]")
     # best_tf32 -> 25, whose size classes pick tiles and, through them, the K slices
     for shape, index, entry in [
-            ("511x513x8191", 0, "_cluster<128, 128, 4, 8, 2, 4>"),   # small C, long K: 4 slices
+            ("511x513x8191", 0, "_cluster<128, 128, 5, 8, 2, 4>"),   # small C, long K: 4 slices, 5 stages
             ("32x4096x4096", 1, "_cluster<64, 64, 8, 8, 2, 2>"),     # one wave of 64 x 64 tiles
             ("4096x64x4096", 1, "_cluster<64, 64, 8, 8, 2, 2>"),
             ("128x4096x8192", 1, "<64, 64, 8, 8, 2, 1>"),            # 128 tiles: no slices

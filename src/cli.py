@@ -22,11 +22,9 @@ COMMANDS = ("run", "kernels", "results", "ui", "links")
 
 
 def kernel_rows() -> list[dict]:
-    """One row per conf/kernel/*.yaml: name, precision, the first sentence of its header
-    comment, and the GPUs whose conf/tuned/<gpu>.yaml tunes it (best_*: has its dispatch rules),
-    as composed: a tuned file that starts from another GPU's (its defaults list) counts too."""
-    from omegaconf import OmegaConf
-
+    """kernel_list's rows with the GPUs whose conf/tuned/<gpu>.yaml tunes each kernel (best_*: has
+    its dispatch rules), as composed: a tuned file that starts from another GPU's (its defaults
+    list) counts too."""
     from src.job.config import tuned_config
 
     tuned_for: dict[str, list[str]] = {}
@@ -34,13 +32,9 @@ def kernel_rows() -> list[dict]:
         tuned = tuned_config(path.stem) or {}
         for kernel in [*(tuned.get("kernels") or {}), *(tuned.get("dispatch") or {})]:
             tuned_for.setdefault(str(kernel), []).append(path.stem)
-    rows = []
-    for path in sorted((CONF_DIR / "kernel").glob("*.yaml")):
-        cfg = OmegaConf.load(path)
-        rows.append({"kernel": path.stem, "precision": str(cfg.get("precision", "")),
-                     "tuned for": ", ".join(tuned_for.get(path.stem, [])) or "-",
-                     "what it does": header_sentence(path.read_text())})
-    return rows
+    return [{"kernel": r["kernel"], "precision": r["precision"],
+             "tuned for": ", ".join(tuned_for.get(r["kernel"], [])) or "-",
+             "what it does": r["what it does"]} for r in kernel_list()]
 
 
 def header_sentence(text: str, limit: int = 90) -> str:
@@ -56,16 +50,73 @@ def header_sentence(text: str, limit: int = 90) -> str:
     return sentence if len(sentence) <= limit else sentence[:limit - 1].rstrip() + "…"
 
 
-def help_section(group: str) -> str:
-    """Text for `python -m src.run --help` (conf/hydra/help/sgemm.yaml, through the resolver
-    `sgemm_lab_help` that src/run.py registers): the kernels, one a line, or a group's options.
-    Read from conf/ when help is asked for, so a new config shows without editing the help."""
-    if group == "kernel":
-        rows = kernel_rows()
-        width = max(len(r["kernel"]) for r in rows)
-        return "\n".join(f"  {r['kernel']:<{width}}  {r['precision']:<4}  {r['what it does']}"
+RUN_HELP = """\
+sgemm-lab: one job = one kernel x one problem on one GPU; -m sweeps any key.
+  sgemm-lab run kernel=17_flagship size=4096            (or python -m src.run ...)
+  sgemm-lab run -m 'kernel=glob(*)' size=1024,4096
+== Pick one of each (group=option) ==
+kernel=NAME     default 06_vectorize (precision, what the chapter does; sgemm-lab kernels says more)
+{kernel}
+
+gpu=NAME        default auto (the detected device's spec): {gpu}
+bench=NAME      timing protocol, default default (quick: smoke tests, not for publishing): {bench}
+hydra/launcher=NAME   how a sweep's jobs run: basic (default, one after another) | joblib (local processes) | slurm (a SLURM cluster)
++tune=KERNEL    a tuning sweep with -m: {tune}
++suite=NAME     a shape suite with -m (every shape of it, e.g. -m +suite=llm kernel=best_fp32): {suite}
+
+== Key overrides (key=value) ==
+size=4096                 m = n = k; or set m=2048 n=1024 k=512 one by one
+shape=MxNxK               m, n and k at once (one sweep axis: shape=4096x2048x1024,1000x1000x1000)
+alpha=1.0 beta=0.0        C = alpha * A @ B + beta * C
+kernel.params.NAME=VALUE  a tile parameter (defaults and rules: conf/kernel/<kernel>.yaml)
+use_tuned=false           the kernel's defaults instead of this GPU's tuned values
+resume=true               reuse verified measurements with the same key from cache_dir
+debug=true                a bug raises with its traceback instead of failing its job
+bench.KEY=VALUE           warmup, min_samples, max_samples, target_rel_iqr, max_seconds, flush_l2
+bench.timer=events        CUDA event pairs instead of CUPTI kernel timestamps (default cupti)
+bench.best_cublas=true    also pair with cuBLASLt autotuned for the shape (the stronger baseline)
+mlflow.enabled=false      no MLflow tracking
+mlflow.tracking_uri=URI   another store or server (default: mlflow.db here, or $MLFLOW_TRACKING_URI)
+mlflow.experiment_name=NAME   default sgemm-lab/config
+mlflow.log_ptx=true       also keep each compiled kernel's PTX
+isolation.mode=inline     run the GPU work in this process (default process: a fault fails one job)
+isolation.timeout_s=120   a step (compile, verify, time) without progress this long is a hang
+
+The composed config: --cfg job. Hydra's own flags: --hydra-help. Docs: README.md, kernels/README.md."""
+HELP_FLAGS = ("--help", "-h")
+
+
+def wants_run_help(args: list[str]) -> bool:
+    """`run --help` / `-h`: answered here from conf/'s files, before Hydra composes anything."""
+    return any(arg in HELP_FLAGS for arg in args)
+
+
+def run_help() -> str:
+    """`sgemm-lab run --help` (= `python -m src.run --help`): what a user picks and overrides. The
+    kernel list and each group's options are read from conf/'s files (a new config shows without
+    editing the help); nothing is composed, so the answer costs a directory listing and a small
+    YAML read per kernel. The `tuned` group is left out on purpose: nobody picks it."""
+    rows = kernel_list()
+    width = max(len(r["kernel"]) for r in rows)
+    kernels = "\n".join(f"  {r['kernel']:<{width}}  {r['precision']:<4}  {r['what it does']}"
                          for r in rows)
-    return " | ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+    groups = {group: " | ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+              for group in ("gpu", "bench", "tune", "suite")}
+    return RUN_HELP.format(kernel=kernels, **groups)
+
+
+def kernel_list() -> list[dict]:
+    """One row per conf/kernel/*.yaml, read as plain YAML (no composition): name, precision and
+    the first sentence of its header comment."""
+    import yaml
+
+    rows = []
+    for path in sorted((CONF_DIR / "kernel").glob("*.yaml")):
+        text = path.read_text()
+        data = yaml.safe_load(text) or {}
+        rows.append({"kernel": path.stem, "precision": str(data.get("precision", "")),
+                     "what it does": header_sentence(text)})
+    return rows
 
 
 def show_kernels() -> int:
@@ -166,6 +217,9 @@ def run_jobs(args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "run":
+        if wants_run_help(argv[1:]):
+            print(run_help())
+            return 0
         return run_jobs(argv[1:])
     parser = argparse.ArgumentParser(prog="sgemm-lab", description=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

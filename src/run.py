@@ -16,25 +16,26 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from src.job import shapes  # noqa: F401  (registers ${shape_dim:}, used for m, n and k)
 from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
 from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
 from src.tune.tuned import explicit_params
-from src.sweep.worker import run_isolated
+from src.sweep.worker import refused, run_isolated
 
 log = logging.getLogger("sgemm")
 
 
-def help_section(group: str) -> str:
-    """`--help`'s kernel list and options read from conf/ (conf/hydra/help/sgemm.yaml). src.cli
-    is loaded by name only when help is asked for: help text is no part of a job's result, so the
-    DVC bench stage (which lists what src.run imports) does not depend on it."""
-    return importlib.import_module("src.cli").help_section(group)
-
-
-OmegaConf.register_new_resolver("sgemm_lab_help", help_section, replace=True)
+def fail_fast_on_bad_input(cfg: DictConfig, output_dir: Path) -> None:
+    """A single run whose inputs break a rule (the problem, bench.*, isolation.*) ends here, in
+    about a second: its record.json and the error, before a worker or a tracking store (MLflow's
+    import alone takes 2 s) is started. In a sweep the same refusal is the job's record and run."""
+    record = refused(cfg)
+    if record is not None:
+        record.write(output_dir)
+        log.error("error [%s]: %s", record.status, record.error)
+        sys.exit(1)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -42,6 +43,8 @@ def main(cfg: DictConfig) -> dict:
     """One job; returns its record as a dict (what a sweeper, e.g. the tuning one, reads)."""
     hc = HydraConfig.get()
     signals.raise_if_interrupted()  # an interrupt a library swallowed stops the sweep here
+    if hc.mode != RunMode.MULTIRUN:
+        fail_fast_on_bad_input(cfg, Path(hc.runtime.output_dir))
     try:
         with hydra_job_run(cfg) as tracked:
             record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)),
@@ -60,7 +63,18 @@ def main(cfg: DictConfig) -> dict:
     return record.to_dict()
 
 
+def print_help_if_asked() -> None:
+    """`--help` is answered from conf/'s files before Hydra composes anything (src.cli.run_help).
+    src.cli is loaded by name only then: help text is no part of a job's result, so the DVC bench
+    stage (which lists what src.run imports) does not depend on it."""
+    cli = importlib.import_module("src.cli")
+    if cli.wants_run_help(sys.argv[1:]):
+        print(cli.run_help())
+        sys.exit(0)
+
+
 if __name__ == "__main__":
+    print_help_if_asked()
     try:
         main()
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (tracking.Terminated): runs end KILLED

@@ -129,6 +129,15 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dic
                        dispatched)
 
 
+def check_inputs(cfg: DictConfig) -> None:
+    """The job's own inputs, checked without a GPU, a compile or a tuned file: the problem (M, N,
+    K, alpha, beta) and the timing protocol (bench.*). Raises the LabError that `prepare` would;
+    the launcher calls it first, so such an error is answered before a worker or a tracking
+    store is started."""
+    Problem.from_cfg(cfg)
+    check_bench(OmegaConf.to_container(cfg.bench, resolve=True))
+
+
 def prepare(cfg: DictConfig, explicit_params: set[str] = frozenset()) -> PreparedJob:
     """A Hydra job's config, prepared (see the module's docstring)."""
     problem = Problem.from_cfg(cfg)

@@ -8,10 +8,12 @@ shows its status in place of a figure.
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from src.records.record import Record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BASELINES = ("cublas_fp32", "cublas_tf32")
 
@@ -24,6 +26,8 @@ def size_key(label: str):
 
 def summary_frame(records: list[Record]) -> pd.DataFrame:
     """Long form: one row per job, the columns other tools read."""
+    import pandas as pd  # here, not at import: a job that fails at once never needs pandas
+
     rows = [{
         "kernel": r.kernel, "precision": r.precision, "size": r.size_label,
         "m": r.m, "n": r.n, "k": r.k, "status": r.status,
@@ -81,6 +85,8 @@ def _pct_cell(r: Record) -> str:
 def summary_table(records: list[Record]) -> pd.DataFrame:
     """Wide form: kernel x size, cells 'GFLOP/s' and '% cuBLAS' (or the failure): FP32 kernels
     against cuBLAS FP32; TF32 kernels against cuBLAS TF32, marked 'of TF32'."""
+    import pandas as pd
+
     kernels, sizes, cell = _layout(records)
     table = pd.DataFrame(index=pd.Index(kernels, name="kernel"))
     for size in sizes:

@@ -257,6 +257,22 @@ def inline_baselines():
     return Baselines()
 
 
+def refused(cfg, run_id: str | None = None) -> Record | None:
+    """The job's failed record when its inputs break a rule (isolation.*, the problem, bench.*),
+    found in this process without a GPU: no worker is started for it. None when they hold."""
+    from src.job.prepare import check_inputs
+    from src.records.record import new_record
+
+    try:
+        Isolation.from_cfg(cfg)
+        check_inputs(cfg)
+    except LabError as exc:
+        record = new_record(str(cfg.kernel.get("name")), str(cfg.kernel.get("precision")),
+                            str(cfg.kernel.get("backend")), cfg, mlflow_run_id=run_id)
+        return _failed(record, exc)
+    return None
+
+
 def run_isolated(cfg, explicit: set[str], run_id: str | None = None):
     """Run a job as `cfg.isolation` says: returns (record, outputs), whatever the kernel does.
     `run_id`: the job's MLflow run, recorded with the result."""
@@ -266,12 +282,10 @@ def run_isolated(cfg, explicit: set[str], run_id: str | None = None):
     from src.job.pipeline import run_job
     from src.records.record import new_record
 
-    try:
-        isolation = Isolation.from_cfg(cfg)
-    except ConfigError as exc:
-        record = new_record(str(cfg.kernel.get("name")), str(cfg.kernel.get("precision")),
-                            str(cfg.kernel.get("backend")), cfg, mlflow_run_id=run_id)
-        return _failed(record, exc), JobOutputs()
+    early = refused(cfg, run_id)
+    if early is not None:
+        return early, JobOutputs()
+    isolation = Isolation.from_cfg(cfg)
     if isolation.mode == "inline":
         outputs = JobOutputs()
         return run_job(cfg, outputs, explicit, run_id=run_id, baselines=inline_baselines()), outputs

@@ -48,6 +48,39 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="K/N",
+                     help="run the K-th of N shards of the selected tests (1 <= K <= N): every "
+                          "N-th test in collection order, so each shard gets a share of every "
+                          "file's cases (the GPU suite in sittings of minutes; README, Test tiers)")
+
+
+class Shards:
+    """`--shard K/N`: after -m and -k have deselected (trylast), keep every N-th test from the K-th."""
+
+    def __init__(self, index: int, count: int) -> None:
+        self.index, self.count = index, count
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        kept = items[self.index - 1::self.count]
+        config.hook.pytest_deselected(items=[item for item in items if item not in set(kept)])
+        items[:] = kept
+
+
+def pytest_configure(config):
+    shard = config.getoption("--shard")
+    if not shard:
+        return
+    try:
+        index, count = (int(part) for part in shard.split("/"))
+        if not 1 <= index <= count:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"--shard={shard!r}: expected K/N with 1 <= K <= N, e.g. --shard=2/4")
+    config.pluginmanager.register(Shards(index, count), "shards")
+
+
 def compose_config(*overrides: str, return_hydra_config: bool = False):
     """Compose the app's config exactly as `python -m src.run` would, with overrides."""
     from hydra import compose as hydra_compose

@@ -40,6 +40,7 @@ def test_cheating_kernels_build_with_nvrtc(tmp_path, name):
 
 
 @pytest.mark.gpu
+@pytest.mark.smoke
 @pytest.mark.parametrize("beta", ["0.0", "2.0"])
 def test_cheating_kernels_are_caught_and_never_published(tmp_path, tracking_uri, beta):
     from src.publish.table import progression_frame
@@ -79,6 +80,7 @@ def test_cheating_kernels_are_caught_and_never_published(tmp_path, tracking_uri,
 
 
 @pytest.mark.gpu
+@pytest.mark.smoke
 def test_a_figure_above_the_ceiling_is_implausible_and_never_published(compose, monkeypatch):
     """A healthy kernel against a ceiling set far below it (a stand-in for a kernel that fools
     the timing): failed_implausible, no figure in the record or the table."""
@@ -97,6 +99,7 @@ def test_a_figure_above_the_ceiling_is_implausible_and_never_published(compose, 
 
 
 @pytest.mark.gpu
+@pytest.mark.smoke
 @pytest.mark.parametrize("kernel", ["06_vectorize", "22_ffma_warp_specialized", "20_wgmma_tf32",
                                     "26_wgmma_3xtf32_any_shape", "27_wgmma_3xtf32_a_in_registers",
                                     "cublas_tf32"])

@@ -25,8 +25,9 @@ def pinned_inputs(shape) -> list[str]:
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("shape", [(128, 128, 128), (1024, 1024, 1024), (384, 640, 256)],
-                         ids=["128", "1024", "384x640x256"])
+@pytest.mark.parametrize("shape", [(128, 128, 128), (1024, 1024, 1024),
+                                   pytest.param((384, 640, 256), marks=pytest.mark.smoke)],
+                         ids=["128", "1024", "384x640x256"])  # smoke: every kernel once
 def test_kernel_verified(compose, kernel, shape):
     if kernel in SHAPE_LIMITED:  # 24: a skinny shape of about the same size in place of each
         shape = {(128, 128, 128): (128, 8, 128), (1024, 1024, 1024): (1024, 1, 1024),
@@ -284,6 +285,7 @@ def test_kernel_alpha_beta(compose, kernel):
     assert record.rel_err <= record.tolerance
 
 
+@pytest.mark.smoke
 def test_wrong_kernel_is_caught(compose, tmp_path, monkeypatch):
     """A kernel whose output is wrong is recorded as failed_verification with no GFLOP/s."""
     import src.job.compile as compile_mod
@@ -308,6 +310,7 @@ def test_wrong_kernel_is_caught(compose, tmp_path, monkeypatch):
     assert 5e-4 < record.rel_err < 2e-3
 
 
+@pytest.mark.smoke
 def test_cublas_fp32_matches_independent_event_loop(compose):
     """Our cuBLAS FP32 figure agrees within 3% with a plain event loop around cupy.matmul."""
     import cupy as cp

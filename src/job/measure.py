@@ -26,7 +26,7 @@ from src.job.compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel
 from src.job.paired import paired_ratio
 from src.job.prepare import PreparedJob
 from src.job.problem import Inputs, make_inputs
-from src.job.protocol import check_bench, throttle_reasons
+from src.job.protocol import check_bench, reason_names, throttle_mask
 from src.job.timing import Arm, Interleaved, L2Flush, Timing, measure_interleaved
 from src.job.verify import check, reference, verify
 from src.records.record import Record
@@ -115,7 +115,7 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
         min_samples=int(bench["min_samples"]),
         max_samples=int(bench["max_samples"]), target_rel_iqr=float(bench["target_rel_iqr"]),
         max_seconds=float(bench["max_seconds"]),
-        read_clock=lambda: gpu_mod.sm_clock_mhz(device), max_clock_mhz=device.max_sm_clock_mhz,
+        read_clock=lambda: gpu_mod.sm_clock_mhz(device), read_reasons=lambda: throttle_mask(device),
         throttle_threshold=bench.get("throttle_threshold"),
         short_ms=bench.get("short_kernel_ms"), short_min_samples=bench.get("short_min_samples"),
         kernel_clock=kernel_clock.shared(str(bench.get("timer", "cupti"))))
@@ -132,6 +132,17 @@ def keep_timing(record: Record, timing: Timing, flops: int) -> None:
     record.samples_throttled = timing.samples_throttled
     record.sample_clock_mhz = list(timing.sample_clock_mhz)
     record.gflops = flops / (timing.median_ms * 1e-3) / 1e9
+
+
+def keep_conditions(record: Record, result: Interleaved) -> None:
+    """The card's state while timing (timing.select_rounds): conditions, not failures."""
+    rounds = result.rounds
+    record.throttle_reasons = None if result.reasons_seen is None else reason_names(result.reasons_seen)
+    if rounds is not None:
+        record.samples_slowdown = rounds.slowdown
+        record.sustained_clock_mhz = list(rounds.sustained_mhz)
+        record.clock_range_mhz = None if rounds.clock_range_mhz is None else list(rounds.clock_range_mhz)
+        record.power_capped_share = rounds.power_capped_share
 
 
 def keep_pairing(record: Record, precision: str, baseline: str, result: Interleaved,
@@ -268,10 +279,9 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         paired = [(b, i) for b in (baseline, stronger)
                   if (i := _paired_inputs(b, problem, inputs, ref)) is not None]
         spot = SpotCheck(inputs, problem.beta, int(bench["min_samples"]))
-        reasons_before = throttle_reasons(device)
         result = _time(kernel, prepared, inputs, spot, device, paired)
         arm_names = [b.name for b, _ in paired]
-        record.throttle_reasons = sorted(set(reasons_before or []) | set(throttle_reasons(device) or []))
+        keep_conditions(record, result)
         cp.cuda.get_current_stream().synchronize()
         record.checked_sample = spot.index
         checks_started = time.perf_counter()

@@ -25,7 +25,7 @@ import pandas as pd
 from src.records.record import RECORD_FILE, Record, record_paths
 
 _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms", "baseline_time_ms",
-                "throttle_reasons")
+                "throttle_reasons", "clock_range_mhz", "sustained_clock_mhz")
 _SPREAD_FIELDS = ("device", "bench")
 _RECORD_FIELDS = list(fields(Record))
 

@@ -49,7 +49,11 @@ class Record:
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
     timer: str | None = None               # the samples' clock: cupti (GPU kernel stamps), events
-    samples_throttled: int | None = None   # samples left out: SM clock below the throttle threshold
+    samples_throttled: int | None = None   # rounds left out: a slowdown, or a clock below the floor
+    samples_slowdown: int | None = None    # of those, for an NVML thermal/hardware slowdown
+    sustained_clock_mhz: list | None = None  # per arm (kernel, baselines), the median SM clock: the floor's reference
+    clock_range_mhz: list | None = None    # min and max SM clock of the kept samples
+    power_capped_share: float | None = None  # share of kept rounds under sw_power_cap (a condition)
     sample_clock_mhz: list | None = None   # the SM clock during each kept sample (clock64 / globaltimer)
     # against the baselines measured in the same process, same shape and protocol
     cublas_fp32_gflops: float | None = None

@@ -74,6 +74,7 @@ def test_an_honest_kernel_passes_every_check_with_a_paired_figure(monkeypatch, b
     assert r.baseline == "cublas_fp32" and len(r.kernel_time_ms) == len(r.baseline_time_ms)
     assert r.pct_of_cublas == pytest.approx(100 * r.gflops / r.baseline_gflops)
     assert r.pct_ci_low <= r.pct_of_cublas <= r.pct_ci_high
+    assert r.timer == "events" and r.timer_resolution_ns == 500.0  # the interval is widened by it
     # launches: verify 1 + warm-up 3 + the timed samples + 1 on fresh inputs
     assert kernel.launches == 1 + 3 + r.samples + 1
 

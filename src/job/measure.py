@@ -23,7 +23,7 @@ from src.errors import LabError, LaunchFailed, TimedVerificationFailed
 from src.job import gpu as gpu_mod
 from src.job import kernel_clock, plausibility
 from src.job.compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel
-from src.job.paired import paired_ratio
+from src.job.paired import paired_ratio, widen
 from src.job.prepare import PreparedJob
 from src.job.problem import Inputs, make_inputs
 from src.job.protocol import check_bench, reason_names, throttle_mask
@@ -145,11 +145,18 @@ def keep_conditions(record: Record, result: Interleaved) -> None:
         record.power_capped_share = rounds.power_capped_share
 
 
+def _widened(result: Interleaved, arm: int):
+    """The kernel's ratio to arm `arm`, its interval widened by the timer's resolution."""
+    resolution_ms = kernel_clock.RESOLUTION_NS.get(result.timer, 0.0) * 1e-6
+    return widen(paired_ratio(result.kept_ms[0], result.kept_ms[arm]), resolution_ms,
+                 result.timings[0].median_ms, result.timings[arm].median_ms)
+
+
 def keep_pairing(record: Record, precision: str, baseline: str, result: Interleaved,
                   flops: int) -> None:
     """The paired comparison: the baseline's GFLOP/s from the same rounds, the ratio of the
     medians (so % == gflops / baseline_gflops exactly) and its bootstrap 95% interval."""
-    ratio = paired_ratio(result.kept_ms[0], result.kept_ms[1])
+    ratio = _widened(result, 1)
     base_gflops = flops / (result.timings[1].median_ms * 1e-3) / 1e9
     _keep_ratio(record, precision, baseline, base_gflops, 100 * ratio.ratio,
                 100 * ratio.ci_low, 100 * ratio.ci_high, ratio.verdict)
@@ -166,7 +173,7 @@ def _keep_best(record: Record, names: list[str], result: Interleaved, flops: int
     if "cublaslt" in names[-1]:
         record.cublaslt_gflops = flops / (medians[-1] * 1e-3) / 1e9
     best = 1 + min(range(len(medians)), key=medians.__getitem__)
-    ratio = paired_ratio(result.kept_ms[0], result.kept_ms[best])
+    ratio = _widened(result, best)
     record.best_cublas = names[best - 1]
     record.pct_of_best_cublas = 100 * ratio.ratio
     record.pct_best_ci_low, record.pct_best_ci_high = 100 * ratio.ci_low, 100 * ratio.ci_high
@@ -307,6 +314,7 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
                        l2_flushed=bool(bench["flush_l2"]))
     keep_timing(record, result.timings[0], problem.flops)
     record.timer = result.timer
+    record.timer_resolution_ns = kernel_clock.RESOLUTION_NS.get(result.timer)
     names = [b.name for b in (baseline, stronger) if b is not None and b.name in arm_names]
     if names and names[0] == getattr(baseline, "name", None):
         keep_pairing(record, spec.precision, baseline.name, result, problem.flops)

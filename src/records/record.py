@@ -49,6 +49,7 @@ class Record:
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
     timer: str | None = None               # the samples' clock: cupti (GPU kernel stamps), events
+    timer_resolution_ns: float | None = None  # its resolution: the % interval is widened by it
     samples_throttled: int | None = None   # rounds left out: a slowdown, or a clock below the floor
     samples_slowdown: int | None = None    # of those, for an NVML thermal/hardware slowdown
     sustained_clock_mhz: list | None = None  # per arm (kernel, baselines), the median SM clock: the floor's reference

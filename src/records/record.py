@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 RECORD_FILE = "record.json"
+REPLICATES_DIR = "replicates"  # under a sweep: the sweeps of its replicate runs (src.sweep.replicate)
 STATUS_OK = "ok"
 
 
@@ -97,6 +98,7 @@ class Record:
     device: dict = field(default_factory=dict)
     bench: dict = field(default_factory=dict)
     timestamp: str | None = None
+    replicate: int | None = None      # which independent run of this row (1: the sweep; 2...: src.sweep.replicate)
     from_cache: bool = False          # resume=true reused this verified measurement (same key)
     mlflow_run_id: str | None = None  # the MLflow run of the job that measured it
 

@@ -204,6 +204,11 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
         "python -m src.run -m 'kernel=" + params()["progression"]["kernels"] + "' 'size="
         + str(params()["progression"]["sizes"]) + "' bench=default bench.best_cublas=true "
         "hydra.sweep.dir=sweeps/progression",
+        "python -m src.sweep.replicate sweeps/progression --runs "
+        + str(params()["progression"]["replicate"]["runs"]) + " --headline '"
+        + params()["progression"]["replicate"]["headline"] + "' --within "
+        + str(params()["progression"]["replicate"]["within_pct"])
+        + " -- bench=default bench.best_cublas=true",
         "python -m src.records.collect sweeps/progression -o results/.runs.csv.new",
         "mv results/.ceilings.json.new results/ceilings.json",
         "mv results/.runs.csv.new results/runs.csv",
@@ -214,7 +219,9 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
     run("bash", "-c", cmds[1])
     swept = run("bash", "-c", cmds[2], check=False)  # no GPU: no job succeeds, exit status 1
     assert swept.returncode == 1 and "no_job_succeeded" in swept.stdout + swept.stderr
-    run("bash", "-c", cmds[3])
+    replicated = run("bash", "-c", cmds[3])  # no ok row: nothing to replicate
+    assert "replicating 0 rows" in replicated.stdout
+    run("bash", "-c", cmds[4])
     runs = read_runs(work / "results" / ".runs.csv.new")
     kernels = params()["progression"]["kernels"].split(",")
     sizes = [int(s) for s in str(params()["progression"]["sizes"]).split(",")]

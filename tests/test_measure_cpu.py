@@ -74,6 +74,7 @@ def test_an_honest_kernel_passes_every_check_with_a_paired_figure(monkeypatch, b
     assert r.baseline == "cublas_fp32" and len(r.kernel_time_ms) == len(r.baseline_time_ms)
     assert r.pct_of_cublas == pytest.approx(100 * r.gflops / r.baseline_gflops)
     assert r.pct_ci_low <= r.pct_of_cublas <= r.pct_ci_high
+    assert r.timer == "events" and r.timer_resolution_ns == 500.0  # the interval is widened by it
     # launches: verify 1 + warm-up 3 + the timed samples + 1 on fresh inputs
     assert kernel.launches == 1 + 3 + r.samples + 1
 
@@ -135,3 +136,14 @@ def test_without_nvmath_the_autotuned_baseline_is_missing_not_a_crash(monkeypatc
 
     monkeypatch.setitem(sys.modules, "nvmath", None)  # import fails as if not installed
     assert Baselines().autotuned("fp32", _job(0.0)) is None
+
+
+def test_the_power_cap_is_recorded_as_a_condition_of_an_ok_job(monkeypatch):
+    """NVML says sw_power_cap all along (a heavy job's normal state): the job is ok, with the
+    share of rounds under the cap and the reasons in its record."""
+    from src.job.protocol import POWER_CAP
+
+    monkeypatch.setattr(measure_mod, "throttle_mask", lambda device: POWER_CAP)
+    r = _run(monkeypatch, Gemm())
+    assert r.status == "ok" and r.power_capped_share == 1.0 and r.samples_slowdown == 0
+    assert r.throttle_reasons == ["sw_power_cap"] and r.samples_throttled == 0

@@ -78,3 +78,34 @@ def test_tie_rule(low, high, expected):
 def test_unpaired_samples_are_refused():
     with pytest.raises(ValueError, match="one length"):
         paired_ratio([1.0, 2.0], [1.0])
+
+
+def test_the_interval_is_widened_by_the_timer_resolution_for_short_kernels():
+    """A 17 us kernel 1.8% faster than its baseline, 0.05% noise: CUPTI's 32 ns ticks leave it
+    faster; CUDA events' 0.5 us (6% of the pair) make it a tie. On a 2 ms kernel either timer
+    moves the interval by at most 0.05%."""
+    from src.job.paired import widen
+
+    k, b = _timings(300, 0.0170, 0.0005, seed=11), _timings(300, 0.0173, 0.0005, seed=12)
+    r = paired_ratio(k, b)
+    assert r.verdict == FASTER
+    cupti = widen(r, 32e-6, float(np.median(k)), float(np.median(b)))
+    events = widen(r, 500e-6, float(np.median(k)), float(np.median(b)))
+    assert cupti.verdict == FASTER and events.verdict == TIE
+    assert cupti.ci_low < r.ci_low and cupti.ci_high > r.ci_high and cupti.ratio == r.ratio
+    assert events.ci_low == pytest.approx(r.ci_low * (1 - 500e-6 / np.median(k) - 500e-6 / np.median(b)))
+    long = widen(r, 500e-6, 2.0, 2.0)
+    assert long.ci_low == pytest.approx(r.ci_low, rel=6e-4)
+
+
+@pytest.mark.parametrize("intervals,expected", [
+    ([(1.063, 1.070)], FASTER),                          # one run (the table marks it)
+    ([(1.063, 1.070), (1.01, 1.02)], FASTER),            # every run above 100%
+    ([(0.90, 0.95), (0.97, 0.99), (0.95, 0.96)], SLOWER),
+    ([(1.063, 1.070), (0.976, 0.980)], TIE),             # chapter 20 at 1024 on two H100s
+    ([(1.01, 1.02), (0.99, 1.01)], TIE),                 # one run could not tell
+])
+def test_a_replicated_verdict_needs_every_run_on_the_same_side(intervals, expected):
+    from src.job.paired import replicated_verdict
+
+    assert replicated_verdict(intervals) == expected

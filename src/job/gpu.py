@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -30,6 +31,8 @@ class Device:
     nvrtc: str | None = None
     cupy: str | None = None
     max_sm_clock_mhz: int | None = None
+    host: str | None = None          # with pci_bus_id, which card of which machine: replicates
+                                     # of a row show whether they ran on different machines
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ def detect() -> Device:
         nvrtc="%d.%d" % cp.cuda.nvrtc.getVersion(),
         cupy=cp.__version__,
         max_sm_clock_mhz=_nvml_max_sm_clock(dev.pci_bus_id),
+        host=socket.gethostname(),
     )
 
 

@@ -28,6 +28,10 @@ import threading
 
 log = logging.getLogger(__name__)
 
+# The timers' resolution, as each record states it (`timer_resolution_ns`; paired.widen widens
+# the interval by it): CUPTI stamps kernels with the GPU's global timer, which ticks every 32 ns
+# on Hopper; cudaEventElapsedTime is documented at "around 0.5 microseconds".
+RESOLUTION_NS = {"cupti": 32.0, "events": 500.0, "cupti+events": 500.0}
 PROBE_KERNEL = "sgemm_lab_clock_probe"  # timing.ClockProbe's kernel: the samples' brackets
 BUFFER_BYTES = 8 << 20
 

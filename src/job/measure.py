@@ -23,10 +23,10 @@ from src.errors import LabError, LaunchFailed, TimedVerificationFailed
 from src.job import gpu as gpu_mod
 from src.job import kernel_clock, plausibility
 from src.job.compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel
-from src.job.paired import paired_ratio
+from src.job.paired import paired_ratio, widen
 from src.job.prepare import PreparedJob
 from src.job.problem import Inputs, make_inputs
-from src.job.protocol import check_bench, throttle_reasons
+from src.job.protocol import check_bench, reason_names, throttle_mask
 from src.job.timing import Arm, Interleaved, L2Flush, Timing, measure_interleaved
 from src.job.verify import check, reference, verify
 from src.records.record import Record
@@ -115,7 +115,7 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
         min_samples=int(bench["min_samples"]),
         max_samples=int(bench["max_samples"]), target_rel_iqr=float(bench["target_rel_iqr"]),
         max_seconds=float(bench["max_seconds"]),
-        read_clock=lambda: gpu_mod.sm_clock_mhz(device), max_clock_mhz=device.max_sm_clock_mhz,
+        read_clock=lambda: gpu_mod.sm_clock_mhz(device), read_reasons=lambda: throttle_mask(device),
         throttle_threshold=bench.get("throttle_threshold"),
         short_ms=bench.get("short_kernel_ms"), short_min_samples=bench.get("short_min_samples"),
         kernel_clock=kernel_clock.shared(str(bench.get("timer", "cupti"))))
@@ -134,11 +134,29 @@ def keep_timing(record: Record, timing: Timing, flops: int) -> None:
     record.gflops = flops / (timing.median_ms * 1e-3) / 1e9
 
 
+def keep_conditions(record: Record, result: Interleaved) -> None:
+    """The card's state while timing (timing.select_rounds): conditions, not failures."""
+    rounds = result.rounds
+    record.throttle_reasons = None if result.reasons_seen is None else reason_names(result.reasons_seen)
+    if rounds is not None:
+        record.samples_slowdown = rounds.slowdown
+        record.sustained_clock_mhz = list(rounds.sustained_mhz)
+        record.clock_range_mhz = None if rounds.clock_range_mhz is None else list(rounds.clock_range_mhz)
+        record.power_capped_share = rounds.power_capped_share
+
+
+def _widened(result: Interleaved, arm: int):
+    """The kernel's ratio to arm `arm`, its interval widened by the timer's resolution."""
+    resolution_ms = kernel_clock.RESOLUTION_NS.get(result.timer, 0.0) * 1e-6
+    return widen(paired_ratio(result.kept_ms[0], result.kept_ms[arm]), resolution_ms,
+                 result.timings[0].median_ms, result.timings[arm].median_ms)
+
+
 def keep_pairing(record: Record, precision: str, baseline: str, result: Interleaved,
                   flops: int) -> None:
     """The paired comparison: the baseline's GFLOP/s from the same rounds, the ratio of the
     medians (so % == gflops / baseline_gflops exactly) and its bootstrap 95% interval."""
-    ratio = paired_ratio(result.kept_ms[0], result.kept_ms[1])
+    ratio = _widened(result, 1)
     base_gflops = flops / (result.timings[1].median_ms * 1e-3) / 1e9
     _keep_ratio(record, precision, baseline, base_gflops, 100 * ratio.ratio,
                 100 * ratio.ci_low, 100 * ratio.ci_high, ratio.verdict)
@@ -155,7 +173,7 @@ def _keep_best(record: Record, names: list[str], result: Interleaved, flops: int
     if "cublaslt" in names[-1]:
         record.cublaslt_gflops = flops / (medians[-1] * 1e-3) / 1e9
     best = 1 + min(range(len(medians)), key=medians.__getitem__)
-    ratio = paired_ratio(result.kept_ms[0], result.kept_ms[best])
+    ratio = _widened(result, best)
     record.best_cublas = names[best - 1]
     record.pct_of_best_cublas = 100 * ratio.ratio
     record.pct_best_ci_low, record.pct_best_ci_high = 100 * ratio.ci_low, 100 * ratio.ci_high
@@ -268,10 +286,9 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         paired = [(b, i) for b in (baseline, stronger)
                   if (i := _paired_inputs(b, problem, inputs, ref)) is not None]
         spot = SpotCheck(inputs, problem.beta, int(bench["min_samples"]))
-        reasons_before = throttle_reasons(device)
         result = _time(kernel, prepared, inputs, spot, device, paired)
         arm_names = [b.name for b, _ in paired]
-        record.throttle_reasons = sorted(set(reasons_before or []) | set(throttle_reasons(device) or []))
+        keep_conditions(record, result)
         cp.cuda.get_current_stream().synchronize()
         record.checked_sample = spot.index
         checks_started = time.perf_counter()
@@ -297,6 +314,7 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
                        l2_flushed=bool(bench["flush_l2"]))
     keep_timing(record, result.timings[0], problem.flops)
     record.timer = result.timer
+    record.timer_resolution_ns = kernel_clock.RESOLUTION_NS.get(result.timer)
     names = [b.name for b in (baseline, stronger) if b is not None and b.name in arm_names]
     if names and names[0] == getattr(baseline, "name", None):
         keep_pairing(record, spec.precision, baseline.name, result, problem.flops)

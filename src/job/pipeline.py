@@ -55,7 +55,8 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
     bench = OmegaConf.to_container(cfg.bench, resolve=True)
     record = new_record(
         str(kcfg.get("name")), str(kcfg.get("precision")), str(kcfg.get("backend")), cfg,
-        params=dict(kcfg.get("params") or {}), bench=bench, mlflow_run_id=run_id)
+        params=dict(kcfg.get("params") or {}), bench=bench, mlflow_run_id=run_id,
+        replicate=cfg.get("replicate"))
     try:
         prepared = prepare(cfg, explicit_params)
         _describe(record, prepared)
@@ -71,7 +72,7 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
         digest = measurement_key(prepared)
         if cfg.get("resume"):
             cached = cache.get(digest)
-            if cached is not None:
+            if cached is not None and (cached.replicate or 1) == (record.replicate or 1):  # a replicate is a new run
                 cached.from_cache = True
                 return cached
         measure(prepared, baselines if baselines is not None else Baselines(), record, outputs,

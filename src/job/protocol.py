@@ -57,18 +57,23 @@ def check_bench(bench: dict) -> None:
 
 
 # NVML clock-event (throttle) reason bits, named as nvidia-smi -q -d PERFORMANCE names them.
+POWER_CAP = 0x4   # sw_power_cap: the card holding its power limit, its normal state under load
 THROTTLE_REASONS = {
-    0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
+    POWER_CAP: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
     0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
 }
+# A fault, not a load: overheating, or the board pulling the clock down (HW_SLOWDOWN, which
+# NVML also sets with either of the next two), HW_THERMAL_SLOWDOWN, HW_POWER_BRAKE. A round in
+# which NVML reports one of these is left out (timing.select_rounds).
+SLOWDOWN = 0x8 | 0x20 | 0x40 | 0x80
 
 
 def reason_names(mask: int) -> list[str]:
     return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
 
 
-def throttle_reasons(device) -> list[str] | None:
-    """The power and thermal throttle reasons NVML reports now (None: NVML not available)."""
+def throttle_mask(device) -> int | None:
+    """The clock-event reasons NVML reports now, as its bit mask (None: NVML not available)."""
     from src.job import gpu as gpu_mod
 
     handle = gpu_mod.nvml_handle(getattr(device, "pci_bus_id", None))
@@ -79,6 +84,12 @@ def throttle_reasons(device) -> list[str] | None:
     read = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
         getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
     try:
-        return reason_names(int(read(handle)))
+        return int(read(handle))
     except Exception:  # an NVML without the call, or one that refuses: unknown, not guessed
         return None
+
+
+def throttle_reasons(device) -> list[str] | None:
+    """The power and thermal throttle reasons NVML reports now (None: NVML not available)."""
+    mask = throttle_mask(device)
+    return None if mask is None else reason_names(mask)

@@ -53,12 +53,55 @@ def summarize(times_ms, clock_before=None, clock_after=None, clocks_mhz=None,
     )
 
 
-def keep_unthrottled(times_ms, clocks_mhz, floor_mhz: float | None):
-    """(times, clocks, flagged): the samples whose SM clock is at least `floor_mhz`."""
-    if floor_mhz is None or clocks_mhz is None:
-        return list(times_ms), clocks_mhz, 0
-    kept = [(t, c) for t, c in zip(times_ms, clocks_mhz) if c >= floor_mhz]
-    return [t for t, _ in kept], [c for _, c in kept], len(times_ms) - len(kept)
+@dataclass(frozen=True)
+class Rounds:
+    """Which timed rounds count, and the card's state in them (select_rounds)."""
+
+    kept: tuple[int, ...]                # round indices every statistic uses
+    slowdown: int                        # rounds left out: NVML reported a thermal/hardware slowdown
+    slow_clock: int                      # rounds left out: an arm's SM clock below its floor
+    sustained_mhz: tuple[float | None, ...]  # per arm, the clock the card held under its load
+    floor_mhz: tuple[float | None, ...]  # per arm, throttle_threshold x its sustained clock
+    power_capped_share: float | None     # share of kept rounds with sw_power_cap (None: unknown)
+    clock_range_mhz: tuple[float, float] | None  # min and max SM clock over the kept samples
+
+
+def _finite(values) -> list[float]:
+    return [v for v in values if v is not None and np.isfinite(v)]
+
+
+def select_rounds(clocks: list[list[float]], reasons: list[int | None],
+                  threshold: float | None) -> Rounds:
+    """The rounds that count. `clocks[a][i]`: arm a's SM clock in round i (ClockProbe);
+    `reasons[i]`: the NVML clock-event reasons seen around round i (None: unknown).
+
+    A round is left out when NVML reports a thermal or hardware slowdown in it
+    (protocol.SLOWDOWN), or when an arm's clock is below `threshold` x the clock the card
+    sustained under that arm's load in this run: the median of the arm's clocks over the rounds
+    without a slowdown (per arm: a light kernel runs at a higher clock than the heavy cuBLAS it
+    is paired with). Why that reference and not the maximum clock: a heavy tensor-core job on
+    an H100 holds its power limit at 1,260-1,500 MHz of 1,980 by design (sw_power_cap), so a
+    rule against the maximum failed whole jobs at random; the kernel and its baseline share
+    each round's conditions, so their ratio is meaningful at that clock. The power cap is
+    recorded (`power_capped_share`), never a reason to leave a round out. A missing clock
+    (no probe: inf or None) sets no floor; a probe that read nothing (NaN) leaves its round out."""
+    from src.job.protocol import POWER_CAP, SLOWDOWN
+
+    count = len(clocks[0]) if clocks else 0
+    calm = [i for i in range(count) if not (reasons[i] or 0) & SLOWDOWN]
+    sustained = tuple(float(np.median(seen)) if (seen := _finite(c[i] for i in calm)) else None
+                      for c in clocks)
+    floors = tuple(None if threshold is None or s is None else threshold * s for s in sustained)
+    kept = [i for i in calm
+            if all(floor is None or c[i] >= floor for c, floor in zip(clocks, floors))]
+    known = [reasons[i] for i in kept if reasons[i] is not None]
+    in_kept = _finite(c[i] for c in clocks for i in kept)
+    return Rounds(
+        kept=tuple(kept), slowdown=count - len(calm), slow_clock=len(calm) - len(kept),
+        sustained_mhz=sustained, floor_mhz=floors,
+        power_capped_share=(sum(bool(r & POWER_CAP) for r in known) / len(known)
+                            if known and len(known) == len(kept) else None),
+        clock_range_mhz=(min(in_kept), max(in_kept)) if in_kept else None)
 
 
 _PROBE_SOURCE = r"""
@@ -133,6 +176,8 @@ class Interleaved:
     kept_ms: tuple[tuple[float, ...], ...]  # per arm, the kept samples; index i is one round
     timer: str = "events"              # the clock of the samples: "cupti" (kernel_clock.py) or
                                        # "events" (CUDA events; also for a batch CUPTI missed)
+    rounds: Rounds | None = None       # which rounds were kept, and the card's state in them
+    reasons_seen: int | None = None    # every NVML clock-event reason bit seen while timing
 
 
 def _sample_round(arms, pools, probes, i: int, index: int) -> None:
@@ -149,14 +194,6 @@ def _sample_round(arms, pools, probes, i: int, index: int) -> None:
         probe.after(i)
         if arm.after:
             arm.after(index)
-
-
-def _kept_rounds(clocks: list[list[float]], floor: float | None) -> list[int]:
-    """Rounds in which every arm ran at or above the clock floor."""
-    rounds = range(len(clocks[0]))
-    if floor is None:
-        return list(rounds)
-    return [i for i in rounds if all(c[i] >= floor for c in clocks)]
 
 
 def warm_up(arms: list[Arm], warmup: int, warmup_ms: float = 0.0) -> int:
@@ -194,19 +231,47 @@ def warm_up(arms: list[Arm], warmup: int, warmup_ms: float = 0.0) -> int:
         batch = min(2 * batch, 64)
 
 
+def _union(*masks: int | None) -> int | None:
+    known = [m for m in masks if m is not None]
+    return None if not known else int(np.bitwise_or.reduce(known))
+
+
+def throttled_error(rounds: Rounds, taken: int, min_samples: int, threshold: float | None,
+                    reasons_seen: int | None) -> Throttled:
+    """The one paragraph of a job whose GPU was not in a state to measure."""
+    from src.job.protocol import SLOWDOWN, reason_names
+
+    seen = reason_names((reasons_seen or 0) & SLOWDOWN)
+    arms = [f"{s:.0f} MHz (floor {f:.0f})" if f is not None else f"{s:.0f} MHz"
+            for s, f in zip(rounds.sustained_mhz, rounds.floor_mhz) if s is not None]
+    clock = f"sustained SM clock per arm {', '.join(arms)}" if arms else "no SM clock was read"
+    return Throttled(
+        f"only {len(rounds.kept)} of {taken} timed rounds are usable, fewer than "
+        f"bench.min_samples={min_samples} (rule: a job needs at least min_samples rounds in which "
+        f"NVML reports no thermal or hardware slowdown and every arm's SM clock is at least "
+        f"bench.throttle_threshold={threshold} x the clock the card sustained under that arm's "
+        f"load in this run; the power cap is the card's normal state under load and never fails a job): "
+        f"{rounds.slowdown} rounds left out for a slowdown "
+        f"({', '.join(seen) or 'none reported'}), {rounds.slow_clock} for a clock below the "
+        f"floor ({clock}). The GPU is not in a state to measure: it is overheating, its board "
+        f"is slowing it down, or another process shares it; check nvidia-smi -q -d PERFORMANCE.")
+
+
 def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_samples: int,
                         target_rel_iqr: float, max_seconds: float, warmup_ms: float = 0.0,
                         read_clock: Callable[[], int | None] = lambda: None,
-                        max_clock_mhz: float | None = None,
+                        read_reasons: Callable[[], int | None] = lambda: None,
                         throttle_threshold: float | None = None,
                         short_ms: float | None = None,
                         short_min_samples: int | None = None,
                         kernel_clock=None) -> Interleaved:
     """Time the arms in rounds, A B A B ...: each round takes one sample of every arm, each
-    after its own `between` (the L2 flush). A round is kept only if every arm's SM clock was at
-    or above the throttle floor. Stops once `min_samples` rounds are kept and every arm's IQR /
-    median is at most `target_rel_iqr`, or at `max_seconds` / `max_samples`. A first arm shorter
-    than `short_ms` takes at least `short_min_samples` rounds (short kernels: more samples).
+    after its own `between` (the L2 flush). Which rounds count: select_rounds, with the NVML
+    reasons (`read_reasons`, a bit mask) read at each batch's edges standing for every round of
+    the batch. Stops once `min_samples` rounds are kept and every arm's IQR / median is at most
+    `target_rel_iqr`, or at `max_seconds` / `max_samples`; fewer than `min_samples` kept rounds
+    then is failed_throttled (throttled_error). A first arm shorter than `short_ms` takes at
+    least `short_min_samples` rounds (short kernels: more samples).
     `kernel_clock` (kernel_clock.KernelClock): samples are the kernels' GPU timestamps instead of
     the event pairs around them. `warmup_ms`: see warm_up."""
     import cupy as cp
@@ -219,12 +284,12 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
     batch = max(1, min(min_samples, max_samples))
     pools = [[(cp.cuda.Event(), cp.cuda.Event()) for _ in range(batch)] for _ in arms]
     probes = [ClockProbe(batch) for _ in arms]
-    floor = (max_clock_mhz * throttle_threshold
-             if max_clock_mhz and throttle_threshold is not None else None)
     times: list[list[float]] = [[] for _ in arms]
     clocks: list[list[float]] = [[] for _ in arms]
+    reasons: list[int | None] = []
     taken, need = 0, min_samples
     clock_before = read_clock()
+    edge = seen = read_reasons()
     started = time.perf_counter()
     while taken < max_samples:
         todo = min(batch, max_samples - taken)
@@ -232,6 +297,9 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
             _sample_round(arms, pools, probes, i, taken + i)
         pools[-1][todo - 1][1].synchronize()
         taken += todo
+        now = read_reasons()
+        reasons.extend([_union(edge, now)] * todo)
+        edge, seen = now, _union(seen, now)
         stamped = kernel_clock.samples_ms(todo * len(arms)) if kernel_clock is not None else None
         event_batches += stamped is None
         for a in range(len(arms)):
@@ -240,7 +308,7 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
             else:
                 times[a].extend(cp.cuda.get_elapsed_time(s, e) for s, e in pools[a][:todo])
             clocks[a].extend(probes[a].read(todo))
-        kept = _kept_rounds(clocks, floor)
+        kept = select_rounds(clocks, reasons, throttle_threshold).kept
         if short_ms is not None and short_min_samples and kept \
                 and float(np.median([times[0][i] for i in kept])) < short_ms:
             need = max(min_samples, min(short_min_samples, max_samples))
@@ -250,16 +318,11 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
             if settled or out_of_time:
                 break
         elif out_of_time and taken >= min_samples:
-            break  # a throttled GPU: stop at the time limit with what was kept
-    kept = _kept_rounds(clocks, floor)
-    if not kept:
-        all_clocks = [c for arm in clocks for c in arm]
-        raise Throttled(
-            f"every one of {taken} timed samples ran with the SM clock below "
-            f"{throttle_threshold:.0%} of its maximum {max_clock_mhz:.0f} MHz (median "
-            f"{float(np.median(all_clocks)):.0f} MHz; rule: samples on a throttled GPU are left "
-            f"out, bench.throttle_threshold). The GPU is power- or heat-limited or shared: check "
-            f"nvidia-smi -q -d PERFORMANCE.")
+            break  # too few usable rounds by the time limit: failed below
+    rounds = select_rounds(clocks, reasons, throttle_threshold)
+    kept = rounds.kept
+    if len(kept) < min_samples:
+        raise throttled_error(rounds, taken, min_samples, throttle_threshold, seen)
     clock_after = read_clock()
     timings = tuple(summarize([t[i] for i in kept], clock_before, clock_after,
                               [c[i] for i in kept], taken - len(kept))
@@ -267,17 +330,18 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
     batches = -(-taken // batch)
     timer = ("events" if kernel_clock is None or event_batches == batches else
              "cupti" if event_batches == 0 else "cupti+events")
-    return Interleaved(timings, tuple(tuple(t[i] for i in kept) for t in times), timer)
+    return Interleaved(timings, tuple(tuple(t[i] for i in kept) for t in times), timer,
+                       rounds, seen)
 
 
 def measure(launch: Callable[[], None], *, warmup: int, min_samples: int, max_samples: int,
             target_rel_iqr: float, max_seconds: float,
             between: Callable[[], None] | None = None,
             read_clock: Callable[[], int | None] = lambda: None,
-            max_clock_mhz: float | None = None, throttle_threshold: float | None = None) -> Timing:
+            throttle_threshold: float | None = None) -> Timing:
     """Time `launch` (one kernel launch on the current stream) alone: measure_interleaved with
     one arm. `between` runs untimed before every sample (L2 flush, input restore)."""
     return measure_interleaved(
         [Arm(launch, between)], warmup=warmup, min_samples=min_samples, max_samples=max_samples,
         target_rel_iqr=target_rel_iqr, max_seconds=max_seconds, read_clock=read_clock,
-        max_clock_mhz=max_clock_mhz, throttle_threshold=throttle_threshold).timings[0]
+        throttle_threshold=throttle_threshold).timings[0]

@@ -12,8 +12,10 @@
   and the cuBLAS FP32 / TF32 GFLOP/s.
 
 A kernel swept over tile parameters gets one row per parameter set, labelled as in the sweep
-summary (`04_blocktile_1d bm=128`). Two jobs for the same label and size are an error: the table
-has one row per kernel and size, so stale or repeated records must not mix in silently.
+summary (`04_blocktile_1d bm=128`). Several jobs of one label and size are that row's replicates
+(independent runs, numbered by `replicate`; src/records/replicates.py combines them: the median
+run's figures, the spread across runs, a verdict only where every run agrees); two jobs with the
+same number are an error, so stale or repeated records must not mix in silently.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ import pandas as pd
 
 from src.records.collect import read_runs, records_from_runs
 from src.records.record import Record
+from src.records.replicates import Row, combine
 from src.records.summary import row_labels, size_key, summary_table
 
 CONTRACT_COLUMNS = ["kernel", "precision", "m", "n", "k", "gflops", "pct_of_cublas_fp32",
                     "pct_of_cublas_tf32", "rel_err", "status", "gpu", "baseline_gflops",
                     "pct_ci_low", "pct_ci_high", "verdict", "best_cublas", "cublaslt_gflops",
-                    "pct_of_best_cublas", "pct_best_ci_low", "pct_best_ci_high", "verdict_best"]
+                    "pct_of_best_cublas", "pct_best_ci_low", "pct_best_ci_high", "verdict_best",
+                    # the spread across independent runs (src/records/replicates.py) and the timer
+                    "replicates", "machines", "pct_min", "pct_max", "pct_range_low",
+                    "pct_range_high", "gflops_min", "gflops_max", "timer_resolution_ns"]
 BASELINE_BACKEND = "cublas"
 
 
@@ -40,40 +46,51 @@ def _round(value, digits: int):
     return None if value is None else round(float(value), digits)
 
 
+def published_rows(records: list[Record]) -> list[tuple[str, Row]]:
+    """(label, row) per kernel (label) and size: the records' replicates combined."""
+    return combine(records, row_labels(records))
+
+
 def progression_frame(records: list[Record]) -> pd.DataFrame:
     """One row per kernel (label) and size, in table order: CONTRACT_COLUMNS, then `backend`,
-    `alpha`, `beta` and `size` for the steps that need them (plots)."""
-    labels = row_labels(records)
-    seen: dict[tuple, int] = {}
-    for label, r in zip(labels, records):
-        seen[label, r.size_label] = seen.get((label, r.size_label), 0) + 1
-    repeated = [f"{label} at {size} ({n} jobs)" for (label, size), n in seen.items() if n > 1]
-    if repeated:
-        raise ValueError("more than one job for " + ", ".join(repeated) + ": the table has one "
-                         "row per kernel and size (clear the sweep directory and run it again)")
-    rows = [{
-        "kernel": label, "precision": r.precision, "m": r.m, "n": r.n, "k": r.k,
-        "gflops": _round(r.gflops, 1) if r.ok else None,
-        "pct_of_cublas_fp32": _round(r.pct_of_cublas_fp32, 2) if r.ok else None,
-        "pct_of_cublas_tf32": _round(r.pct_of_cublas_tf32, 2) if r.ok else None,
-        "rel_err": None if r.rel_err is None else float(f"{r.rel_err:.3e}"),
-        "status": r.status, "gpu": r.gpu,
-        # the paired comparison: the baseline timed interleaved in the same job (pct = gflops /
-        # baseline_gflops exactly), the 95% interval of pct and the verdict (tie unless it excludes 100)
-        "baseline_gflops": _round(r.baseline_gflops, 1) if r.ok else None,
-        "pct_ci_low": _round(r.pct_ci_low, 2) if r.ok else None,
-        "pct_ci_high": _round(r.pct_ci_high, 2) if r.ok else None,
-        "verdict": r.verdict if r.ok else None,
-        # against the stronger of cuBLAS's default and cuBLASLt autotuned for the shape
-        # (bench.best_cublas), paired in the same rounds
-        "best_cublas": r.best_cublas if r.ok else None,
-        "cublaslt_gflops": _round(r.cublaslt_gflops, 1) if r.ok else None,
-        "pct_of_best_cublas": _round(r.pct_of_best_cublas, 2) if r.ok else None,
-        "pct_best_ci_low": _round(r.pct_best_ci_low, 2) if r.ok else None,
-        "pct_best_ci_high": _round(r.pct_best_ci_high, 2) if r.ok else None,
-        "verdict_best": r.verdict_best if r.ok else None,
-        "backend": r.backend, "alpha": r.alpha, "beta": r.beta, "size": r.size_label,
-    } for label, r in zip(labels, records)]
+    `alpha`, `beta` and `size` for the steps that need them (plots). A row's figures are its
+    median run's; `verdict` / `verdict_best` hold for every run (replicates.py)."""
+    rows = []
+    for label, row in published_rows(records):
+        r = row.record
+        pct, best = row.pct, row.best
+        rows.append({
+            "kernel": label, "precision": r.precision, "m": r.m, "n": r.n, "k": r.k,
+            "gflops": _round(r.gflops, 1) if r.ok else None,
+            "pct_of_cublas_fp32": _round(r.pct_of_cublas_fp32, 2) if r.ok else None,
+            "pct_of_cublas_tf32": _round(r.pct_of_cublas_tf32, 2) if r.ok else None,
+            "rel_err": None if r.rel_err is None else float(f"{r.rel_err:.3e}"),
+            "status": r.status, "gpu": r.gpu,
+            # the paired comparison: the baseline timed interleaved in the same job (pct = gflops /
+            # baseline_gflops exactly), the 95% interval of pct and the verdict (tie unless every
+            # run's interval excludes 100 on the same side)
+            "baseline_gflops": _round(r.baseline_gflops, 1) if r.ok else None,
+            "pct_ci_low": _round(r.pct_ci_low, 2) if r.ok else None,
+            "pct_ci_high": _round(r.pct_ci_high, 2) if r.ok else None,
+            "verdict": (pct.verdict if pct else r.verdict) if r.ok else None,
+            # against the stronger of cuBLAS's default and cuBLASLt autotuned for the shape
+            # (bench.best_cublas), paired in the same rounds
+            "best_cublas": r.best_cublas if r.ok else None,
+            "cublaslt_gflops": _round(r.cublaslt_gflops, 1) if r.ok else None,
+            "pct_of_best_cublas": _round(r.pct_of_best_cublas, 2) if r.ok else None,
+            "pct_best_ci_low": _round(r.pct_best_ci_low, 2) if r.ok else None,
+            "pct_best_ci_high": _round(r.pct_best_ci_high, 2) if r.ok else None,
+            "verdict_best": (best.verdict if best else r.verdict_best) if r.ok else None,
+            "replicates": row.replicates, "machines": row.machines if r.ok else None,
+            "pct_min": _round(pct.low, 2) if pct else None,
+            "pct_max": _round(pct.high, 2) if pct else None,
+            "pct_range_low": _round(pct.ci_low, 2) if pct else None,
+            "pct_range_high": _round(pct.ci_high, 2) if pct else None,
+            "gflops_min": _round(min(x.gflops for x in row.runs), 1) if r.ok else None,
+            "gflops_max": _round(max(x.gflops for x in row.runs), 1) if r.ok else None,
+            "timer_resolution_ns": r.timer_resolution_ns if r.ok else None,
+            "backend": r.backend, "alpha": r.alpha, "beta": r.beta, "size": r.size_label,
+        })
     frame = pd.DataFrame(rows, columns=CONTRACT_COLUMNS + ["backend", "alpha", "beta", "size"])
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["backend"] == BASELINE_BACKEND,
                                                     rows[i]["kernel"], size_key(rows[i]["size"])))
@@ -131,35 +148,78 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -
                  "excludes 100%, else a tie. The cuBLAS rows are cuBLAS's own jobs.")
     if (line := _ceilings_line(ceilings)) is not None:
         lines.append(line)
-    lines += ["", summary_table(records).to_markdown(disable_numparse=True)]
-    lines += _against_best(records)
+    rows = published_rows(records)
+    lines.append(_replicates_line(rows))
+    if (line := _short_kernels_line(rows)) is not None:
+        lines.append(line)
+    shown = [row.record for _, row in rows]
+    lines += ["", summary_table(shown, {(label, row.record.size_label): row
+                                        for label, row in rows}).to_markdown(disable_numparse=True)]
+    lines += _against_best(rows)
     if failed:
         lines += ["", "Failed jobs (no figure anywhere):", ""]
         for label, r in zip(row_labels(records), records):
             if not r.ok:
                 first = (r.error or "").splitlines()[0] if r.error else ""
-                lines.append(f"- `{label}` at {r.size_label}: **{r.status}**: {first}")
+                run = f" (run {r.replicate})" if (r.replicate or 1) > 1 else ""
+                lines.append(f"- `{label}` at {r.size_label}{run}: **{r.status}**: {first}")
     return "\n".join(lines) + "\n"
 
 
-def _against_best(records: list[Record]) -> list[str]:
+def _replicates_line(rows: list[tuple[str, Row]]) -> str:
+    """Which rows were measured in more than one independent run, and how a verdict is reached."""
+    repeated = [f"{label} at {row.record.size_label}" for label, row in rows if row.replicates > 1]
+    machines = max((row.machines for _, row in rows if row.replicates > 1), default=1)
+    which = (f"{len(repeated)} rows were measured in independent runs (separate processes, "
+             f"fresh inputs; on up to {machines} machine(s)): {', '.join(repeated)}. "
+             if repeated else "Every row is one run: no row was replicated. ")
+    return (which + "A replicated row shows its median run's figures, the runs' range of % and "
+            "the union of their intervals; it is faster / slower only when every run's interval "
+            "is on that side of 100%, else a tie. A row of one run says \"(1 run)\".")
+
+
+SHORT_KERNEL_MS = 0.05  # under 50 us the timer's ticks and launch gaps are a visible share
+
+
+def _short_kernels_line(rows: list[tuple[str, Row]]) -> str | None:
+    """The timer's resolution where it matters: rows whose kernel takes under 50 us."""
+    short = [(label, row.record) for label, row in rows if row.record.ok
+             and row.record.time_ms_median is not None and row.record.time_ms_median < SHORT_KERNEL_MS
+             and row.record.timer_resolution_ns]
+    if not short:
+        return None
+    cells = ", ".join(f"{label} at {r.size_label} ({1e3 * r.time_ms_median:.1f} us, "
+                      f"{r.timer_resolution_ns:g} ns = {100 * r.timer_resolution_ns * 1e-6 / r.time_ms_median:.2f}%)"
+                      for label, r in short)
+    return (f"Short kernels (under {1e3 * SHORT_KERNEL_MS:g} us), with the timer's resolution: "
+            f"{cells}. Each interval is widened by resolution / median of the kernel and of its "
+            f"baseline.")
+
+
+def _against_best(rows: list[tuple[str, Row]]) -> list[str]:
     """The hand-written kernels against the stronger cuBLAS per shape (the default heuristic or
     cuBLASLt autotuned for it, whichever was faster in the same rounds), when the run had it."""
-    mine = [(label, r) for label, r in zip(row_labels(records), records)
-            if r.ok and r.backend != BASELINE_BACKEND and r.pct_of_best_cublas is not None]
+    mine = [(label, row) for label, row in rows
+            if row.record.ok and row.record.backend != BASELINE_BACKEND
+            and row.record.pct_of_best_cublas is not None]
     if not mine:
         return []
-    sizes = sorted({r.size_label for _, r in mine}, key=size_key)
+    sizes = sorted({row.record.size_label for _, row in mine}, key=size_key)
     cells: dict[str, dict[str, str]] = {}
-    for label, r in mine:
+    for label, row in mine:
+        r, best = row.record, row.best
         which = "cuBLASLt autotuned" if "cublaslt" in (r.best_cublas or "") else "cuBLAS default"
-        cells.setdefault(label, {})[r.size_label] = (
-            f"{r.pct_of_best_cublas:.1f}% [{r.pct_best_ci_low:.1f}, {r.pct_best_ci_high:.1f}] "
-            f"{r.verdict_best} ({which})")
+        if best is not None and row.replicates > 1:
+            text = (f"{r.pct_of_best_cublas:.1f}%, {row.replicates} runs {best.low:.1f}–"
+                    f"{best.high:.1f}% [{best.ci_low:.1f}, {best.ci_high:.1f}] {best.verdict}")
+        else:
+            text = (f"{r.pct_of_best_cublas:.1f}% [{r.pct_best_ci_low:.1f}, {r.pct_best_ci_high:.1f}] "
+                    f"{r.verdict_best} (1 run)")
+        cells.setdefault(label, {})[r.size_label] = f"{text} ({which})"
     lines = ["", "Against the stronger cuBLAS at each size, in the kernel's precision: cuBLAS's "
              "default heuristic or cuBLASLt with its algorithms autotuned for the shape "
              "(nvmath-python), whichever was faster in the same interleaved rounds; % with its 95% "
-             "interval and verdict.", "",
+             "interval and verdict (over every run of a replicated row).", "",
              "| kernel | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
     for label, row in cells.items():
         lines.append(f"| {label} | " + " | ".join(row.get(size, "") for size in sizes) + " |")
@@ -188,6 +248,9 @@ def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
                 group[f"{prefix}pct_of_cublas_{precision}"] = best[f"pct_of_cublas_{precision}"]
             for column in ("baseline_gflops", "pct_ci_low", "pct_ci_high", "verdict"):
                 if pd.notna(best[column]):
+                    group[f"{prefix}{column}"] = best[column]
+            if best.replicates > 1:  # the spread across independent runs
+                for column in ("replicates", "pct_min", "pct_max"):
                     group[f"{prefix}{column}"] = best[column]
             if precision == "fp32" and ceilings:
                 group["best_pct_of_ffma_peak"] = round(100 * best.gflops / ceilings["ffma_gflops"], 2)

@@ -2,7 +2,8 @@
 
 `python -m src.records.collect SWEEP_DIR [SWEEP_DIR|RECORDS.jsonl ...] -o results/runs.csv`
 
-Every Record field becomes a column, in the Record's order, after `job` (the Hydra job directory,
+A sweep directory's jobs come with those of its replicate runs (SWEEP_DIR/replicates/run<n>/...,
+written by src.sweep.replicate). Every Record field becomes a column, in the Record's order, after `job` (the Hydra job directory,
 or `<file>:<line>` for a JSONL source) and `size` (the size label). Nested fields are flattened:
 `params`, `grid`, `block` and the per-sample lists as compact JSON (a kernel's tile parameters differ from another's),
 `device` and `bench` spread into `device.<key>` and `bench.<key>` columns (`bench.tolerance.fp32`).
@@ -22,10 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from src.records.record import RECORD_FILE, Record, record_paths
+from src.records.record import RECORD_FILE, REPLICATES_DIR, Record, record_paths
 
 _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms", "baseline_time_ms",
-                "throttle_reasons")
+                "throttle_reasons", "clock_range_mhz", "sustained_clock_mhz")
 _SPREAD_FIELDS = ("device", "bench")
 _RECORD_FIELDS = list(fields(Record))
 
@@ -55,13 +56,21 @@ def record_row(record: Record, job: str) -> dict:
 def load_source(source: Path) -> list[tuple[str, Record]]:
     """(job, record) pairs from a sweep directory or a JSONL file of records."""
     if source.is_dir():
-        return [(p.parent.name, Record.from_dict(json.loads(p.read_text())))
-                for p in record_paths(source)]
+        # the sweep's own jobs, then those of its replicate runs' sweeps (src.sweep.replicate)
+        nested = sorted((source / REPLICATES_DIR).glob(f"run*/*/*/{RECORD_FILE}"),
+                        key=lambda p: (p.parts[-4], p.parts[-3], _job_order(p)))
+        return [(str(p.parent.relative_to(source)), Record.from_dict(json.loads(p.read_text())))
+                for p in record_paths(source) + nested]
     pairs = []
     for lineno, line in enumerate(source.read_text().splitlines(), start=1):
         if line.strip():
             pairs.append((f"{source.name}:{lineno}", Record.from_dict(json.loads(line))))
     return pairs
+
+
+def _job_order(path: Path) -> int:
+    head = path.parent.name.split("_", 1)[0]
+    return int(head) if head.isdigit() else 1 << 30
 
 
 def _cell(value) -> str:
@@ -100,12 +109,21 @@ def read_runs(path: Path) -> pd.DataFrame:
     return frame
 
 
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def records_from_runs(frame: pd.DataFrame) -> list[Record]:
-    """The top-level Record fields of each row, typed again (device and bench stay in the frame)."""
+    """The Record fields of each row, typed again, with `device` gathered from its columns
+    (`bench` stays in the frame)."""
     records = []
     for row in frame.to_dict("records"):
         data = {}
         for f in _RECORD_FIELDS:
+            if f.name == "device":  # which card of which machine: replicates count machines
+                data["device"] = {key[len("device."):]: value for key, value in row.items()
+                                  if key.startswith("device.") and not _missing(value)}
+                continue
             value = row.get(f.name)
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 RECORD_FILE = "record.json"
+REPLICATES_DIR = "replicates"  # under a sweep: the sweeps of its replicate runs (src.sweep.replicate)
 STATUS_OK = "ok"
 
 
@@ -49,7 +50,12 @@ class Record:
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
     timer: str | None = None               # the samples' clock: cupti (GPU kernel stamps), events
-    samples_throttled: int | None = None   # samples left out: SM clock below the throttle threshold
+    timer_resolution_ns: float | None = None  # its resolution: the % interval is widened by it
+    samples_throttled: int | None = None   # rounds left out: a slowdown, or a clock below the floor
+    samples_slowdown: int | None = None    # of those, for an NVML thermal/hardware slowdown
+    sustained_clock_mhz: list | None = None  # per arm (kernel, baselines), the median SM clock: the floor's reference
+    clock_range_mhz: list | None = None    # min and max SM clock of the kept samples
+    power_capped_share: float | None = None  # share of kept rounds under sw_power_cap (a condition)
     sample_clock_mhz: list | None = None   # the SM clock during each kept sample (clock64 / globaltimer)
     # against the baselines measured in the same process, same shape and protocol
     cublas_fp32_gflops: float | None = None
@@ -92,6 +98,7 @@ class Record:
     device: dict = field(default_factory=dict)
     bench: dict = field(default_factory=dict)
     timestamp: str | None = None
+    replicate: int | None = None      # which independent run of this row (1: the sweep; 2...: src.sweep.replicate)
     from_cache: bool = False          # resume=true reused this verified measurement (same key)
     mlflow_run_id: str | None = None  # the MLflow run of the job that measured it
 

@@ -82,9 +82,30 @@ def _pct_cell(r: Record) -> str:
     return "" if r.pct_of_cublas_fp32 is None else f"{r.pct_of_cublas_fp32:.1f}%"
 
 
-def summary_table(records: list[Record]) -> pd.DataFrame:
+def _replicated_cells(r: Record, row) -> tuple[str, str]:
+    """GFLOP/s and % cells of a published row (replicates.Row): the median run's figures, and
+    beside them the number of runs, their range, and a verdict that holds for every run."""
+    runs = row.replicates
+    gflops = f"{r.gflops:,.1f}"
+    if runs > 1:
+        low, high = min(x.gflops for x in row.runs), max(x.gflops for x in row.runs)
+        gflops += f" ({runs} runs {low:,.0f}–{high:,.0f})"
+    spread = row.pct
+    if spread is None or r.backend == "cublas" or not r.baseline_gflops:
+        return gflops, _pct_cell(r)
+    mark = " of TF32" if r.precision == "tf32" else ""
+    head = f"{r.pct_of_cublas:.1f}%{mark} of {r.baseline_gflops:,.0f}"
+    if runs == 1:
+        return gflops, f"{head} [{r.pct_ci_low:.1f}, {r.pct_ci_high:.1f}] {spread.verdict} (1 run)"
+    where = f" on {row.machines} machines" if row.machines > 1 else ""
+    return gflops, (f"{head}, {runs} runs{where} {spread.low:.1f}–{spread.high:.1f}% "
+                    f"[{spread.ci_low:.1f}, {spread.ci_high:.1f}] {spread.verdict}")
+
+
+def summary_table(records: list[Record], rows: dict | None = None) -> pd.DataFrame:
     """Wide form: kernel x size, cells 'GFLOP/s' and '% cuBLAS' (or the failure): FP32 kernels
-    against cuBLAS FP32; TF32 kernels against cuBLAS TF32, marked 'of TF32'."""
+    against cuBLAS FP32; TF32 kernels against cuBLAS TF32, marked 'of TF32'. `rows`, for the
+    published table: (label, size) -> replicates.Row, whose cells show the spread across runs."""
     import pandas as pd
 
     kernels, sizes, cell = _layout(records)
@@ -99,6 +120,10 @@ def summary_table(records: list[Record]) -> pd.DataFrame:
             elif not r.ok:
                 gf.append(r.status)
                 pct.append("")
+            elif rows is not None and (kernel, size) in rows:
+                g, p = _replicated_cells(r, rows[kernel, size])
+                gf.append(g)
+                pct.append(p)
             else:
                 gf.append(f"{r.gflops:,.1f}")
                 pct.append(_pct_cell(r))

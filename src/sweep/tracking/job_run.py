@@ -40,6 +40,7 @@ METRICS = (
     "cublas_fp32_gflops", "cublas_tf32_gflops", "rel_err", "tolerance",
     "registers", "static_smem_bytes", "dynamic_smem_bytes", "local_bytes", "compile_seconds",
     "sm_clock_mhz_before", "sm_clock_mhz_after", "samples_throttled",
+    "samples_slowdown", "power_capped_share",
     "baseline_gflops", "pct_ci_low", "pct_ci_high", "rel_err_timed", "rel_err_fresh", "check_seconds",
 )
 

@@ -1,0 +1,133 @@
+"""Replicated verdicts (src/records/replicates.py, src/publish/table.py) on the published H100
+runs (results/runs.csv) with synthetic replicates beside them: a row measured in several
+independent runs publishes its median run's figures, the spread across runs, and a verdict only
+where every run's interval agrees."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+
+from src.job.paired import verdict
+from src.publish.table import markdown, progression_frame
+from src.records.collect import read_runs, records_from_runs, write_runs
+from src.records.record import mark_failed
+from src.errors import LabError
+from tests.conftest import ROOT
+
+RUNS = ROOT / "results" / "runs.csv"
+
+
+@pytest.fixture(scope="module")
+def published():
+    return read_runs(RUNS), records_from_runs(read_runs(RUNS))
+
+
+def _replicate(record, number: int, pct: float, low: float, high: float, host: str):
+    """Another run of `record`'s row: the same baseline figure, its own ratio and interval, on
+    another machine (host, PCI bus id)."""
+    r = copy.deepcopy(record)
+    r.replicate = number
+    r.gflops = pct / 100 * r.baseline_gflops
+    r.pct_of_cublas = pct
+    setattr(r, f"pct_of_cublas_{r.precision}", pct)
+    r.pct_ci_low, r.pct_ci_high, r.verdict = low, high, verdict(low / 100, high / 100)
+    r.device = dict(r.device, host=host, pci_bus_id="00000000:19:00.0")
+    return r
+
+
+def _row(frame, kernel: str, m: int):
+    return frame[(frame.kernel == kernel) & (frame.m == m)].iloc[0]
+
+
+def test_the_published_runs_are_rows_of_one_run_each(published):
+    runs, records = published
+    frame = progression_frame(records)
+    assert len(frame) == 100 and (frame.replicates == 1).all() and (frame.machines == 1).all()
+    ch20 = _row(frame, "20_wgmma_tf32", 1024)
+    assert ch20.verdict == "faster" and ch20.pct_min == ch20.pct_max == ch20.pct_of_cublas_tf32
+    text = markdown(records, runs, None)
+    assert "106.8% of TF32 of" in text and "faster (1 run)" in text
+    assert "Every row is one run" in text
+
+
+def test_chapter_20_at_1024_on_two_h100s_is_a_tie_with_the_range(published):
+    """The issue's case: 106.8% [106.3, 107.0] in the published run, 97.8% [97.6, 98.0] on
+    another H100. Two runs that disagree are a tie, with the range of both."""
+    runs, records = published
+    first = next(r for r in records if r.kernel == "20_wgmma_tf32" and r.m == 1024)
+    other = _replicate(first, 2, 97.8, 97.6, 98.0, host="another-h100")
+    frame = progression_frame(records + [other])
+    row = _row(frame, "20_wgmma_tf32", 1024)
+    assert row.replicates == 2 and row.machines == 2 and row.verdict == "tie"
+    assert row.pct_min == 97.8 and row.pct_max == round(first.pct_of_cublas, 2)
+    assert row.pct_range_low == 97.6 and row.pct_range_high == round(first.pct_ci_high, 2)
+    # the median run of two is the lower one, and % stays the ratio of the published figures
+    assert row.pct_of_cublas_tf32 == 97.8
+    assert row.pct_of_cublas_tf32 == pytest.approx(100 * row.gflops / row.baseline_gflops, abs=0.01)
+    assert _row(frame, "20_wgmma_tf32", 2048).verdict == "faster"  # its other rows unchanged
+    text = markdown(records + [other], runs, None)
+    assert "2 runs on 2 machines 97.8–106.8% [97.6, 107.0] tie" in text
+    assert "1 rows were measured in independent runs" in text and "20_wgmma_tf32 at 1024" in text
+
+
+def test_every_run_on_one_side_keeps_the_verdict_and_the_median_run_is_published(published):
+    _, records = published
+    first = next(r for r in records if r.kernel == "22_ffma_warp_specialized" and r.m == 2048)
+    extra = [_replicate(first, 2, 101.2, 101.0, 101.4, "h2"),
+             _replicate(first, 3, 103.0, 102.7, 103.3, "h3")]
+    row = _row(progression_frame(records + extra), "22_ffma_warp_specialized", 2048)
+    assert row.verdict == "faster" and row.replicates == 3 and row.machines == 3
+    assert row.pct_of_cublas_fp32 == round(first.pct_of_cublas, 2)  # 101.59: the middle run
+    assert (row.pct_min, row.pct_max) == (101.2, 103.0)
+    slower = [_replicate(first, 2, 99.0, 98.8, 99.3, "h2")]
+    assert _row(progression_frame(records + slower), "22_ffma_warp_specialized", 2048).verdict == "tie"
+
+
+def test_cublas_rows_show_the_spread_of_their_own_figure(published):
+    """cuBLAS TF32 at 1024 moved 8.4% between two runs: its row publishes the median run's
+    GFLOP/s (the lower of two) and the range."""
+    runs, records = published
+    first = next(r for r in records if r.kernel == "cublas_tf32" and r.m == 1024)
+    other = copy.deepcopy(first)
+    other.replicate, other.gflops = 2, first.gflops * 0.916
+    row = _row(progression_frame(records + [other]), "cublas_tf32", 1024)
+    assert row.replicates == 2 and row.gflops == round(other.gflops, 1)
+    assert (row.gflops_min, row.gflops_max) == (round(other.gflops, 1), round(first.gflops, 1))
+    assert f"(2 runs {other.gflops:,.0f}–{first.gflops:,.0f})" in markdown(records + [other], runs, None)
+
+
+def test_a_failed_replicate_is_listed_and_the_row_comes_from_the_ok_runs(published):
+    runs, records = published
+    first = next(r for r in records if r.kernel == "21_ffma_hopper" and r.m == 4096)
+    failed = _replicate(first, 2, 96.0, 95.9, 96.1, "h2")
+    mark_failed(failed, type("Hot", (LabError,), {"status": "failed_throttled"})("too hot"))
+    frame = progression_frame(records + [failed])
+    row = _row(frame, "21_ffma_hopper", 4096)
+    assert row.status == "ok" and row.replicates == 1 and row.verdict == "slower"
+    assert "`21_ffma_hopper` at 4096 (run 2): **failed_throttled**: too hot" in \
+        markdown(records + [failed], runs, None)
+
+
+def test_two_records_of_one_row_with_one_replicate_number_are_refused(published):
+    _, records = published
+    first = next(r for r in records if r.kernel == "20_wgmma_tf32" and r.m == 1024)
+    twice = [_replicate(first, 2, 97.8, 97.6, 98.0, "h2"), _replicate(first, 2, 98.0, 97.7, 98.2, "h2")]
+    with pytest.raises(ValueError, match="more than one job for 20_wgmma_tf32 at 1024 .3 jobs.*"
+                                         "numbered replicates"):
+        progression_frame(records + twice)
+
+
+def test_the_machine_of_each_run_survives_runs_csv(published, tmp_path):
+    """records_from_runs gathers device.* back, so the table counts machines from runs.csv."""
+    _, records = published
+    first = next(r for r in records if r.kernel == "20_wgmma_tf32" and r.m == 1024)
+    other = _replicate(first, 2, 97.8, 97.6, 98.0, host="another-h100")
+    write_runs([("a", first), ("b", other)], tmp_path / "runs.csv")
+    back = records_from_runs(read_runs(tmp_path / "runs.csv"))
+    assert back[1].device["host"] == "another-h100" and back[1].replicate == 2
+    assert back[0].device["pci_bus_id"] == first.device["pci_bus_id"]
+    assert _row(progression_frame(back), "20_wgmma_tf32", 1024).machines == 2
+    assert pd.isna(_row(progression_frame(back[:1]), "20_wgmma_tf32", 1024).pct_range_low) is False

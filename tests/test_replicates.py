@@ -131,3 +131,24 @@ def test_the_machine_of_each_run_survives_runs_csv(published, tmp_path):
     assert back[0].device["pci_bus_id"] == first.device["pci_bus_id"]
     assert _row(progression_frame(back), "20_wgmma_tf32", 1024).machines == 2
     assert pd.isna(_row(progression_frame(back[:1]), "20_wgmma_tf32", 1024).pct_range_low) is False
+
+
+def test_cards_are_told_apart_by_uuid_where_hosts_and_bus_ids_repeat(published):
+    """Lent VMs share a host name and a PCI bus id ('vm', 00000000:00:06.0): the card's UUID
+    tells two of them apart, and the same UUID is one card whatever the host says."""
+    _, records = published
+    first = next(r for r in records if r.kernel == "20_wgmma_tf32" and r.m == 1024)
+    first = copy.deepcopy(first)
+    first.device = dict(first.device, host="vm", pci_bus_id="00000000:00:06.0", uuid="GPU-a")
+    twin = _replicate(first, 2, 97.8, 97.6, 98.0, host="vm")
+    twin.device = dict(twin.device, pci_bus_id="00000000:00:06.0", uuid="GPU-b")
+    assert _row(progression_frame([first, twin]), "20_wgmma_tf32", 1024).machines == 2
+    twin.device = dict(twin.device, host="renamed", uuid="GPU-a")
+    assert _row(progression_frame([first, twin]), "20_wgmma_tf32", 1024).machines == 1
+
+
+def test_the_uuid_is_formatted_as_nvidia_smi_prints_it():
+    from src.job.gpu import format_uuid
+
+    assert format_uuid(bytes(range(16))) == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert format_uuid(None) is None and format_uuid(b"short") is None

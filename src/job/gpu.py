@@ -33,6 +33,8 @@ class Device:
     max_sm_clock_mhz: int | None = None
     host: str | None = None          # with pci_bus_id, which card of which machine: replicates
                                      # of a row show whether they ran on different machines
+    uuid: str | None = None          # the card's own id (GPU-...): lent VMs share host names and
+                                     # bus ids, so this is what tells two cards apart
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,16 @@ def detect() -> Device:
         cupy=cp.__version__,
         max_sm_clock_mhz=_nvml_max_sm_clock(dev.pci_bus_id),
         host=socket.gethostname(),
+        uuid=format_uuid(props.get("uuid")),
     )
+
+
+def format_uuid(raw) -> str | None:
+    """The card's UUID as nvidia-smi prints it (GPU-8-4-4-4-12 hex), from the 16 raw bytes."""
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) != 16:
+        return None
+    h = bytes(raw).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def known_specs() -> dict[str, dict]:

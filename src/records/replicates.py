@@ -7,7 +7,7 @@ combined into what the row publishes.
   the published % stays exactly the ratio of the published GFLOP/s. A cuBLAS row (its own
   baseline) takes the run with the median GFLOP/s.
 - Beside it, the spread: the runs' lowest and highest %, the union of their 95% intervals, the
-  number of runs and of distinct machines (host and PCI bus id of the card).
+  number of runs and of distinct cards (the card's UUID; else host and PCI bus id).
 - The verdict is faster / slower only when every run's interval is on that side of 100%
   (paired.replicated_verdict); otherwise a tie. A row of one run says so ("(1 run)").
 
@@ -48,12 +48,15 @@ class Row:
 
     @property
     def machines(self) -> int:
-        """Distinct cards the ok runs ran on (host and PCI bus id; unknown counts as one)."""
+        """Distinct cards the ok runs ran on (the card's UUID, else host and PCI bus id; unknown
+        counts as one)."""
         return len({machine(r) for r in self.runs})
 
 
 def machine(record: Record) -> tuple:
     device = record.device or {}
+    if device.get("uuid"):
+        return (device["uuid"],)
     return device.get("host"), device.get("pci_bus_id")
 
 

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from src.records import math_units
 import yaml
 
 from src.errors import ConfigError, InvalidProblem
 from src.job.prepare import prepare
 from src.job.problem import Problem
 from src.publish.suite import publish, suite_frame, suites, summary
+from src.records import math_units
 from src.records.collect import read_runs
 from src.tune import dispatch
 from tests.conftest import CONF_DIR, DATA_DIR

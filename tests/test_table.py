@@ -152,3 +152,19 @@ def test_the_protocol_line_names_the_timed_warm_up(tmp_path, warmup_ms, says):
     runs.to_csv(tmp_path / "runs.csv", index=False)
     write_table(tmp_path / "runs.csv", tmp_path / "out", ROOT / "results" / "ceilings.json")
     assert says in (tmp_path / "out" / "progression.md").read_text()
+
+
+def test_every_chapter_names_its_math():
+    """Tables, figures and metrics tell FFMA, 3xTF32 and TF32 apart from the chapter's config:
+    a TF32-precision chapter runs TF32; an FP32-accurate one runs FFMA or 3xTF32."""
+    from omegaconf import OmegaConf
+
+    from src.paths import CONF_DIR
+
+    for path in sorted((CONF_DIR / "kernel").glob("*.yaml")):
+        cfg = OmegaConf.load(path)
+        if cfg.get("dispatch"):
+            assert cfg.get("math") is None, path.stem  # best_*: the chosen chapter's math
+            continue
+        assert cfg.get("math") == "tf32" if cfg.precision == "tf32" else \
+            cfg.get("math") in ("ffma", "3xtf32"), path.stem

@@ -7,6 +7,7 @@ shows its status in place of a figure.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -136,7 +137,7 @@ def summary_heading(records: list[Record]) -> str:
 def summary_markdown(records: list[Record], wide: bool = False) -> str:
     """The heading and the kernel x size table, as summary.md (summary_wide.md: `wide`) holds them."""
     table = summary_table(records, wide=wide).to_markdown(disable_numparse=True)
-    return f"{summary_heading(records)}\n\n{table}\n\n{SHORT_TABLE_NOTE}\n"
+    return f"{summary_heading(records)}\n\n{table}\n\n{textwrap.fill(SHORT_TABLE_NOTE, 100)}\n"
 
 
 def write_summary(records: list[Record], directory: Path) -> str:

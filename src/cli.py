@@ -2,7 +2,7 @@
 
     sgemm-lab run [-m] [overrides]   a job or a sweep: exactly `python -m src.run ...`
     sgemm-lab kernels                the kernels: name, precision, what the chapter does, tuned for
-    sgemm-lab results                the newest sweep's summary here, else the published table
+    sgemm-lab results [--local]      the published table; --local: the newest sweep here
     sgemm-lab ui [--port N]          MLflow's UI on this directory's store, with ready links
     sgemm-lab links [--port N]       only the links
 """
@@ -128,19 +128,21 @@ def show_kernels() -> int:
     return 0
 
 
-def show_results(root: Path | None = None) -> int:
+def show_results(root: Path | None = None, local: bool = False) -> int:
+    """The published table (results/progression.md); with `local`, the newest sweep's summary
+    under ./multirun instead (a local sweep without a GPU holds only failures)."""
     root = Path.cwd() if root is None else root  # where the user runs it, not where it was imported
-    sweeps = sorted((root / "multirun").glob("*/*/summary.md"), key=lambda p: p.stat().st_mtime)
-    if sweeps:
-        print(f"newest sweep here: {sweeps[-1]}\n")
-        print(sweeps[-1].read_text())
     published = ROOT / "results" / "progression.md"
-    if published.is_file():
-        if sweeps:
-            print(f"published results (dvc repro): {published}")
-        else:
-            print(f"no sweep under {root / 'multirun'}; the published results ({published}):\n")
-            print(published.read_text())
+    if not local:
+        print(f"published results ({published}; your own sweeps: sgemm-lab results --local):\n")
+        print(published.read_text())
+        return 0
+    sweeps = sorted((root / "multirun").glob("*/*/summary.md"), key=lambda p: p.stat().st_mtime)
+    if not sweeps:
+        print(f"no sweep under {root / 'multirun'}; the published results: sgemm-lab results")
+        return 1
+    print(f"newest sweep here: {sweeps[-1]}\n")
+    print(sweeps[-1].read_text())
     return 0
 
 
@@ -226,11 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--port", type=int, default=5000)
     parser.add_argument("--store", type=Path, default=Path("mlflow.db"), help="the sqlite store")
+    parser.add_argument("--local", action="store_true",
+                        help="results: the newest sweep under ./multirun, not the published table")
     args = parser.parse_args(argv)
     if args.command == "kernels":
         return show_kernels()
     if args.command == "results":
-        return show_results()
+        return show_results(local=args.local)
     if args.command == "links":
         return 0 if print_links(args.port, args.store) else 1
     return start_ui(args.port, args.store)

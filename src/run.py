@@ -43,8 +43,13 @@ def main(cfg: DictConfig) -> dict:
     """One job; returns its record as a dict (what a sweeper, e.g. the tuning one, reads)."""
     hc = HydraConfig.get()
     signals.raise_if_interrupted()  # an interrupt a library swallowed stops the sweep here
+    sweep_dir = Path(hc.runtime.cwd) / str(hc.sweep.dir)
     if hc.mode != RunMode.MULTIRUN:
         fail_fast_on_bad_input(cfg, Path(hc.runtime.output_dir))
+    elif (skipped := callbacks.not_run_after_no_gpu(cfg, sweep_dir)) is not None:
+        skipped.write(Path(hc.runtime.output_dir))  # no worker, no MLflow run: nothing ran
+        log.info(skipped.console_line())
+        return skipped.to_dict()
     try:
         with hydra_job_run(cfg) as tracked:
             record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)),
@@ -55,6 +60,8 @@ def main(cfg: DictConfig) -> dict:
     except TrackingUnavailable as exc:  # raised before the job ran: nothing to record
         log.error("error [%s]: %s", exc.status, exc)
         sys.exit(1)
+    if hc.mode == RunMode.MULTIRUN:
+        callbacks.note_no_gpu(sweep_dir, record)
     if record.ok or hc.mode == RunMode.MULTIRUN:
         log.info(record.console_line())  # a sweep goes on; its summary lists the failures
     else:

@@ -264,7 +264,7 @@ def test_table_and_plots_stages_run_on_recorded_runs(repo):
     assert "Running stage 'suite_table'" in out
     assert "Running stage 'bench'" not in out and "Running stage 'suite'" not in out
     assert sorted(p.name for p in (results / "suite").iterdir()) == \
-        ["h100_sxm.csv", "h100_sxm.md", "h100_sxm.png"]
+        ["h100_sxm.csv", "h100_sxm.md", "h100_sxm.png", "h100_sxm_wide.md"]
     assert "up to date" in dvc("status").stdout
     for name in ("progression.csv", "progression.md", "metrics.json", "plots/gflops_vs_size.png",
                  "plots/pct_of_cublas.png", "plots/roofline.png"):

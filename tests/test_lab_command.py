@@ -67,10 +67,10 @@ def test_results_without_a_gpu_shows_the_published_table(tmp_path):
     assert proc.returncode == 0, proc.stderr
     published = (ROOT / "results" / "progression.md").read_text()
     assert published.strip() in proc.stdout
-    assert "no sweep under" in proc.stdout
+    assert "sgemm-lab results --local" in proc.stdout
 
 
-def test_results_shows_the_newest_sweep_here_first(tmp_path):
+def test_results_shows_the_published_table_and_the_newest_sweep_with_local(tmp_path):
     older, newer = (tmp_path / "multirun" / "2026-01-01" / t for t in ("10-00-00", "11-00-00"))
     for sweep, kernel in ((older, "01_naive"), (newer, "17_flagship")):
         sweep.mkdir(parents=True)
@@ -78,10 +78,14 @@ def test_results_shows_the_newest_sweep_here_first(tmp_path):
     os.utime(older / "summary.md", (1, 1))  # newest by time written, not by name
     os.utime(newer / "summary.md", (2, 2))
     (older / "summary.md").touch()
+    # by default the published table, even with local sweeps (a sweep without a GPU holds
+    # only failures); --local shows the newest sweep here
     proc = lab(tmp_path, "results")
     assert proc.returncode == 0, proc.stderr
-    assert "01_naive" in proc.stdout and "17_flagship" not in proc.stdout
-    assert "published results (dvc repro)" in proc.stdout
+    assert "| 01_naive | 1.0 |" not in proc.stdout and "SGEMM progression on NVIDIA H100" in proc.stdout
+    proc = lab(tmp_path, "results", "--local")
+    assert proc.returncode == 0, proc.stderr
+    assert "| 01_naive | 1.0 |" in proc.stdout and "17_flagship" not in proc.stdout
 
 
 def test_run_passes_its_arguments_to_the_runner(tmp_path):

@@ -45,7 +45,7 @@ def test_published_pct_is_the_ratio_of_the_published_figures(paired):
 
 
 def test_the_table_cell_names_the_paired_baseline_and_the_interval(paired):
-    table = summary_table(paired)
+    table = summary_table(paired, wide=True)
     cell = table.loc["06_vectorize", "1024 % cuBLAS"]
     r = paired[0]
     assert cell.startswith(f"{r.pct_of_cublas:.1f}% of {r.baseline_gflops:,.0f} [")

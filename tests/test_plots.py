@@ -56,7 +56,7 @@ def test_figures_and_data_files(tmp_path):
         assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000
         assert len(pd.read_csv(tmp_path / f"{name}.csv")) == len(data[name])
     gflops = pd.read_csv(tmp_path / "gflops_vs_size.csv", dtype={"size_label": str})
-    assert list(gflops.columns) == ["kernel", "size_label", "size", "gflops"]
+    assert list(gflops.columns) == ["kernel", "math", "size_label", "size", "gflops"]
     assert len(gflops) == 16 and set(gflops["size"]) == {1024, 4096}
     pct = pd.read_csv(tmp_path / "pct_of_cublas.csv", dtype={"size_label": str})
     assert set(pct.size_label) == {"4096"} and len(pct) == 6  # the hand-written kernels
@@ -147,17 +147,31 @@ def test_nothing_to_plot_is_an_error(tmp_path):
     assert not (tmp_path / "plots" / "roofline.png").exists()
 
 
-def test_every_series_has_its_own_colour_and_marker_and_the_fastest_stand_out(tmp_path):
-    """The published runs: 23 kernels and two baselines, no two alike; 23 (FP32, 3xTF32) and 20
-    (TF32), the fastest of each precision at 8192, drawn heavier and named in bold."""
+def test_panels_keep_ffma_apart_from_the_tensor_cores_with_distinct_colours():
+    """The published runs: 23 kernels in panels of at most ten, FFMA chapters apart from the
+    tensor-core ones (3xTF32 is FP32-accurate but not FFMA); within a panel no two kernels share
+    a colour; the fastest of each math at 8192 (22 FFMA, 23 3xTF32, 20 TF32) stand out."""
     ok = plots.plotted_rows(plots.progression_frame(plots.records_from_runs(plots.read_runs(PUBLISHED_RUNS))))
-    kernels = plots._mine(ok)
-    headline = plots.headline_kernels(ok)
-    assert headline == ["20_wgmma_tf32", "23_wgmma_3xtf32"]
-    styles = plots.series_styles(kernels, headline)
-    colours = [tuple(to_rgb(s["color"])) for s in styles.values()]
-    assert len(set(colours)) == len(kernels) == 23
-    assert len({(c, s["marker"]) for c, s in zip(colours, styles.values())}) == len(kernels)
+    assert plots.headline_kernels(ok) == ["20_wgmma_tf32", "22_ffma_warp_specialized", "23_wgmma_3xtf32"]
+    maths = plots.math_of(ok)
+    groups = plots.panels(ok)
+    assert sorted(k for _, kernels in groups for k in kernels) == plots._mine(ok)
+    for title, kernels in groups:
+        assert len(kernels) <= plots.PANEL_SIZE
+        colours = [tuple(to_rgb(s["color"])) for s in plots.series_styles(kernels).values()]
+        assert len(set(colours)) == len(kernels)
+        assert len({maths[k] == "ffma" for k in kernels}) == 1, title
+    assert maths["23_wgmma_3xtf32"] == "3xtf32" and maths["22_ffma_warp_specialized"] == "ffma"
+
+
+def test_every_figure_names_3xtf32_apart_from_ffma(tmp_path, figures):
+    plots.write_plots(PUBLISHED_RUNS, CEILINGS_FIXTURE, tmp_path)
+    for name in plots.FIGURES:
+        assert "3xTF32" in texts(figures[name]) + figures[name].get_suptitle(), name
+    roof = texts(figures["roofline"])
+    assert "3xTF32 roof" in roof and "TF32 roof" in roof and "FFMA roof" in roof
+    pct = texts(figures["pct_of_cublas"])
+    assert "23_wgmma_3xtf32 [3xTF32]" in pct
 
 
 def test_pct_of_cublas_compares_each_kernel_with_its_own_precision(tmp_path):

@@ -32,7 +32,7 @@ def test_every_published_run_is_paired_with_the_stronger_cublas_and_timed_by_cup
     assert mine.pct_of_best_cublas.notna().all() and mine.cublaslt_gflops.notna().all()
     # the stronger baseline is never weaker than the default one: % of it is at most % of cuBLAS
     assert (mine.pct_of_best_cublas <= mine.pct_of_cublas + 1e-9).all()
-    text = (RESULTS / "progression.md").read_text()
+    text = (RESULTS / "progression_wide.md").read_text()
     row = mine[(mine.kernel == "22_ffma_warp_specialized") & (mine.m == 4096)].iloc[0]
     assert (f"{row.pct_of_best_cublas:.1f}% [{row.pct_best_ci_low:.1f}, {row.pct_best_ci_high:.1f}] "
             f"{row.verdict_best}") in text

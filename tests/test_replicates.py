@@ -48,7 +48,7 @@ def test_the_published_runs_are_rows_of_one_run_each(published):
     assert len(frame) == 100 and (frame.replicates == 1).all() and (frame.machines == 1).all()
     ch20 = _row(frame, "20_wgmma_tf32", 1024)
     assert ch20.verdict == "faster" and ch20.pct_min == ch20.pct_max == ch20.pct_of_cublas_tf32
-    text = markdown(records, runs, None)
+    text = markdown(records, runs, None, wide=True)
     assert "106.8% of TF32 of" in text and "faster (1 run)" in text
     assert "Every row is one run" in text
 
@@ -68,7 +68,7 @@ def test_chapter_20_at_1024_on_two_h100s_is_a_tie_with_the_range(published):
     assert row.pct_of_cublas_tf32 == 97.8
     assert row.pct_of_cublas_tf32 == pytest.approx(100 * row.gflops / row.baseline_gflops, abs=0.01)
     assert _row(frame, "20_wgmma_tf32", 2048).verdict == "faster"  # its other rows unchanged
-    text = markdown(records + [other], runs, None)
+    text = markdown(records + [other], runs, None, wide=True)
     assert "2 runs on 2 machines 97.8–106.8% [97.6, 107.0] tie" in text
     assert "1 rows were measured in independent runs" in text and "20_wgmma_tf32 at 1024" in text
 
@@ -96,7 +96,7 @@ def test_cublas_rows_show_the_spread_of_their_own_figure(published):
     row = _row(progression_frame(records + [other]), "cublas_tf32", 1024)
     assert row.replicates == 2 and row.gflops == round(other.gflops, 1)
     assert (row.gflops_min, row.gflops_max) == (round(other.gflops, 1), round(first.gflops, 1))
-    assert f"(2 runs {other.gflops:,.0f}–{first.gflops:,.0f})" in markdown(records + [other], runs, None)
+    assert f"(2 runs {other.gflops:,.0f}–{first.gflops:,.0f})" in markdown(records + [other], runs, None, wide=True)
 
 
 def test_a_failed_replicate_is_listed_and_the_row_comes_from_the_ok_runs(published):

@@ -45,15 +45,21 @@ def test_load_records_orders_jobs_numerically(progression, tmp_path):
 
 
 def test_summary_table_is_kernel_by_size(progression):
-    table = summary_table(progression)
+    table = summary_table(progression, wide=True)
     assert list(table.index) == ["01_naive", "02_gmem_coalesce", "03_smem_blocking",
                                  "04_blocktile_1d", "05_blocktile_2d", "06_vectorize",
                                  "cublas_fp32", "cublas_tf32"]
-    assert list(table.columns) == ["1024 GFLOP/s", "1024 % cuBLAS",
+    assert list(table.columns) == ["math", "1024 GFLOP/s", "1024 % cuBLAS",
                                    "4096 GFLOP/s", "4096 % cuBLAS"]
     by_key = {(r.kernel, r.size_label): r for r in progression}
     assert table.loc["06_vectorize", "4096 GFLOP/s"] == f"{by_key['06_vectorize', '4096'].gflops:,.1f}"
     assert table.loc["cublas_fp32", "4096 % cuBLAS"] == "100.0%"
+    # the default fits a terminal: one cell a size, GFLOP/s and % of cuBLAS, and the math
+    short = summary_table(progression)
+    assert list(short.columns) == ["math", "1024", "4096"]
+    assert short.loc["06_vectorize", "4096"] == f"{by_key['06_vectorize', '4096'].gflops:,.0f} 63%"
+    assert list(short.math) == ["FFMA"] * 7 + ["TF32"]
+    assert max(map(len, short.to_markdown().splitlines())) <= 100
 
 
 def test_failed_jobs_show_their_status_and_never_a_figure(mixed):
@@ -61,7 +67,7 @@ def test_failed_jobs_show_their_status_and_never_a_figure(mixed):
     assert {r.status for r in failed} == {"invalid_params", "unsupported_size"}
     for r in failed:
         assert r.gflops is None and r.pct_of_cublas_fp32 is None and r.error
-    table = summary_table(mixed)
+    table = summary_table(mixed, wide=True)
     # a tile sweep keeps one row per parameter set
     assert "04_blocktile_1d bm=64" in table.index and "04_blocktile_1d bm=128" in table.index
     assert table.loc["04_blocktile_1d bm=128", "1024 GFLOP/s"] == "invalid_params"

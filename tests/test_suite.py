@@ -17,6 +17,7 @@ from src.errors import ConfigError, InvalidProblem
 from src.job.prepare import prepare
 from src.job.problem import Problem
 from src.publish.suite import publish, suite_frame, suites, summary
+from src.records import math_units
 from src.records.collect import read_runs
 from src.tune import dispatch
 from tests.conftest import CONF_DIR, DATA_DIR
@@ -200,7 +201,7 @@ def test_suite_publication_from_recorded_h100_runs(tmp_path):
     metrics = publish(as_dispatched(tmp_path), tmp_path / "out")
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == ["h100_sxm.csv", "h100_sxm.md", "h100_sxm.png",
-                                                    "metrics.json"]
+                                                    "h100_sxm_wide.md", "metrics.json"]
     table = pd.read_csv(out / "h100_sxm.csv")
     fp32 = table[table.kernel == "best_fp32"]
     assert len(fp32) == 48 and (fp32.status == "ok").all()
@@ -217,7 +218,11 @@ def test_suite_publication_from_recorded_h100_runs(tmp_path):
     assert len(refused) == metrics["h100_sxm"]["tf32"]["failed"] > 0
     assert refused.ratio.isna().all() and refused.gflops.isna().all()
     text = (out / "h100_sxm.md").read_text()
-    assert "| fp32 | best_fp32 | 48 | 0 |" in text and "4096x1x4096" in text
+    maths = metrics["h100_sxm"]["fp32"]["by_math"]
+    assert sum(m["shapes"] for m in maths.values()) == 48 and set(maths) <= {"ffma", "3xtf32"}
+    assert set(table.loc[table.kernel == "best_fp32", "math"]) == set(maths)
+    counts = ", ".join(f"{math_units.label(m)} {c['shapes']}" for m, c in maths.items())
+    assert f"| fp32 | best_fp32 | 48 ({counts}) | 0 |" in text and "4096x1x4096" in text
     assert json.loads((out / "metrics.json").read_text()) == metrics
 
 

@@ -50,7 +50,7 @@ def test_failed_jobs_are_rows_without_figures(published):
         ("04_blocktile_1d", 1000, "unsupported_size"), ("05_blocktile_2d", 1000, "unsupported_size")]
     assert failed[["gflops", "pct_of_cublas_fp32", "pct_of_cublas_tf32"]].isna().all().all()
     text = (published / "progression.csv").read_text()
-    assert "04_blocktile_1d,fp32,1000,1000,1000,,,,,unsupported_size," in text
+    assert "04_blocktile_1d,fp32,ffma,1000,1000,1000,,,,,unsupported_size," in text
 
 
 def test_markdown_is_the_seed_table_with_gpu_and_date(published):
@@ -59,17 +59,26 @@ def test_markdown_is_the_seed_table_with_gpu_and_date(published):
     assert "L2 flushed before every sample" in text and "18 jobs: 16 ok, 2 failed" in text
     assert "NOT measured" in text  # the ceilings fixture says what it is
     header = next(line for line in text.splitlines() if line.startswith("| kernel"))
-    assert [c.strip() for c in header.strip("|").split("|")] == [
-        "kernel", "1000 GFLOP/s", "1000 % cuBLAS", "1024 GFLOP/s", "1024 % cuBLAS",
-        "4096 GFLOP/s", "4096 % cuBLAS"]
+    assert [c.strip() for c in header.strip("|").split("|")] == ["kernel", "math", "1000", "1024", "4096"]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
             for line in text.splitlines() if line.startswith("| 0") or line.startswith("| cublas")}
     assert list(rows) == KERNELS
-    # the same figures as the README's measured table (the same recorded run)
-    assert rows["06_vectorize"][4:] == ["32,657.4", "62.8%"]
+    # the same figures as the README's measured table (the same recorded run), GFLOP/s and % of
+    # cuBLAS in one cell, so the table fits a terminal
+    assert rows["06_vectorize"] == ["FFMA", "", "9,908 29%", "32,657 63%"]
     # the TF32 baseline against itself: a TF32 row is compared with cuBLAS TF32
-    assert rows["cublas_tf32"][2:] == ["117,528.7", "100.0% of TF32", "406,278.0", "100.0% of TF32"]
-    assert rows["04_blocktile_1d"][:2] == ["unsupported_size", ""]
+    assert rows["cublas_tf32"] == ["TF32", "", "117,529 100%", "406,278 100%"]
+    assert rows["04_blocktile_1d"][:2] == ["FFMA", "unsupported_size"]
+    assert max(len(line) for line in text.splitlines() if line.startswith("|")) <= 100
+    wide = (published / "progression_wide.md").read_text()
+    header = next(line for line in wide.splitlines() if line.startswith("| kernel"))
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "kernel", "math", "1000 GFLOP/s", "1000 % cuBLAS", "1024 GFLOP/s", "1024 % cuBLAS",
+        "4096 GFLOP/s", "4096 % cuBLAS"]
+    wide_rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
+                 for line in wide.splitlines() if line.startswith("| 0") or line.startswith("| cublas")}
+    assert wide_rows["06_vectorize"][5:] == ["32,657.4", "62.8%"]
+    assert wide_rows["cublas_tf32"][3:] == ["117,528.7", "100.0% of TF32", "406,278.0", "100.0% of TF32"]
     assert "- `05_blocktile_2d` at 1000: **unsupported_size**: unsupported problem size" in text
 
 
@@ -143,3 +152,19 @@ def test_the_protocol_line_names_the_timed_warm_up(tmp_path, warmup_ms, says):
     runs.to_csv(tmp_path / "runs.csv", index=False)
     write_table(tmp_path / "runs.csv", tmp_path / "out", ROOT / "results" / "ceilings.json")
     assert says in (tmp_path / "out" / "progression.md").read_text()
+
+
+def test_every_chapter_names_its_math():
+    """Tables, figures and metrics tell FFMA, 3xTF32 and TF32 apart from the chapter's config:
+    a TF32-precision chapter runs TF32; an FP32-accurate one runs FFMA or 3xTF32."""
+    from omegaconf import OmegaConf
+
+    from src.paths import CONF_DIR
+
+    for path in sorted((CONF_DIR / "kernel").glob("*.yaml")):
+        cfg = OmegaConf.load(path)
+        if cfg.get("dispatch"):
+            assert cfg.get("math") is None, path.stem  # best_*: the chosen chapter's math
+            continue
+        assert cfg.get("math") == "tf32" if cfg.precision == "tf32" else \
+            cfg.get("math") in ("ffma", "3xtf32"), path.stem

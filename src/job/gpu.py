@@ -57,6 +57,44 @@ def _version(v: int) -> str:
 
 
 @lru_cache(maxsize=None)
+def driver_loadable() -> bool:
+    """Whether the NVIDIA driver's CUDA library (libcuda) can be loaded on this machine."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def no_gpu_message(exc: BaseException | None, count: int | None = None) -> str:
+    """One paragraph saying which of the three it is: no NVIDIA driver, a driver but no CUDA
+    device visible, or something else (CuPy missing, a driver older than the runtime)."""
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+    tail = (" The runner compiles and times kernels on an NVIDIA GPU; the published results need "
+            "none (sgemm-lab results).")
+    if isinstance(exc, ImportError):
+        return (f"CuPy cannot be imported ({exc}): install it for the driver's CUDA major version "
+                f"(pip install -e '.[cuda13]', or '.[cuda12]' for a CUDA 12 driver).{tail}")
+    if not driver_loadable():
+        return f"no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded).{tail}"
+    text = f"{type(exc).__name__}: {exc}" if exc is not None else ""
+    if count == 0 or "NoDevice" in text or "no CUDA-capable device" in text:
+        return (f"no CUDA device is visible to this process{where}: the NVIDIA driver is "
+                f"installed, check nvidia-smi and CUDA_VISIBLE_DEVICES.{tail}")
+    if "InsufficientDriver" in text:
+        return (f"the NVIDIA driver is older than the CUDA runtime CuPy was built for ({text}): "
+                f"update the driver, or install CuPy for its CUDA major version (pip install -e "
+                f"'.[cuda12]' for a CUDA 12 driver).{tail}")
+    return f"no usable CUDA GPU ({text}); check nvidia-smi and CUDA_VISIBLE_DEVICES.{tail}"
+
+
 def detect() -> Device:
     """The current CUDA device. Raises NoGPU with a clear message when none is visible."""
     try:
@@ -64,14 +102,9 @@ def detect() -> Device:
 
         count = cp.cuda.runtime.getDeviceCount()
     except Exception as exc:  # ImportError, CUDARuntimeError (no driver), ...
-        raise NoGPU(
-            f"no CUDA GPU is visible to this process ({type(exc).__name__}: {exc}). The runner "
-            f"compiles and times kernels on a GPU; check nvidia-smi, CUDA_VISIBLE_DEVICES and that "
-            f"CuPy is installed for the driver's CUDA major version (pip install -e '.[cuda13]', or "
-            f"'.[cuda12]' for a CUDA 12 driver)."
-        ) from exc
+        raise NoGPU(no_gpu_message(exc)) from exc
     if count == 0:
-        raise NoGPU("no CUDA GPU is visible to this process (cudaGetDeviceCount() == 0).")
+        raise NoGPU(no_gpu_message(None, count))
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     attrs = dev.attributes

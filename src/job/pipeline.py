@@ -33,6 +33,7 @@ def _no_progress(step: str, record: Record) -> None:
 def _describe(record: Record, prepared: PreparedJob) -> None:
     """What preparing decided, kept in the record (even if the job fails later)."""
     record.params = dict(prepared.kernel_cfg.get("params") or {})
+    record.math = prepared.kernel_cfg.get("math") or record.math  # best_*: the chosen chapter's
     record.tuned_from = prepared.tuned_from
     if prepared.dispatched is not None:
         record.dispatched_to = prepared.dispatched.kernel
@@ -56,7 +57,7 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
     record = new_record(
         str(kcfg.get("name")), str(kcfg.get("precision")), str(kcfg.get("backend")), cfg,
         params=dict(kcfg.get("params") or {}), bench=bench, mlflow_run_id=run_id,
-        replicate=cfg.get("replicate"))
+        replicate=cfg.get("replicate"), math=kcfg.get("math"))
     try:
         prepared = prepare(cfg, explicit_params)
         _describe(record, prepared)

@@ -33,6 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from src.records import math_units  # noqa: E402
 from src.records.collect import read_runs, records_from_runs  # noqa: E402
 from src.publish.table import BASELINE_BACKEND, load_ceilings, progression_frame, size_order  # noqa: E402
 
@@ -68,34 +69,53 @@ def _title_gpu(frame: pd.DataFrame) -> str:
     return ", ".join(gpus) or "unknown GPU"
 
 
-# Enough distinct colours for every chapter (tab20, then Dark2) and markers cycled apart from
-# them, so no two series share both, and the same kernel looks the same in every figure.
-PALETTE = tuple(plt.get_cmap("tab20").colors) + tuple(plt.get_cmap("Dark2").colors)
+# A panel holds at most PANEL_SIZE kernels, each in one of tab10's ten colours with its own
+# marker, so every series in a panel can be told apart; the fastest kernel of each math is drawn
+# heavier and named in bold.
+PALETTE = tuple(plt.get_cmap("tab10").colors)
 MARKERS = "ovs^D<>phP*Xd8H"
-
-
-HEADLINE_COLORS = ("#b00020", "#0b3d91")  # deep red, deep blue: in no other series
+PANEL_SIZE = len(PALETTE)
+MATH_COLOURS = {"ffma": "#1f77b4", "3xtf32": "#2ca02c", "tf32": "#ff7f0e"}
 
 
 def series_styles(kernels: list[str], headline: list[str] = ()) -> dict[str, dict]:
-    """A colour and a marker per kernel, in order: distinct colours for up to len(PALETTE)
-    kernels, and distinct (colour, marker) pairs well beyond; the headline kernels get strong
-    colours of their own."""
-    styles = {kernel: {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
-              for i, kernel in enumerate(kernels)}
-    for kernel, color in zip(headline, HEADLINE_COLORS * len(headline)):
-        if kernel in styles:
-            styles[kernel]["color"] = color
-    return styles
+    """A colour and a marker per kernel of one panel, in order: distinct colours for up to
+    PANEL_SIZE kernels, and distinct (colour, marker) pairs beyond."""
+    return {kernel: {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
+            for i, kernel in enumerate(kernels)}
+
+
+def math_of(ok: pd.DataFrame) -> dict[str, str]:
+    return dict(zip(ok.kernel, ok["math"].fillna("ffma")))
+
+
+def series_label(kernel: str, math: str | None) -> str:
+    """The kernel, with its math when that is not FFMA: `23_wgmma_3xtf32 [3xTF32]`."""
+    return kernel if math in (None, "ffma") else f"{kernel} [{math_units.label(math)}]"
+
+
+def panels(ok: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    """The hand-written kernels split for reading: FFMA chapters in panels of at most PANEL_SIZE,
+    then the tensor-core ones (3xTF32 and TF32) together."""
+    maths = math_of(ok)
+    ffma = [k for k in _mine(ok) if maths[k] == "ffma"]
+    tensor = [k for k in _mine(ok) if maths[k] != "ffma"]
+    count = -(-len(ffma) // PANEL_SIZE)
+    chunks = [ffma[i * len(ffma) // count:(i + 1) * len(ffma) // count] for i in range(count)]
+    out = [(f"FFMA (FP32 on the SIMT cores): {c[0].split('_')[0]} to {c[-1].split('_')[0]}", c)
+           for c in chunks]
+    if tensor:
+        out.append(("tensor cores: 3xTF32 (FP32-accurate) and TF32", tensor))
+    return out
 
 
 def headline_kernels(ok: pd.DataFrame) -> list[str]:
-    """The fastest hand-written kernel of each precision at the largest size it ran."""
+    """The fastest hand-written kernel of each math (FFMA, 3xTF32, TF32) at the largest size it ran."""
     mine = ok[ok.backend != BASELINE_BACKEND]
     if mine.empty:
         return []
     at_largest = mine[mine.size_n == mine.size_n.max()]
-    best = at_largest.sort_values("gflops").groupby("precision").tail(1)
+    best = at_largest.sort_values("gflops").groupby(at_largest["math"].fillna("ffma")).tail(1)
     return sorted(best.kernel)
 
 
@@ -114,41 +134,52 @@ def _save(fig, path: Path) -> None:
 
 
 def plot_gflops_vs_size(ok: pd.DataFrame, gpu: str, path: Path) -> pd.DataFrame:
+    """One panel per group of kernels (panels()), each with cuBLAS FP32 and TF32 as references."""
     sizes = ok.drop_duplicates("size").sort_values("size_n")[["size", "size_n"]]
     x = sizes.size_n.to_numpy()
     headline = headline_kernels(ok)
-    styles = series_styles(_mine(ok), headline)
-    fig, ax = plt.subplots(figsize=(9, 6.5))
+    maths = math_of(ok)
+    groups = panels(ok)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, 4.6 * len(groups)), squeeze=False,
+                             sharex=True)
 
     def series(kernel: str) -> np.ndarray:
         mine = ok[ok.kernel == kernel].set_index("size").gflops
         return np.array([mine.get(s, np.nan) for s in sizes["size"]], dtype=float)  # NaN: a gap
 
-    for kernel in _mine(ok):
-        heavy = kernel in headline
-        ax.plot(x, series(kernel), **styles[kernel], markersize=9 if heavy else 5,
-                linewidth=3.0 if heavy else 1.2, alpha=1.0 if heavy else 0.85, zorder=4 if heavy else 2,
-                label=kernel)
-    for kernel, style in REFERENCE_STYLE.items():
-        if kernel in set(ok.kernel):
-            ax.plot(x, series(kernel), marker="s", label=REFERENCE_LABEL[kernel], zorder=3, **style)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xticks(x, list(sizes["size"]))
-    ax.minorticks_off()
-    ax.set_xlabel("size (M = N = K)")
-    ax.set_ylabel("GFLOP/s")
-    ax.set_title(f"SGEMM GFLOP/s against size, {gpu}")
-    ax.grid(True, which="major", alpha=0.3)
-    legend = ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=8,
-                       title="bold: fastest FP32 and TF32\nkernel at the largest size",
-                       title_fontsize=8)
-    for text in legend.get_texts():
-        if text.get_text() in headline:
-            text.set_fontweight("bold")
+    low = float(ok.gflops.min()) / 1.5
+    high = float(ok.gflops.max()) * 1.5
+    for ax, (title, kernels) in zip(axes[:, 0], groups):
+        styles = series_styles(kernels)
+        for kernel in kernels:
+            heavy = kernel in headline
+            ax.plot(x, series(kernel), **styles[kernel], markersize=9 if heavy else 5,
+                    linewidth=3.0 if heavy else 1.4, zorder=4 if heavy else 2,
+                    linestyle="--" if maths[kernel] == "3xtf32" else "-",
+                    label=series_label(kernel, maths[kernel]))
+        for kernel, style in REFERENCE_STYLE.items():
+            if kernel in set(ok.kernel):
+                ax.plot(x, series(kernel), marker="s", label=REFERENCE_LABEL[kernel], zorder=3, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_ylim(low, high)
+        ax.set_xticks(x, list(sizes["size"]))
+        ax.minorticks_off()
+        ax.set_ylabel("GFLOP/s (log scale)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.tick_params(labelbottom=True)
+        legend = ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=8)
+        for text in legend.get_texts():
+            if text.get_text().split(" [")[0] in headline:
+                text.set_fontweight("bold")
+    axes[-1, 0].set_xlabel("size (M = N = K)")
+    fig.suptitle(f"SGEMM GFLOP/s against size, {gpu}\nbold: the fastest FFMA, 3xTF32 and TF32 "
+                 "kernel at the largest size; dashed: 3xTF32 (FP32-accurate on tensor cores)",
+                 fontsize=10)
     _save(fig, path)
-    return ok[["kernel", "size", "size_n", "gflops"]].rename(columns={"size": "size_label",
-                                                                      "size_n": "size"})
+    out = ok[["kernel", "math", "size", "size_n", "gflops"]]
+    return out.rename(columns={"size": "size_label", "size_n": "size"})
 
 
 def largest_size(ok: pd.DataFrame) -> str | None:
@@ -164,24 +195,24 @@ def plot_pct_of_cublas(ok: pd.DataFrame, gpu: str, path: Path) -> pd.DataFrame:
     rows["pct_of_cublas"] = same_precision_pct(rows)
     fig, ax = plt.subplots(figsize=(8, 0.4 * max(len(rows), 2) + 1.5), layout="constrained")
     y = np.arange(len(rows))
-    colors = {"fp32": "tab:blue", "tf32": "tab:orange"}
-    for precision, label in (("fp32", "FP32 kernel, % of cuBLAS FP32"),
-                             ("tf32", "TF32 kernel, % of cuBLAS TF32")):
-        mask = (rows.precision == precision).to_numpy()
+    for math, label in (("ffma", "FFMA kernel (FP32 on SIMT cores), % of cuBLAS FP32"),
+                        ("3xtf32", "3xTF32 kernel (FP32-accurate on tensor cores), % of cuBLAS FP32"),
+                        ("tf32", "TF32 kernel (tensor cores), % of cuBLAS TF32")):
+        mask = (rows["math"].fillna("ffma") == math).to_numpy()
         if mask.any():
-            bars = ax.barh(y[mask], rows.pct_of_cublas[mask], height=0.7, color=colors[precision],
-                           label=label)
+            bars = ax.barh(y[mask], rows.pct_of_cublas[mask], height=0.7,
+                           color=MATH_COLOURS[math], label=label)
             ax.bar_label(bars, fmt="%.1f%%", padding=3, fontsize=8)
     ax.axvline(100, color="black", linestyle="--", linewidth=1)
-    ax.set_yticks(y, list(rows.kernel))
+    ax.set_yticks(y, [series_label(k, m) for k, m in zip(rows.kernel, rows["math"])])
     ax.invert_yaxis()
     top = float(np.nan_to_num(rows.pct_of_cublas.max())) if len(rows) else 0.0
     ax.set_xlim(0, max(110.0, 1.15 * top))
     ax.set_xlabel("% of cuBLAS in the kernel's precision (same shape, protocol and process)")
     ax.set_title(f"% of cuBLAS at {size}, {gpu}" if size else f"% of cuBLAS: no data, {gpu}")
-    fig.legend(loc="outside lower center", ncols=2, frameon=False)
+    fig.legend(loc="outside lower center", ncols=1, frameon=False)
     _save(fig, path)
-    return rows[["kernel", "precision", "size", "pct_of_cublas", "pct_of_cublas_fp32",
+    return rows[["kernel", "precision", "math", "size", "pct_of_cublas", "pct_of_cublas_fp32",
                  "pct_of_cublas_tf32"]].rename(columns={"size": "size_label"})
 
 
@@ -194,7 +225,7 @@ def plot_roofline(ok: pd.DataFrame, ceilings: dict, gpu: str, path: Path) -> pd.
     fig, ax = plt.subplots(figsize=(8, 5.5))
     what = "measured" if measured else "STAND-IN, NOT MEASURED"
     ax.plot(ai, np.minimum(ffma, dram * ai), color="crimson", linewidth=2.2,
-            label=f"{what}: FFMA {ffma:,.0f} GFLOP/s, memory {dram:,.0f} GB/s")
+            label=f"FFMA roof, {what}: {ffma:,.0f} GFLOP/s, memory {dram:,.0f} GB/s")
     ridge = ffma / dram
     ax.annotate(f"ridge {ridge:.1f} FLOP/B", (ridge, ffma), textcoords="offset points",
                 xytext=(6, -14), fontsize=8, color="crimson")
@@ -204,22 +235,39 @@ def plot_roofline(ok: pd.DataFrame, ceilings: dict, gpu: str, path: Path) -> pd.
                 label=f"datasheet FP32 {sheet['fp32_gflops']:,.0f} GFLOP/s, "
                       f"{sheet['mem_bandwidth_gbs']:,.0f} GB/s")
     if sheet.get("tf32_gflops") and sheet.get("mem_bandwidth_gbs"):
-        ax.plot(ai, np.minimum(sheet["tf32_gflops"], sheet["mem_bandwidth_gbs"] * ai),
-                color="0.5", linestyle=":", linewidth=1.2,
-                label=f"datasheet dense TF32 {sheet['tf32_gflops']:,.0f} GFLOP/s")
+        tf32, bandwidth = float(sheet["tf32_gflops"]), float(sheet["mem_bandwidth_gbs"])
+        ax.plot(ai, np.minimum(tf32, bandwidth * ai), color=MATH_COLOURS["tf32"], linestyle=":",
+                linewidth=1.6, label=f"TF32 roof: datasheet dense TF32 {tf32:,.0f} GFLOP/s")
+        # 3xTF32 spends three TF32 products per FP32-accurate one (src/job/plausibility.py)
+        ax.plot(ai, np.minimum(tf32 / 3, bandwidth * ai), color=MATH_COLOURS["3xtf32"],
+                linestyle="--", linewidth=1.6,
+                label=f"3xTF32 roof: dense TF32 / 3 = {tf32 / 3:,.0f} GFLOP/s")
     for size, x in ok.drop_duplicates("size")[["size", "intensity"]].itertuples(index=False):
         ax.axvline(x, color="0.85", linewidth=0.8, zorder=1)
         ax.annotate(str(size), (x, 0), xycoords=("data", "axes fraction"), xytext=(2, 3),
                     textcoords="offset points", fontsize=7, color="0.4")
-    kernels = _mine(ok)
+    # one colour per math (the kernels are told apart in gflops_vs_size); the fastest of each
+    # math named beside its points
     headline = headline_kernels(ok)
-    styles = series_styles(kernels, headline)
-    for kernel in kernels + [k for k in REFERENCE_STYLE if k in set(ok.kernel)]:
-        mine = ok[ok.kernel == kernel]
-        style = styles.get(kernel) or {"color": REFERENCE_STYLE[kernel]["color"], "marker": "s"}
-        ax.scatter(mine.intensity, mine.gflops, **style, s=90 if kernel in headline else 36,
-                   zorder=4 if kernel in headline else 3, label=REFERENCE_LABEL.get(kernel, kernel),
-                   edgecolors="black" if kernel in headline else "white", linewidths=0.5)
+    mine = ok[ok.backend != BASELINE_BACKEND]
+    markers = {"ffma": "o", "3xtf32": "D", "tf32": "^"}
+    for math in math_units.ORDER:
+        rows = mine[mine["math"].fillna("ffma") == math]
+        if len(rows):
+            ax.scatter(rows.intensity, rows.gflops, color=MATH_COLOURS[math], marker=markers[math],
+                       s=34, zorder=3, edgecolors="white", linewidths=0.5,
+                       label=f"{math_units.label(math)} kernels ({math_units.MEANING[math]})")
+    for kernel in [k for k in REFERENCE_STYLE if k in set(ok.kernel)]:
+        rows = ok[ok.kernel == kernel]
+        ax.scatter(rows.intensity, rows.gflops, color=REFERENCE_STYLE[kernel]["color"], marker="s",
+                   s=40, zorder=4, label=REFERENCE_LABEL[kernel])
+    for kernel in headline:
+        rows = ok[ok.kernel == kernel].sort_values("intensity")
+        ax.scatter(rows.intensity, rows.gflops, facecolors="none", edgecolors="black", s=110,
+                   linewidths=1.2, zorder=5)
+        last = rows.iloc[-1]
+        ax.annotate(kernel, (last.intensity, last.gflops), textcoords="offset points",
+                    xytext=(-4, 7), ha="right", fontsize=7, fontweight="bold")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(ai[0], ai[-1])

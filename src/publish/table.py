@@ -5,11 +5,13 @@
 - progression.csv, the contract other tools read: one row per kernel and size, baselines
   included, columns CONTRACT_COLUMNS. `status` is ok or the failure; a failed row has empty
   gflops and percentages (rel_err stays when verification measured one).
-- progression.md: the kernel x size table (GFLOP/s and % of cuBLAS per size, the form of
-  the sweep summary), headed by the GPU and the date of the run, then the failed jobs' errors.
+- progression.md: the kernel x size table that fits a terminal (per size GFLOP/s and % of
+  cuBLAS in the kernel's precision, and each kernel's math: FFMA, 3xTF32 or TF32), headed by the
+  GPU and the date of the run, then the failed jobs' errors; progression_wide.md: the same with
+  the paired cuBLAS figures, 95% intervals and the stronger cuBLAS.
 - metrics.json, for `dvc metrics show/diff`: job counts, the measured ceilings, and per size the
-  best hand-written kernel (its GFLOP/s, % of cuBLAS FP32 and % of the measured FFMA ceiling)
-  and the cuBLAS FP32 / TF32 GFLOP/s.
+  best hand-written kernel of each math (FFMA: best_*, with % of the measured FFMA ceiling;
+  3xTF32: best_3xtf32_*; TF32: best_tf32_*) and the cuBLAS FP32 / TF32 GFLOP/s.
 
 A kernel swept over tile parameters gets one row per parameter set, labelled as in the sweep
 summary (`04_blocktile_1d bm=128`). Several jobs of one label and size are that row's replicates
@@ -23,16 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import pandas as pd
 
 from src.records.collect import read_runs, records_from_runs
 from src.records.record import Record
+from src.records import math_units
 from src.records.replicates import Row, combine
-from src.records.summary import row_labels, size_key, summary_table
+from src.records.summary import SHORT_TABLE_NOTE, row_labels, size_key, summary_table
 
-CONTRACT_COLUMNS = ["kernel", "precision", "m", "n", "k", "gflops", "pct_of_cublas_fp32",
+CONTRACT_COLUMNS = ["kernel", "precision", "math", "m", "n", "k", "gflops", "pct_of_cublas_fp32",
                     "pct_of_cublas_tf32", "rel_err", "status", "gpu", "baseline_gflops",
                     "pct_ci_low", "pct_ci_high", "verdict", "best_cublas", "cublaslt_gflops",
                     "pct_of_best_cublas", "pct_best_ci_low", "pct_best_ci_high", "verdict_best",
@@ -40,6 +44,8 @@ CONTRACT_COLUMNS = ["kernel", "precision", "m", "n", "k", "gflops", "pct_of_cubl
                     "replicates", "machines", "pct_min", "pct_max", "pct_range_low",
                     "pct_range_high", "gflops_min", "gflops_max", "timer_resolution_ns"]
 BASELINE_BACKEND = "cublas"
+WIDE_FILE = "progression_wide.md"
+PROSE_WIDTH = 100
 
 
 def _round(value, digits: int):
@@ -60,7 +66,8 @@ def progression_frame(records: list[Record]) -> pd.DataFrame:
         r = row.record
         pct, best = row.pct, row.best
         rows.append({
-            "kernel": label, "precision": r.precision, "m": r.m, "n": r.n, "k": r.k,
+            "kernel": label, "precision": r.precision, "math": math_units.of_record(r),
+            "m": r.m, "n": r.n, "k": r.k,
             "gflops": _round(r.gflops, 1) if r.ok else None,
             "pct_of_cublas_fp32": _round(r.pct_of_cublas_fp32, 2) if r.ok else None,
             "pct_of_cublas_tf32": _round(r.pct_of_cublas_tf32, 2) if r.ok else None,
@@ -128,7 +135,10 @@ def _ceilings_line(ceilings: dict | None) -> str | None:
             f"device memory {ceilings['dram_gbs']:,.0f} GB/s.")
 
 
-def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -> str:
+def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None,
+             wide: bool = False) -> str:
+    """progression.md (a table that fits a terminal), or with `wide` progression_wide.md (the
+    paired intervals and the stronger cuBLAS, two cells a size)."""
     gpus = sorted({r.gpu for r in records if r.gpu})
     stamps = sorted(str(t) for t in runs["timestamp"].dropna()) if "timestamp" in runs else []
     date = stamps[-1][:10] if stamps else "date unknown"
@@ -141,8 +151,8 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -
     lines.append(", ".join(versions) + (". " if versions else "") + _protocol(runs) + ".")
     lines.append(f"{len(records)} jobs: {len(records) - len(failed)} ok, {len(failed)} failed. "
                  "GFLOP/s = 2·M·N·K / median time; % cuBLAS: against cuBLAS in the kernel's precision "
-                 "(FP32, or TF32 where marked), timed interleaved with the kernel in the same job "
-                 "(A B A B ..., the L2 flushed before each launch): the cell names that cuBLAS "
+                 "(FP32 for the FFMA and 3xTF32 kernels, TF32 for the TF32 ones), timed interleaved "
+                 "with the kernel in the same job (A B A B ..., the L2 flushed before each launch): the cell names that cuBLAS "
                  "GFLOP/s, so % is exactly the ratio of the two figures, with its 95% bootstrap "
                  "interval over the paired samples; faster / slower only when the interval "
                  "excludes 100%, else a tie. The cuBLAS rows are cuBLAS's own jobs.")
@@ -152,10 +162,17 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None) -
     lines.append(_replicates_line(rows))
     if (line := _short_kernels_line(rows)) is not None:
         lines.append(line)
+    lines = [textwrap.fill(line, PROSE_WIDTH) for line in lines]  # prose readable in a terminal
     shown = [row.record for _, row in rows]
-    lines += ["", summary_table(shown, {(label, row.record.size_label): row
-                                        for label, row in rows}).to_markdown(disable_numparse=True)]
-    lines += _against_best(rows)
+    by_cell = {(label, row.record.size_label): row for label, row in rows}
+    if wide:
+        lines += ["", summary_table(shown, wide=True, rows=by_cell).to_markdown(disable_numparse=True)]
+        lines += _against_best(rows)
+        return "\n".join(lines) + "\n"
+    lines += ["", summary_table(shown, rows=by_cell).to_markdown(disable_numparse=True), "",
+              textwrap.fill(f"{SHORT_TABLE_NOTE} Replicated rows show the median run; the paired "
+                            f"cuBLAS figures, 95% intervals, the runs' range, verdicts and the "
+                            f"stronger cuBLAS: {WIDE_FILE}.", PROSE_WIDTH)]
     if failed:
         lines += ["", "Failed jobs (no figure anywhere):", ""]
         for label, r in zip(row_labels(records), records):
@@ -235,10 +252,12 @@ def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
     for size in size_order(frame):
         here = ok[ok["size"] == size]
         group: dict = {}
-        # the best hand-written kernel per precision, against cuBLAS in that precision: FP32
-        # (keys best_*, also against the FFMA ceiling) and TF32 on tensor cores (best_tf32_*)
-        for precision, prefix in (("fp32", "best_"), ("tf32", "best_tf32_")):
-            mine = here[(here.backend != BASELINE_BACKEND) & (here.precision == precision)]
+        # the best hand-written kernel per math, against cuBLAS in its precision: FFMA (keys
+        # best_*, also against the measured FFMA ceiling), 3xTF32 (best_3xtf32_*: FP32-accurate
+        # on the tensor cores, against cuBLAS FP32) and TF32 (best_tf32_*)
+        for math, precision, prefix in (("ffma", "fp32", "best_"), ("3xtf32", "fp32", "best_3xtf32_"),
+                                        ("tf32", "tf32", "best_tf32_")):
+            mine = here[(here.backend != BASELINE_BACKEND) & (here.math == math)]
             if not len(mine):
                 continue
             best = mine.loc[mine.gflops.idxmax()]
@@ -252,7 +271,7 @@ def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
             if best.replicates > 1:  # the spread across independent runs
                 for column in ("replicates", "pct_min", "pct_max"):
                     group[f"{prefix}{column}"] = best[column]
-            if precision == "fp32" and ceilings:
+            if math == "ffma" and ceilings:
                 group["best_pct_of_ffma_peak"] = round(100 * best.gflops / ceilings["ffma_gflops"], 2)
         for baseline in ("cublas_fp32", "cublas_tf32"):
             row = here[here.kernel == baseline]
@@ -283,6 +302,7 @@ def write_table(runs_path: Path, out_dir: Path, ceilings_path: Path | None = Non
     out_dir.mkdir(parents=True, exist_ok=True)
     frame[CONTRACT_COLUMNS].to_csv(out_dir / "progression.csv", index=False)
     (out_dir / "progression.md").write_text(markdown(records, runs, ceilings))
+    (out_dir / WIDE_FILE).write_text(markdown(records, runs, ceilings, wide=True))
     (out_dir / "metrics.json").write_text(json.dumps(metrics(frame, ceilings), indent=2) + "\n")
     return frame
 
@@ -302,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     failed = int((frame.status != "ok").sum())
     print(f"{len(frame)} rows ({failed} failed) -> {args.out_dir}/progression.csv, "
-          f"progression.md, metrics.json")
+          f"progression.md, {WIDE_FILE}, metrics.json")
     return 0
 
 

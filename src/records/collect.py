@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from src.records import math_units
 from src.records.record import RECORD_FILE, REPLICATES_DIR, Record, record_paths
 
 _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms", "baseline_time_ms",
@@ -138,7 +139,9 @@ def records_from_runs(frame: pd.DataFrame) -> list[Record]:
             elif str(f.type).startswith("str"):
                 value = str(value)
             data[f.name] = value
-        records.append(Record.from_dict(data))
+        record = Record.from_dict(data)
+        record.math = math_units.of_record(record)  # runs recorded before records carried it
+        records.append(record)
     return records
 
 

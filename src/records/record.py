@@ -33,6 +33,7 @@ class Record:
     tuned_from: str | None = None     # the conf/tuned/<gpu>.yaml size class the params came from
     dispatched_to: str | None = None  # best_*: the chapter that ran this shape...
     dispatch_rule: str | None = None  # ...and the dispatch rule (or default) that chose it, and why
+    math: str | None = None           # ffma, 3xtf32 or tf32: what the chapter that ran computes on (src/records/math_units.py)
     entry: str | None = None
     grid: list | None = None
     block: list | None = None

@@ -7,9 +7,11 @@ shows its status in place of a figure.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from src.records import math_units
 from src.records.record import Record
 
 if TYPE_CHECKING:
@@ -29,7 +31,8 @@ def summary_frame(records: list[Record]) -> pd.DataFrame:
     import pandas as pd  # here, not at import: a job that fails at once never needs pandas
 
     rows = [{
-        "kernel": r.kernel, "precision": r.precision, "size": r.size_label,
+        "kernel": r.kernel, "precision": r.precision, "math": math_units.of_record(r),
+        "size": r.size_label,
         "m": r.m, "n": r.n, "k": r.k, "status": r.status,
         "gflops": r.gflops if r.ok else None,
         "pct_of_cublas_fp32": r.pct_of_cublas_fp32 if r.ok else None,
@@ -102,34 +105,57 @@ def _replicated_cells(r: Record, row) -> tuple[str, str]:
                     f"[{spread.ci_low:.1f}, {spread.ci_high:.1f}] {spread.verdict}")
 
 
-def summary_table(records: list[Record], rows: dict | None = None) -> pd.DataFrame:
-    """Wide form: kernel x size, cells 'GFLOP/s' and '% cuBLAS' (or the failure): FP32 kernels
-    against cuBLAS FP32; TF32 kernels against cuBLAS TF32, marked 'of TF32'. `rows`, for the
-    published table: (label, size) -> replicates.Row, whose cells show the spread across runs."""
+def _short_cell(r: Record) -> str:
+    """'GFLOP/s  %': the terminal-wide table's cell, % of cuBLAS in the kernel's precision."""
+    paired = r.pct_ci_low is not None and r.baseline_gflops and r.backend != "cublas"
+    own = r.pct_of_cublas if paired else (
+        r.pct_of_cublas_tf32 if r.precision == "tf32" else r.pct_of_cublas_fp32)
+    return f"{r.gflops:,.0f}" + ("" if own is None else f" {own:.0f}%")
+
+
+def summary_table(records: list[Record], wide: bool = False,
+                  rows: dict | None = None) -> pd.DataFrame:
+    """kernel x size, with each row's math (FFMA, 3xTF32 or TF32: 3xTF32 is FP32-accurate but
+    runs on the tensor cores, so it is never shown as plain FP32). The default fits a terminal:
+    one cell per size, 'GFLOP/s  % of cuBLAS in the kernel's precision' (or the failure);
+    `wide`: two cells per size, the % with its paired cuBLAS figure and 95% interval. `rows`, for
+    the published table: (label, size) -> replicates.Row, whose wide cells show the spread across
+    runs and a verdict that holds for every run."""
     import pandas as pd
 
     kernels, sizes, cell = _layout(records)
     table = pd.DataFrame(index=pd.Index(kernels, name="kernel"))
+    maths = {}
+    for (kernel, _), r in cell.items():
+        maths.setdefault(kernel, math_units.label(math_units.of_record(r)))
+    table["math"] = [maths[kernel] for kernel in kernels]
     for size in sizes:
-        gf, pct = [], []
+        gf, pct, short = [], [], []
         for kernel in kernels:
             r = cell.get((kernel, size))
             if r is None:
-                gf.append("")
-                pct.append("")
+                gf.append(""), pct.append(""), short.append("")
             elif not r.ok:
-                gf.append(r.status)
-                pct.append("")
+                gf.append(r.status), pct.append(""), short.append(r.status)
             elif rows is not None and (kernel, size) in rows:
                 g, p = _replicated_cells(r, rows[kernel, size])
-                gf.append(g)
-                pct.append(p)
+                gf.append(g), pct.append(p), short.append(_short_cell(r))
             else:
                 gf.append(f"{r.gflops:,.1f}")
                 pct.append(_pct_cell(r))
-        table[f"{size} GFLOP/s"] = gf
-        table[f"{size} % cuBLAS"] = pct
+                short.append(_short_cell(r))
+        if wide:
+            table[f"{size} GFLOP/s"] = gf
+            table[f"{size} % cuBLAS"] = pct
+        else:
+            table[size] = short
     return table
+
+
+SHORT_TABLE_NOTE = ("Each cell: GFLOP/s and % of cuBLAS in the kernel's precision (FFMA and 3xTF32 "
+                    "against cuBLAS FP32, TF32 against cuBLAS TF32). math: FFMA = FP32 on the SIMT "
+                    "cores; 3xTF32 = FP32-accurate, three TF32 products on the tensor cores; TF32 = "
+                    "TF32 accuracy on the tensor cores.")
 
 
 def summary_heading(records: list[Record]) -> str:
@@ -139,17 +165,20 @@ def summary_heading(records: list[Record]) -> str:
             f"{len(records) - failed} ok, {failed} failed")
 
 
-def summary_markdown(records: list[Record]) -> str:
-    """The heading and the kernel x size table, as summary.md holds them."""
-    return f"{summary_heading(records)}\n\n{summary_table(records).to_markdown(disable_numparse=True)}\n"
+def summary_markdown(records: list[Record], wide: bool = False) -> str:
+    """The heading and the kernel x size table, as summary.md (summary_wide.md: `wide`) holds them."""
+    table = summary_table(records, wide=wide).to_markdown(disable_numparse=True)
+    return f"{summary_heading(records)}\n\n{table}\n\n{textwrap.fill(SHORT_TABLE_NOTE, 100)}\n"
 
 
 def write_summary(records: list[Record], directory: Path) -> str:
-    """Write summary.csv (long form) and summary.md (the table); return the printable table."""
+    """Write summary.csv (long form), summary.md (the table that fits a terminal) and
+    summary_wide.md (with the paired intervals); return the printable table."""
     directory.mkdir(parents=True, exist_ok=True)
     summary_frame(records).to_csv(directory / "summary.csv", index=False)
     markdown = summary_markdown(records)
     (directory / "summary.md").write_text(markdown)
+    (directory / "summary_wide.md").write_text(summary_markdown(records, wide=True))
     return markdown
 
 

@@ -31,6 +31,35 @@ class SweepDirTaken(LabError):
     status = "sweep_dir_taken"
 
 
+class NotRun(LabError):
+    status = "not_run"
+
+
+NO_GPU_MARK = ".no_gpu"  # in a sweep directory: a job of this sweep found no GPU
+
+
+def note_no_gpu(sweep_dir: Path, record) -> None:
+    """After a job: when it found no GPU, mark the sweep, so its later jobs are not run (each
+    would start a worker only to find no GPU again)."""
+    if record.status == "no_gpu" and not (sweep_dir / NO_GPU_MARK).exists():
+        (sweep_dir / NO_GPU_MARK).write_text(f"{record.kernel} {record.size_label}: {record.error}\n")
+
+
+def not_run_after_no_gpu(cfg: DictConfig, sweep_dir: Path):
+    """Before a job: its record as `not_run` when an earlier job of the sweep found no GPU, else
+    None. The mark is a file, so jobs that a launcher runs in other processes see it too."""
+    mark = sweep_dir / NO_GPU_MARK
+    if not mark.is_file():
+        return None
+    from src.records.record import mark_failed, new_record
+
+    record = new_record(str(cfg.kernel.get("name")), str(cfg.kernel.get("precision")),
+                        str(cfg.kernel.get("backend")), cfg, math=cfg.kernel.get("math"))
+    first = mark.read_text().strip().splitlines()[0]
+    mark_failed(record, NotRun(f"not run: an earlier job of this sweep found no GPU ({first})"))
+    return record
+
+
 def _sweep_dir(config: DictConfig) -> Path:
     """The sweep directory, absolute: jobs resolve it against the same original cwd."""
     return Path(config.hydra.runtime.cwd) / str(config.hydra.sweep.dir)

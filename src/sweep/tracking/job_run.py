@@ -23,6 +23,7 @@ from typing import Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from src.records import math_units
 from src.records.record import Record
 from src.sweep.tracking.signals import (
     install_signal_handlers, mark_interrupted, restore_signal_handlers, shielded)
@@ -124,6 +125,8 @@ def description(record: Record) -> str:
     pct = pct_of_cublas(record)
     baseline = "cuBLAS TF32" if record.precision == "tf32" else "cuBLAS FP32"
     text = f"{record.gflops:,.1f} GFLOP/s ({record.time_ms_median:.4f} ms median)"
+    if record.math:
+        text += f" in {math_units.label(record.math)} ({math_units.MEANING.get(record.math, '')})"
     if pct is not None:
         text += f", {pct:.1f}% of {baseline} at the same shape"
     if record.from_cache:
@@ -145,6 +148,8 @@ def wrap(text: str, width: int = 100) -> str:
 
 def record_tags(record: Record) -> dict[str, str]:
     tags = {"status": record.status}
+    if record.math:  # ffma / 3xtf32 / tf32: a tag, as best_* learns it only when it dispatches
+        tags["math"] = record.math
     if record.entry:
         tags["entry"] = record.entry  # the instantiated template, e.g. sgemm_vectorize<128, ...>
     if record.seed is not None:

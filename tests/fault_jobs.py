@@ -95,6 +95,53 @@ def slow_serve(conn):
         conn.send(("done", _record(container, gflops=1.0).to_dict(), None, True))
 
 
+def gpu_serve(conn):
+    """Jobs on a pretend GPU, each ok once it has met another job in flight: it waits (at most a
+    minute) until FAKE_MEET jobs (default 2) run at once, each a file in the directory
+    FAKE_RENDEZVOUS while it runs. Its record's `device` says what the job saw: the GPU it was
+    pinned to (CUDA_VISIBLE_DEVICES), its worker's and slot's pids, when it ran, and the most
+    jobs it saw at once on all GPUs and on its own. Jobs of kernel `crash` kill their worker
+    (SIGSEGV) at once."""
+    rendezvous = os.environ["FAKE_RENDEZVOUS"]
+    meet = int(os.environ.get("FAKE_MEET", "2"))
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    for container in _jobs(conn):
+        if container["kernel"]["name"] == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        start = time.time()
+        mine = os.path.join(rendezvous, f"{gpu}.{os.getpid()}.{time.monotonic_ns()}")
+        open(mine, "w").close()
+        most = same = 0
+        while time.time() - start < 60:
+            running = os.listdir(rendezvous)
+            most = max(most, len(running))
+            same = max(same, sum(name.split(".")[0] == gpu for name in running))
+            if most >= meet:
+                break
+            time.sleep(0.05)
+        time.sleep(0.2)  # a job on the same GPU now would be seen
+        running = os.listdir(rendezvous)
+        same = max(same, sum(name.split(".")[0] == gpu for name in running))
+        os.unlink(mine)
+        device = {"name": "Pretend GPU", "pci_bus_id": f"0000:0{gpu}:00.0", "visible": gpu,
+                  "worker_pid": os.getpid(), "slot_pid": os.getppid(), "start": start,
+                  "end": time.time(), "most_at_once": most, "most_on_this_gpu": same}
+        record = _record(container, gflops=1.0, time_ms_median=1.0, rel_err=0.0, tolerance=1e-5,
+                         gpu="Pretend GPU", device=device)
+        conn.send(("done", record.to_dict(), None, True))
+
+
+class StandInWorkers(Callback):
+    """A Hydra callback (+hydra.callbacks.stand_in._target_=tests.fault_jobs.StandInWorkers): in
+    the job's own process, wherever a launcher runs it (a slot of the GPU launcher), the worker
+    serves jobs with the stand-in FAKE_SERVE names (default ok_serve)."""
+
+    def on_job_start(self, config, **kwargs) -> None:
+        import src.sweep.worker
+
+        src.sweep.worker._serve = globals()[os.environ.get("FAKE_SERVE", "ok_serve")]
+
+
 class SlowJobs(Callback):
     """A Hydra callback (+hydra.callbacks.slow._target_=tests.fault_jobs.SlowJobs) that makes
     every job of a sweep take two minutes: in the job's own process, wherever a launcher runs
@@ -132,7 +179,9 @@ def fake_h100():
 
 
 # `python -m src.run ...` on a pretend H100: the launcher detects a fake device and compiles
-# nothing ahead; each job runs in a stand-in worker (ok_serve: every job ok at 1 GFLOP/s).
+# nothing ahead; each job runs in a stand-in worker (ok_serve: every job ok at 1 GFLOP/s). The
+# jobs run in this process (the stand-ins are patched into it), as on one GPU, whatever GPUs the
+# machine has, unless FAKE_GPUS names pretend ones (then add StandInWorkers for the slots).
 FAKE_GPU_RUN = """
 import faulthandler
 import os
@@ -143,6 +192,7 @@ import src.job.gpu
 import src.sweep.worker
 import tests.fault_jobs
 
+os.environ["CUDA_VISIBLE_DEVICES"] = os.environ.get("FAKE_GPUS", "")
 src.job.gpu.detect = tests.fault_jobs.fake_h100
 src.job.compile.precompile = lambda *args, **kwargs: []
 src.sweep.worker._serve = getattr(tests.fault_jobs, os.environ.get("FAKE_SERVE", "ok_serve"))

@@ -60,7 +60,7 @@ kernel=NAME     default 06_vectorize (precision, what the chapter does; sgemm-la
 
 gpu=NAME        default auto (the detected device's spec): {gpu}
 bench=NAME      timing protocol, default default (quick: smoke tests, not for publishing): {bench}
-hydra/launcher=NAME   how a sweep's jobs run: basic (default, one after another) | joblib (local processes) | slurm (a SLURM cluster)
+hydra/launcher=NAME   how a sweep's jobs run: gpus (default: one at a time on each visible GPU; hydra.launcher.devices=[0,1]) | basic (one after another) | joblib (local processes) | slurm (a SLURM cluster)
 +tune=KERNEL    a tuning sweep with -m: {tune}
 +suite=NAME     a shape suite with -m (every shape of it, e.g. -m +suite=llm kernel=best_fp32): {suite}
 

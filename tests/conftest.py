@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,24 @@ SHAPE_LIMITED = {"24_ffma_skinny": [(4096, 8, 4096), (1, 4096, 4096), (16, 8192,
 def chapter_shapes(name: str, sizes=(1024, 2048, 4096, 8192)) -> list[tuple[int, int, int]]:
     """The shapes a test runs chapter `name` at: the squares given, or its own shapes."""
     return SHAPE_LIMITED.get(name, [(s, s, s) for s in sizes])
+
+
+def pin_xdist_worker_to_one_gpu() -> None:
+    """`pytest -n N` (pytest-xdist) spreads the GPU tests over the node's GPUs: worker gwK sees GPU
+    K mod their count alone (CUDA_VISIBLE_DEVICES, set before anything starts CUDA), so with N
+    the number of GPUs each GPU runs one test at a time. Nothing changes without xdist or GPUs."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit()):
+        return
+    from src.sweep.devices import sweep_gpus  # no CUDA: the environment or NVML
+
+    gpus = sweep_gpus()
+    if gpus:
+        os.environ.update(gpus[int(worker[2:]) % len(gpus)].env)
+
+
+def pytest_configure(config):
+    pin_xdist_worker_to_one_gpu()
 
 
 def _gpu_visible() -> str | None:

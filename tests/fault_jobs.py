@@ -95,6 +95,79 @@ def slow_serve(conn):
         conn.send(("done", _record(container, gflops=1.0).to_dict(), None, True))
 
 
+def _meet(rendezvous: str, gpu: str, meet: int) -> dict:
+    """Run as a job on `gpu` once `meet` jobs run at once (at most a minute), each a file in the
+    directory `rendezvous` while it runs; what the job saw: when it ran, the most jobs at once on
+    all GPUs and on its own."""
+    start = time.time()
+    mine = os.path.join(rendezvous, f"{gpu}.{os.getpid()}.{time.monotonic_ns()}")
+    open(mine, "w").close()
+    most = same = 0
+    while True:
+        running = os.listdir(rendezvous)
+        most = max(most, len(running))
+        same = max(same, sum(name.split(".")[0] == gpu for name in running))
+        if most >= meet or time.time() - start > 60:
+            break
+        time.sleep(0.05)
+    time.sleep(0.2)  # another job on the same GPU now would be seen
+    same = max(same, sum(name.split(".")[0] == gpu for name in os.listdir(rendezvous)))
+    os.unlink(mine)
+    return {"visible": gpu, "start": start, "end": time.time(), "most_at_once": most,
+            "most_on_this_gpu": same}
+
+
+def gpu_serve(conn):
+    """Jobs on a pretend GPU, each ok once it has met another job in flight (_meet: FAKE_MEET jobs
+    at once, default 2, in the directory FAKE_RENDEZVOUS). Its record's `device` says what the job
+    saw: the GPU it was pinned to (CUDA_VISIBLE_DEVICES), its worker's and slot's pids, when it
+    ran, the most jobs at once. Jobs of kernel broken_out_of_bounds kill their worker (SIGSEGV)
+    at once, as its fault poisons a real worker."""
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    for container in _jobs(conn):
+        if container["kernel"]["name"] == "broken_out_of_bounds":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        seen = _meet(os.environ["FAKE_RENDEZVOUS"], gpu, int(os.environ.get("FAKE_MEET", "2")))
+        device = {"name": "Pretend GPU", "pci_bus_id": f"0000:0{gpu}:00.0", "worker_pid": os.getpid(),
+                  "slot_pid": os.getppid(), **seen}
+        record = _record(container, gflops=1.0, time_ms_median=1.0, rel_err=0.0, tolerance=1e-5,
+                         gpu="Pretend GPU", device=device)
+        conn.send(("done", record.to_dict(), None, True))
+
+
+def pool_serve(conn, rendezvous: bytes):
+    """A slot of src/sweep/pool.py that runs stand-in jobs, dicts: each meets another job in
+    flight (_meet, in the directory `rendezvous`) when one is given, waits until the file
+    `until` exists (at most a minute) when it names one, then answers what it saw; job `die`
+    ends its slot process at once (exit code 3)."""
+    from src.sweep.pool import answer
+
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        position, job = message
+        if job["name"] == "die":
+            os._exit(3)
+        seen = _meet(rendezvous.decode(), gpu, 2) if rendezvous else {"visible": gpu}
+        deadline = time.time() + 60
+        while job.get("until") and not os.path.exists(job["until"]) and time.time() < deadline:
+            time.sleep(0.05)
+        answer(conn, "done", position, {"name": job["name"], "pid": os.getpid(), **seen})
+
+
+class StandInWorkers(Callback):
+    """A Hydra callback (+hydra.callbacks.stand_in._target_=tests.fault_jobs.StandInWorkers): in
+    the job's own process, wherever a launcher runs it (a slot of the GPU launcher), the worker
+    serves jobs with the stand-in FAKE_SERVE names (default ok_serve)."""
+
+    def on_job_start(self, config, **kwargs) -> None:
+        import src.sweep.worker
+
+        src.sweep.worker._serve = globals()[os.environ.get("FAKE_SERVE", "ok_serve")]
+
+
 class SlowJobs(Callback):
     """A Hydra callback (+hydra.callbacks.slow._target_=tests.fault_jobs.SlowJobs) that makes
     every job of a sweep take two minutes: in the job's own process, wherever a launcher runs
@@ -132,7 +205,9 @@ def fake_h100():
 
 
 # `python -m src.run ...` on a pretend H100: the launcher detects a fake device and compiles
-# nothing ahead; each job runs in a stand-in worker (ok_serve: every job ok at 1 GFLOP/s).
+# nothing ahead; each job runs in a stand-in worker (ok_serve: every job ok at 1 GFLOP/s). The
+# jobs run in this process (the stand-ins are patched into it), as on one GPU, whatever GPUs the
+# machine has, unless FAKE_GPUS names pretend ones (then add StandInWorkers for the slots).
 FAKE_GPU_RUN = """
 import faulthandler
 import os
@@ -143,6 +218,7 @@ import src.job.gpu
 import src.sweep.worker
 import tests.fault_jobs
 
+os.environ["CUDA_VISIBLE_DEVICES"] = os.environ.get("FAKE_GPUS", "")
 src.job.gpu.detect = tests.fault_jobs.fake_h100
 src.job.compile.precompile = lambda *args, **kwargs: []
 src.sweep.worker._serve = getattr(tests.fault_jobs, os.environ.get("FAKE_SERVE", "ok_serve"))

@@ -203,12 +203,15 @@ def test_a_sweep_under_another_launcher_nests_jobs_from_other_processes(tmp_path
     assert parent.data.tags["jobs"] == "2"
 
 
-# `python -m src.run ...` whose worker process takes long per job (as a GPU job does).
+# `python -m src.run ...` whose worker process takes long per job (as a GPU job does); its jobs
+# run in this process, as on one GPU, whatever GPUs the machine has (the stand-in is patched here).
 SLOW_JOB = """
+import os
 import runpy
 import src.sweep.worker
 import tests.fault_jobs
 
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 src.sweep.worker._serve = tests.fault_jobs.slow_serve
 runpy.run_module("src.run", run_name="__main__", alter_sys=True)
 """

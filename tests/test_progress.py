@@ -41,6 +41,21 @@ def test_plain_lines_count_jobs_and_estimate_the_rest():
                         "(0:40 elapsed, about 0:40 left; 1 ok, 1 failed so far)")
 
 
+def test_jobs_running_at_once_on_several_gpus_get_numbers_of_their_own():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(3, out, clock)
+    progress.job_started(["kernel=01_naive"], gpu="0")
+    progress.job_started(["kernel=02_gmem_coalesce"], gpu="1")
+    clock.now += 10
+    progress.job_ended({"status": "ok"})
+    progress.job_started(["kernel=03_smem_blocking"], gpu="0")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "job 1 of 3: kernel=01_naive  [GPU 0]  (0:00 elapsed; 0 ok, 0 failed so far)"
+    assert lines[1].startswith("job 2 of 3: kernel=02_gmem_coalesce  [GPU 1]  (0:00 elapsed;")
+    assert lines[2] == ("job 3 of 3: kernel=03_smem_blocking  [GPU 0]  "
+                        "(0:10 elapsed, about 0:20 left; 1 ok, 0 failed so far)")
+
+
 def test_a_job_that_raised_counts_as_failed_and_reused_ones_as_ok():
     progress = Progress(None, io.StringIO(), Clock())
     progress.add_total(3)

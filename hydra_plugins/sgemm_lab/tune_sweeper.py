@@ -15,7 +15,8 @@ runs on current Optuna (imported only for tpe):
    cache (src/job/cache.py) is not run again: its record is reused (marked from_cache, with
    the MLflow run that measured it) and written to the sweep directory like a job's.
 4. The rest are compiled on CPU threads ahead of time (NVRTC, src/compile.precompile) while the
-   launcher runs them one by one as ordinary jobs: the GPU times one kernel at a time.
+   launcher runs them as ordinary jobs: each GPU times one kernel at a time (on a node of
+   several GPUs the lab's launcher runs a job on each at once, gpu_launcher.py).
 5. The summary (counts of pruned / failed to compile / failed verification / ok, the top ten)
    goes to the console and tune_summary.md/.json in the sweep directory, which the sweep's
    MLflow run (src/callbacks.MlflowSweep) picks up with a table of every trial
@@ -153,7 +154,8 @@ class TuneSweeper(Sweeper):
                      len(pruning.valid))
             _progress_total(len(pruning.valid))
             compile_ahead([spec for _, spec in pruning.valid])
-            chunk = max(settings.batch, 32)
+            # a chunk is launched at once: enough jobs to keep every GPU busy to the chunk's end
+            chunk = max(settings.batch, 32) * getattr(self.launcher, "slots", 1)
             for start in range(0, len(pruning.valid), chunk):
                 evaluate(pruning.valid[start:start + chunk])
         else:

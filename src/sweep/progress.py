@@ -2,7 +2,8 @@
 spent, an estimate of the time left and the ok / failed counts so far, then the job's overrides.
 
 Hydra's basic launcher runs the jobs one after another in this process and calls the callbacks
-around each (on_job_start, on_job_end), so one Progress object sees them all. The total comes
+around each (on_job_start, on_job_end), so one Progress object sees them all; on several GPUs the
+lab's launcher (hydra_plugins/sgemm_lab/gpu_launcher.py) calls it as it hands each job out. The total comes
 from the sweep's overrides (Hydra's own splitting) or, in a tuning sweep, from the tuning
 sweeper, which adds the candidates it will measure (`add_total`). In a terminal the line carries
 tqdm's bar and rate; otherwise (a log file, CI) it is plain text.
@@ -23,6 +24,7 @@ class Progress:
         self.clock = clock
         self.started = clock()
         self.done = self.ok = self.failed = 0
+        self.running = 0  # jobs handed out and not ended (several at once on several GPUs)
 
     def add_total(self, count: int) -> None:
         self.total = (self.total or 0) + count
@@ -32,13 +34,17 @@ class Progress:
         self.done += count
         self.ok += count
 
-    def job_started(self, overrides: list[str]) -> None:
+    def job_started(self, overrides: list[str], gpu: str | None = None) -> None:
+        """`gpu`: which GPU runs the job, when a sweep runs on several (its CUDA_VISIBLE_DEVICES)."""
         from src.sweep.tracking.store import redact  # a tracking URI's password stays out
 
-        print(self.line(redact(" ".join(overrides))), file=self.stream, flush=True)
+        what = redact(" ".join(overrides)) + (f"  [GPU {gpu}]" if gpu is not None else "")
+        print(self.line(what), file=self.stream, flush=True)
+        self.running += 1
 
     def job_ended(self, record: dict | None) -> None:
         """`record`: what the job returned (run.py: its record as a dict), None if it raised."""
+        self.running = max(self.running - 1, 0)
         self.done += 1
         if isinstance(record, dict) and record.get("status") == "ok":
             self.ok += 1
@@ -48,7 +54,7 @@ class Progress:
     def line(self, what: str) -> str:
         elapsed = self.clock() - self.started
         counts = f"{self.ok} ok, {self.failed} failed"
-        number = self.done + 1
+        number = self.done + self.running + 1
         if self._terminal():
             meter = tqdm.format_meter(self.done, self.total, elapsed, ncols=60,
                                       postfix=counts, unit="job")

@@ -71,7 +71,7 @@ class Isolation:
 
 # --- the worker's side ----------------------------------------------------------------------
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: the kernel sends SIGKILL to this worker when its launcher dies, even by SIGKILL."""
     try:
         import ctypes
@@ -94,7 +94,7 @@ def _context_healthy() -> bool:
 
 def _serve(conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and kills us
-    _die_with_parent()
+    die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from omegaconf import OmegaConf
 

@@ -1,0 +1,277 @@
+"""A sweep on every GPU of a node (issue 38), without a GPU: pretend GPUs named in
+CUDA_VISIBLE_DEVICES, slots of src/sweep/pool.py running stand-in jobs (tests/fault_jobs.py), and
+the real runner through the lab's launcher (hydra_plugins/sgemm_lab/gpu_launcher.py) with
+stand-in workers. Jobs that must meet another job in flight prove that the GPUs run at once
+without timing anything; each GPU runs one job at a time; results, statuses, records and MLflow
+runs are those of the same sweep on one GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from src.errors import ConfigError
+from src.sweep import devices
+from src.sweep.devices import Gpu, sweep_gpus
+from src.sweep.pool import Pool
+from tests import fault_jobs
+from tests.conftest import ROOT
+from tests.test_cli import cli_env, tracked_runs
+
+STAND_IN = "+hydra.callbacks.stand_in._target_=tests.fault_jobs.StandInWorkers"
+KERNELS = "kernel=06_vectorize,broken_out_of_bounds,01_naive,02_gmem_coalesce,03_smem_blocking"
+
+
+def gpus(*labels: str) -> list[Gpu]:
+    return [Gpu(label, {"CUDA_VISIBLE_DEVICES": label}) for label in labels]
+
+
+# --- which GPUs ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,labels", [
+    ("2,3", ["2", "3"]), ("GPU-aa, GPU-bb", ["GPU-aa", "GPU-bb"]), ("1,1,0", ["1", "0"]),
+    ("0,-1,1", ["0"]), ("-1", []), ("", []),
+])
+def test_the_gpus_are_those_cuda_visible_devices_names(monkeypatch, text, labels):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", text)
+    monkeypatch.setattr(devices, "_nvml_count", lambda: 8)  # not asked: the variable decides
+    assert devices.visible() == (labels, {})
+    assert sweep_gpus() == [Gpu(label, {"CUDA_VISIBLE_DEVICES": label}) for label in labels]
+
+
+def test_without_cuda_visible_devices_nvml_counts_them_in_pci_order(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(devices, "_nvml_count", lambda: 3)
+    found = sweep_gpus()
+    assert [gpu.label for gpu in found] == ["0", "1", "2"]
+    assert found[2].env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "2"}
+
+
+def test_devices_picks_visible_gpus_by_position(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert sweep_gpus([2, 0]) == gpus("6", "4")
+
+
+@pytest.mark.parametrize("requested", [[3], [0, 0], [], "0", 1, [True], [-1], ["0"]])
+def test_bad_devices_name_the_rule(monkeypatch, requested):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    with pytest.raises(ConfigError, match=r"hydra.launcher.devices must list distinct positions "
+                                          r"of visible GPUs, 0 to 2 \(3 visible"):
+        sweep_gpus(requested)
+
+
+# --- the pool -----------------------------------------------------------------------------------
+
+def test_every_gpu_runs_a_job_at_once_and_each_one_at_a_time(tmp_path):
+    """Each job waits (at most a minute) for another in flight: all meet, so the two GPUs ran
+    jobs at once; none saw a second job on its own GPU; each GPU kept its slot process."""
+    (tmp_path / "rendezvous").mkdir()
+    pool = Pool(gpus("0", "1"), str(tmp_path / "rendezvous").encode(), serve=fault_jobs.pool_serve)
+    try:
+        answers = pool.run([{"name": f"job{i}"} for i in range(6)])
+    finally:
+        pool.stop()
+    seen = [answer.value for answer in answers]
+    assert [answer.kind for answer in answers] == ["done"] * 6
+    assert [job["name"] for job in seen] == [f"job{i}" for i in range(6)]
+    assert all(job["most_at_once"] == 2 and job["most_on_this_gpu"] == 1 for job in seen), seen
+    assert all(answer.gpu.label == job["visible"] for answer, job in zip(answers, seen))
+    assert {job["visible"] for job in seen} == {"0", "1"}
+    assert len({job["pid"] for job in seen}) == 2 and [s.started for s in pool.slots] == [1, 1]
+
+
+def test_answers_come_in_job_order_whatever_order_the_jobs_end_in(tmp_path):
+    """The first job ends only after the last (it waits for a file the last one's end makes)."""
+    release = tmp_path / "release"
+    jobs = [{"name": "first", "until": str(release)}] + [{"name": f"then{i}"} for i in range(3)]
+    ended = []
+
+    def on_end(job, answer):
+        ended.append(job["name"])
+        if job["name"] == "then2":
+            release.touch()
+
+    pool = Pool(gpus("0", "1"), serve=fault_jobs.pool_serve)
+    try:
+        answers = pool.run(jobs, on_end=on_end)
+    finally:
+        pool.stop()
+    assert ended == ["then0", "then1", "then2", "first"]
+    assert [answer.value["name"] for answer in answers] == ["first", "then0", "then1", "then2"]
+
+
+def test_a_slot_that_dies_costs_its_job_alone_and_is_started_again(tmp_path):
+    """Slot 0's process dies in the first job while slot 1 runs the second (held until the
+    death is known): the second is answered, slot 0 takes the third in a fresh process."""
+    seen_death = tmp_path / "dead"
+    jobs = [{"name": "die"}, {"name": "held", "until": str(seen_death)}, {"name": "after"}]
+
+    def on_end(job, answer):
+        if job["name"] == "die":
+            seen_death.touch()
+
+    pool = Pool(gpus("0", "1"), serve=fault_jobs.pool_serve)
+    try:
+        answers = pool.run(jobs, on_end=on_end)
+    finally:
+        pool.stop()
+    assert (answers[0].kind, answers[0].value, answers[0].gpu.label) == ("lost", 3, "0")
+    assert [a.kind for a in answers[1:]] == ["done", "done"]
+    assert answers[1].gpu.label == "1" and answers[2].gpu.label == "0"
+    assert [slot.started for slot in pool.slots] == [2, 1]
+
+
+# --- the runner, through the lab's launcher -----------------------------------------------------
+
+def sweep(tmp_path: Path, visible: str, *args: str, meet: int = 2, **env: str):
+    """`python -m src.run -m ARGS` on the pretend GPUs `visible` (CUDA_VISIBLE_DEVICES), each
+    job in a stand-in worker (gpu_serve: it waits to meet `meet` jobs in flight)."""
+    rendezvous = tmp_path / "rendezvous"
+    rendezvous.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "src.run", "-m", *args, STAND_IN, f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES=visible, FAKE_SERVE="gpu_serve",
+                              FAKE_RENDEZVOUS=str(rendezvous), FAKE_MEET=str(meet), **env),
+        capture_output=True, text=True, timeout=300)
+
+
+def records(sweep_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/record.json"))}
+
+
+def test_a_sweep_on_two_gpus_runs_them_at_once_with_records_and_runs_as_on_one(tmp_path, tracking_uri):
+    """The same sweep, a faulting kernel in it, on one pretend GPU and on two: the same job
+    directories, statuses and summary, one MLflow parent with a FINISHED or FAILED child per job;
+    on two, every ok job met another in flight, none shared its GPU, and the fault on one GPU
+    left the other's worker untouched (one worker for all its jobs)."""
+    common = ["hydra.searchpath=[file://tests/conf]", KERNELS, "size=64", "isolation.timeout_s=60"]
+    uri_two = tracking_uri.replace("store/mlflow.db", "store2/mlflow.db")  # an empty store too
+    (tmp_path / "store2").mkdir()
+    (tmp_path / "store2" / "mlflow.db").write_bytes((tmp_path / "store" / "mlflow.db").read_bytes())
+    one = sweep(tmp_path / "one", "0", *common, meet=1, MLFLOW_TRACKING_URI=tracking_uri)
+    assert one.returncode == 0, one.stdout + one.stderr
+    two = sweep(tmp_path / "two", "0,1", *common, MLFLOW_TRACKING_URI=uri_two)
+    assert two.returncode == 0, two.stdout + two.stderr
+    assert "Traceback" not in two.stdout + two.stderr
+
+    by_one, by_two = records(tmp_path / "one" / "sweep"), records(tmp_path / "two" / "sweep")
+    statuses = {name: r["status"] for name, r in by_one.items()}
+    assert statuses == {name: r["status"] for name, r in by_two.items()}
+    assert statuses["1_broken_out_of_bounds_64x64x64"] == "failed_crash"
+    assert list(statuses.values()).count("ok") == 4
+    for name, record in by_two.items():  # each job's directory holds that job's record
+        assert name.split("_", 1)[1].startswith(record["kernel"])
+    summary = "summary.md"
+    assert (tmp_path / "one" / "sweep" / summary).read_text() == \
+        (tmp_path / "two" / "sweep" / summary).read_text()
+
+    ok = [r for r in by_two.values() if r["status"] == "ok"]
+    assert all(r["device"]["most_at_once"] == 2 and r["device"]["most_on_this_gpu"] == 1 for r in ok)
+    on = {gpu: [r for r in ok if r["device"]["visible"] == gpu] for gpu in ("0", "1")}
+    assert on["0"] and on["1"]
+    assert {r["device"]["pci_bus_id"] for r in on["0"]} == {"0000:00:00.0"}  # each names its GPU
+    assert len({r["device"]["worker_pid"] for r in on["0"]}) == 1  # the fault was on GPU 1
+    assert all(r["device"]["most_on_this_gpu"] == 1 for r in by_one.values() if r["status"] == "ok")
+    assert "[GPU 0]" in two.stdout and "[GPU 1]" in two.stdout and "job 5 of 5" in two.stdout
+
+    for uri in (tracking_uri, uri_two):
+        parents, jobs = tracked_runs(uri)
+        assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        assert all(job.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for job in jobs)
+        assert sorted(job.data.tags["status"] for job in jobs) == sorted(statuses.values())
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_interrupt_ends_every_gpus_job_killed_and_every_process(tmp_path, tracking_uri, signum, code):
+    """Two GPUs, each in a two-minute job, when the launcher alone gets SIGTERM or SIGINT: both
+    runs and the sweep's end KILLED, nothing RUNNING, the third job never starts, and no slot or
+    worker process is left."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "src.run", "-m", "kernel=01_naive,02_gmem_coalesce,03_smem_blocking",
+         "size=64", STAND_IN, f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES="0,1", FAKE_SERVE="slow_serve",
+                              MLFLOW_TRACKING_URI=tracking_uri),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines, workers = [], []
+        for line in proc.stdout:  # bounded by the process: its jobs sleep two minutes at most
+            lines.append(line)
+            if line.startswith("job started in worker "):
+                workers.append(int(line.split()[-1]))
+                if len(workers) == 2:
+                    break
+        assert len(workers) == 2, "".join(lines)
+        slots = [int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                 for pid in workers]
+        proc.send_signal(signum)
+        output = "".join(lines) + proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, output
+    assert "interrupted: " in output and "Traceback" not in output
+    parents, jobs = tracked_runs(tracking_uri)
+    assert len(parents) == 1 and len(jobs) == 2, output
+    assert parents[0].info.status == "KILLED" and [j.info.status for j in jobs] == ["KILLED"] * 2
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers + slots) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers + slots if Path(f"/proc/{pid}").exists()]
+
+
+def test_bad_devices_are_one_clear_error(tmp_path):
+    proc = sweep(tmp_path, "0,1", "kernel=01_naive,06_vectorize", "size=64", "mlflow.enabled=false",
+                 "hydra.launcher.devices=[0,2]")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "error [invalid_config]: hydra.launcher.devices" in output, output
+    assert "Traceback" not in output and not list((tmp_path / "sweep").glob("*/record.json"))
+
+
+def test_a_tuning_sweep_on_two_gpus_measures_what_it_measures_on_one(tmp_path):
+    """The tuning sweeper hands its batches to the launcher: on two pretend GPUs the same
+    candidates are measured, pruned and summarized as on one, by workers on both."""
+    from tests.test_tune import SMALL_SPACE
+
+    def tune(where: Path, visible: str):
+        return subprocess.run(
+            [sys.executable, "-c", fault_jobs.FAKE_GPU_RUN, "-m", "+tune=10_warptiling", "size=256",
+             *SMALL_SPACE, "bench=quick", f"cache_dir={where}/cache", "mlflow.enabled=false",
+             STAND_IN, f"hydra.sweep.dir={where}/sweep"],
+            cwd=ROOT, env=cli_env(FAKE_GPUS=visible), capture_output=True, text=True, timeout=300)
+
+    one, two = tune(tmp_path / "one", "0"), tune(tmp_path / "two", "0,1")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    kept = ("space_size", "candidates_considered", "pruned", "pruned_by_rule", "measured", "ok")
+    summaries = [json.loads((tmp_path / run / "sweep" / "tune_summary.json").read_text())[0]
+                 for run in ("one", "two")]
+    assert [{key: s[key] for key in kept} for s in summaries][0] == {key: summaries[1][key] for key in kept}
+    trials = [sorted(json.dumps(r["params"], sort_keys=True) for r in records(tmp_path / run / "sweep").values())
+              for run in ("one", "two")]
+    assert trials[0] == trials[1] and len(trials[0]) == summaries[0]["measured"] > 1
+    workers = {r["entry"] for r in records(tmp_path / "two" / "sweep").values()}
+    assert len(workers) == 2 and "[GPU 1]" in two.stdout
+
+
+# --- the GPU tests, spread the same way ---------------------------------------------------------
+
+@pytest.mark.parametrize("worker,visible,pinned", [
+    ("gw0", "4,5", "4"), ("gw3", "4,5", "5"), ("gw1", "", ""), (None, "4,5", "4,5"),
+])
+def test_each_xdist_worker_sees_one_gpu(monkeypatch, worker, visible, pinned):
+    from tests.conftest import pin_xdist_worker_to_one_gpu
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    if worker is None:
+        monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    else:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    pin_xdist_worker_to_one_gpu()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == pinned

@@ -33,18 +33,68 @@ def test_a_source_outside_the_kernel_folders_is_refused(source):
         build_spec(vectorize(source=source), P1024, H100)
 
 
-def test_an_include_outside_the_kernel_folders_is_refused(tmp_path, monkeypatch):
+@pytest.fixture
+def kernel_folder(tmp_path, monkeypatch):
+    """A kernel folder of its own (with common.cuh), and a secret.h beside it, outside."""
     from src import paths
-    from src.job.compile import expand_source
 
     folder = tmp_path / "kernels"
     folder.mkdir()
-    (folder / "k.cu").write_text('#include "../secret.h"\n')
+    (folder / "common.cuh").write_text("#define COMMON 1\n")
     (tmp_path / "secret.h").write_text("password\n")
     monkeypatch.setattr(paths, "KERNEL_DIRS", (folder,))
     monkeypatch.setattr(paths, "KERNELS_DIR", folder)
+    return folder
+
+
+def expand(folder, text: str) -> str:
+    from src.job.compile import expand_source
+
+    (folder / "k.cu").write_text(text)
+    return expand_source(folder / "k.cu")
+
+
+def test_an_include_outside_the_kernel_folders_is_refused(kernel_folder):
     with pytest.raises(ConfigError, match="secret.h"):
-        expand_source(folder / "k.cu")
+        expand(kernel_folder, '#include "../secret.h"\n')
+
+
+# Every way the preprocessor reads a file (issue 35): each reached NVRTC unchanged, which opens
+# what it names (an absolute path, or one relative to the working directory).
+@pytest.mark.parametrize("text", [
+    '#include "../secret.h" // the shared header\n',
+    '#include "../secret.h" /* a comment that\n goes on */\n',
+    '/* first */ # include "../secret.h"\n',
+    '%:include "../secret.h"\n',
+    '#inc\\\nlude "../secret.h"\n',
+    '#include \\\n"../secret.h"\n',
+    '#include <{secret}>\n',
+    '#include <../../../../../../../..{secret}>\n',
+    '#define HEADER "{secret}"\n#include HEADER\n',
+    '#define HEADER <{secret}>\n#include HEADER\n',
+    '#include_next "../secret.h"\n',
+    '#import "../secret.h"\n',
+    '#embed "../secret.h"\n',
+    # nothing in a literal hides a directive: "/*" in a string, a raw string, a digit separator
+    'const char *s = "/*";\n#include "../secret.h"\n',
+    'const char *s = R"x(/*)" )x";\n#include "../secret.h"\n',
+    "int n = 1'000; const char *s = \"/*\";\n#include \"../secret.h\"\n",
+])
+def test_every_form_of_include_is_pasted_or_refused(kernel_folder, text):
+    secret = str(kernel_folder.parent / "secret.h")
+    with pytest.raises(ConfigError, match="secret.h|rule: a kernel source includes by a literal name"):
+        expand(kernel_folder, text.replace("{secret}", secret))
+
+
+def test_allowed_includes_are_pasted_or_left_to_the_toolkit_headers(kernel_folder):
+    text = expand(kernel_folder, '#include "common.cuh" // the lab helpers\n'
+                                 "/* a comment with #include \"../secret.h\" in it */\n"
+                                 '// #include "../secret.h"\n'
+                                 'const char *s = "#include \\"../secret.h\\"";\n'
+                                 "#include <mma.h>\nint after;\n")
+    assert "#define COMMON 1" in text and '#include "common.cuh"' not in text
+    assert "#include <mma.h>" in text and "password" not in text
+    assert text.splitlines()[-2:] == ["#include <mma.h>", "int after;"]
 
 
 def test_the_cli_refuses_such_a_source_and_logs_nothing_of_it(tmp_path, tracking_uri):

@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from src import compose_rules
 from src.job import shapes  # noqa: F401  (registers ${shape_dim:}, used for m, n and k)
 from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
 from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
@@ -25,6 +26,8 @@ from src.tune.tuned import explicit_params
 from src.sweep.worker import refused, run_isolated
 
 log = logging.getLogger("sgemm")
+
+compose_rules.install()  # before Hydra composes: a kernel config is data, it cannot run code
 
 
 def fail_fast_on_bad_input(cfg: DictConfig, output_dir: Path) -> None:

@@ -33,18 +33,68 @@ def test_a_source_outside_the_kernel_folders_is_refused(source):
         build_spec(vectorize(source=source), P1024, H100)
 
 
-def test_an_include_outside_the_kernel_folders_is_refused(tmp_path, monkeypatch):
+@pytest.fixture
+def kernel_folder(tmp_path, monkeypatch):
+    """A kernel folder of its own (with common.cuh), and a secret.h beside it, outside."""
     from src import paths
-    from src.job.compile import expand_source
 
     folder = tmp_path / "kernels"
     folder.mkdir()
-    (folder / "k.cu").write_text('#include "../secret.h"\n')
+    (folder / "common.cuh").write_text("#define COMMON 1\n")
     (tmp_path / "secret.h").write_text("password\n")
     monkeypatch.setattr(paths, "KERNEL_DIRS", (folder,))
     monkeypatch.setattr(paths, "KERNELS_DIR", folder)
+    return folder
+
+
+def expand(folder, text: str) -> str:
+    from src.job.compile import expand_source
+
+    (folder / "k.cu").write_text(text)
+    return expand_source(folder / "k.cu")
+
+
+def test_an_include_outside_the_kernel_folders_is_refused(kernel_folder):
     with pytest.raises(ConfigError, match="secret.h"):
-        expand_source(folder / "k.cu")
+        expand(kernel_folder, '#include "../secret.h"\n')
+
+
+# Every way the preprocessor reads a file (issue 35): each reached NVRTC unchanged, which opens
+# what it names (an absolute path, or one relative to the working directory).
+@pytest.mark.parametrize("text", [
+    '#include "../secret.h" // the shared header\n',
+    '#include "../secret.h" /* a comment that\n goes on */\n',
+    '/* first */ # include "../secret.h"\n',
+    '%:include "../secret.h"\n',
+    '#inc\\\nlude "../secret.h"\n',
+    '#include \\\n"../secret.h"\n',
+    '#include <{secret}>\n',
+    '#include <../../../../../../../..{secret}>\n',
+    '#define HEADER "{secret}"\n#include HEADER\n',
+    '#define HEADER <{secret}>\n#include HEADER\n',
+    '#include_next "../secret.h"\n',
+    '#import "../secret.h"\n',
+    '#embed "../secret.h"\n',
+    # nothing in a literal hides a directive: "/*" in a string, a raw string, a digit separator
+    'const char *s = "/*";\n#include "../secret.h"\n',
+    'const char *s = R"x(/*)" )x";\n#include "../secret.h"\n',
+    "int n = 1'000; const char *s = \"/*\";\n#include \"../secret.h\"\n",
+])
+def test_every_form_of_include_is_pasted_or_refused(kernel_folder, text):
+    secret = str(kernel_folder.parent / "secret.h")
+    with pytest.raises(ConfigError, match="secret.h|rule: a kernel source includes by a literal name"):
+        expand(kernel_folder, text.replace("{secret}", secret))
+
+
+def test_allowed_includes_are_pasted_or_left_to_the_toolkit_headers(kernel_folder):
+    text = expand(kernel_folder, '#include "common.cuh" // the lab helpers\n'
+                                 "/* a comment with #include \"../secret.h\" in it */\n"
+                                 '// #include "../secret.h"\n'
+                                 'const char *s = "#include \\"../secret.h\\"";\n'
+                                 "#include <mma.h>\nint after;\n")
+    assert "#define COMMON 1" in text and '#include "common.cuh"' not in text
+    assert "#include <mma.h>" in text and "password" not in text
+    assert text.splitlines()[-2:] == ["#include <mma.h>", "int after;"]
 
 
 def test_the_cli_refuses_such_a_source_and_logs_nothing_of_it(tmp_path, tracking_uri):
@@ -101,3 +151,65 @@ def test_pruning_a_tuning_space_is_bounded_too():
     with pytest.raises(ConfigError):
         tune.prune(cfg, [{"bm": 64}, {"bm": 128}], P1024, H100)
     assert time.process_time() - start < 1.0
+
+
+# A kernel config is data (issue 35): from a folder on hydra.searchpath, one that reaches beyond
+# the kernel node or names something to call is refused while Hydra composes, before it
+# instantiates a callback, configures logging or writes .hydra/.
+HOSTILE_KERNELS = {
+    "global_package": "# @package _global_\nhydra:\n  callbacks:\n    evil:\n"
+                      "      _target_: shutil.copyfile\n      src: {secret}\n      dst: {stolen}\n",
+    "hydra_package": "# @package hydra.callbacks\nevil:\n  _target_: shutil.copyfile\n"
+                     "  src: {secret}\n  dst: {stolen}\n",
+    "env_package": "# @package _global_.hydra.job.env_set\nLD_PRELOAD: /tmp/evil.so\n",
+    "defaults_list": "defaults:\n  - /kernel/01_naive@_global_.hydra.callbacks.evil\n"
+                     "  - _self_\nname: evil\n",
+    "target": "name: evil\nderived:\n  threads:\n    _target_: shutil.copyfile\n"
+              "    src: {secret}\n    dst: {stolen}\n",
+    "interpolation": "name: ${{oc.env:MLFLOW_TRACKING_PASSWORD}}\n",
+}
+
+
+def hostile_search_path(tmp_path, name: str) -> str:
+    folder = tmp_path / "conf" / "kernel"
+    folder.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "secret.txt").write_text("password\n")
+    (folder / f"{name}.yaml").write_text(HOSTILE_KERNELS[name].format(
+        secret=tmp_path / "secret.txt", stolen=tmp_path / "stolen.txt"))
+    return f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+
+
+def test_a_kernel_config_cannot_run_code_through_hydra(tmp_path):
+    """The copy a `_global_` kernel config asked for (a callback Hydra instantiates before the
+    job) is never made, and nothing of the run is written."""
+    proc = run_cli(tmp_path, hostile_search_path(tmp_path, "global_package"), "kernel=global_package",
+                   "size=128", "mlflow.enabled=false")
+    output = proc.stdout + proc.stderr
+    assert not (tmp_path / "stolen.txt").exists()
+    assert proc.returncode == 1 and "error [invalid_config]" in output, output
+    assert "rule: a kernel config is data" in output and "kernel/global_package.yaml" in output
+    assert "Traceback" not in output and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_KERNELS))
+def test_a_kernel_config_that_reaches_beyond_the_kernel_node_is_refused(tmp_path, name):
+    from src import compose_rules
+    from tests.conftest import compose_config
+
+    compose_rules.install()  # as src.run does
+    with pytest.raises(compose_rules.ConfigRefused, match=r"error \[invalid_config\].*rule: a kernel config is data"):
+        compose_config(hostile_search_path(tmp_path, name), f"kernel={name}")
+    assert not (tmp_path / "stolen.txt").exists()
+
+
+def test_every_kernel_config_of_the_lab_is_data():
+    from src import compose_rules
+    from tests.conftest import compose_config
+
+    compose_rules.install()
+    folders = [CONF_DIR / "kernel", CONF_DIR.parent / "tests" / "conf" / "kernel"]
+    names = sorted(p.stem for folder in folders for p in folder.glob("*.yaml"))
+    assert len(names) > 30
+    for name in names:
+        cfg = compose_config("hydra.searchpath=[file://tests/conf]", f"kernel={name}")
+        assert cfg.kernel.name == name

@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,8 +30,9 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from src.errors import CompileFailed, LaunchFailed, OutOfMemory
+from src.errors import CompileFailed, ConfigError, LaunchFailed, OutOfMemory
 from src.job.cubin_store import cubin_entry, store_cubin
+from src.job.directives import include_of, logical_lines
 from src.job.spec import KERNELS_DIR, KernelSpec
 from src.paths import kernel_file
 
@@ -42,7 +42,6 @@ NVRTC_OPTIONS = ("-std=c++17",)
 BUILD_OPTIONS = (*NVRTC_OPTIONS, "-ftz=true", "--device-as-default-execution-space")
 DEFAULT_CACHE_DIR = ".sgemm_cache"
 STATIC_SMEM_LIMIT = 48 * 1024       # above this a kernel must opt in to dynamic shared memory
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 
 
 def _rel(path: Path) -> str:
@@ -53,21 +52,48 @@ def _rel(path: Path) -> str:
 
 
 def expand_source(path: Path, _pasted: set | None = None) -> str:
-    """The kernel source with its local "..." includes pasted in, once each in the whole text
-    (a header two others include is pasted at its first include), with #line marks."""
+    """The kernel source with its "..." includes pasted in, once each in the whole text (a
+    header two others include is pasted at its first include), with #line marks. Includes are
+    found as the preprocessor finds them (src/job/directives.py); an include of another form
+    (a macro, an absolute or `..` <header>, #include_next, #import, #embed) is a ConfigError."""
     pasted = {path.resolve()} if _pasted is None else _pasted
+    physical = path.read_text().splitlines()
     out = [f'#line 1 "{_rel(path)}"']
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        match = _INCLUDE.match(line)
-        if match:
-            header = kernel_file(path.parent / match.group(1), path.stem)
-            if header not in pasted:
-                pasted.add(header)
-                out.append(expand_source(header, pasted))
-            out.append(f'#line {lineno + 1} "{_rel(path)}"')
-        else:
-            out.append(line)
+    for line in logical_lines("\n".join(physical)):
+        include = include_of(line)
+        if include is None:
+            out.extend(physical[line.first - 1:line.last])
+            continue
+        kind, name = _header(include, path, line)
+        if kind == "<":  # a toolkit header, found by NVRTC in -I's folder only
+            out.extend(physical[line.first - 1:line.last])
+            continue
+        header = kernel_file(path.parent / name, path.stem)
+        if header not in pasted:
+            pasted.add(header)
+            out.append(expand_source(header, pasted))
+        out.append(f'#line {line.last + 1} "{_rel(path)}"')
     return "\n".join(out) + "\n"
+
+
+INCLUDE_RULE = ('rule: a kernel source includes by a literal name, "file" for a file of the kernel '
+                "folders (pasted in) or <header> for a CUDA toolkit header, a relative path without "
+                "`..`; no other directive reads a file")
+
+
+def _header(include, path: Path, line) -> tuple[str, str]:
+    """('"', name) or ('<', name) of an include the rule allows; else ConfigError."""
+    header = include.header() if include.name == "include" else None
+    if header is not None and header[0] == "<":
+        parts = Path(header[1]).parts
+        if header[1].startswith(("/", "\\", "~")) or ".." in parts or "\\" in header[1]:
+            header = None
+    if header is None:
+        where = f"{_rel(path)}:{line.first}"
+        raise ConfigError(
+            f"kernel {path.stem}: {where} reads a file in a way the lab does not allow "
+            f"(#{include.name}{include.operand.rstrip()}) ({INCLUDE_RULE}).")
+    return header
 
 
 @dataclass(frozen=True)

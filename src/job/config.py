@@ -21,6 +21,9 @@ def _compose(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from src import compose_rules
+
+    compose_rules.install()
     if GlobalHydra.instance().is_initialized():  # inside the Hydra app (inline jobs, tests)
         return compose(config_name="config", overrides=list(overrides))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -1,16 +1,26 @@
 """Rules on what Hydra composes, checked while it composes: before it writes a config to disk
-(.hydra/, multirun.yaml), configures logging from it or instantiates a callback, launcher or
-sweeper it names, in every process that composes (the runner, which also composes a sweep's jobs).
+(.hydra/, multirun.yaml), prints it, configures logging from it or instantiates a callback,
+launcher or sweeper it names, in every process that composes (the runner, which also composes a
+sweep's jobs). A config that breaks one is refused and nothing of the run starts.
+
+No credentials in a config. Hydra writes the command line and the composed config to .hydra/ and
+multirun.yaml, prints overrides in its errors, and the lab logs the config to MLflow; a stop at
+any point (an abort, Ctrl-C, a crash) would leave a password there. So no override and no
+composed value may hold a URI with a user or password (`invalid_config`): they come from the
+environment, MLflow's MLFLOW_TRACKING_USERNAME/PASSWORD, or a whole URI in $MLFLOW_TRACKING_URI
+(or any variable, as mlflow.tracking_uri='${oc.env:NAME}'), resolved only when the store is
+opened (tracking/store.py). Hydra writes such a reference as written.
 
 A kernel config is data (conf/kernel/, or a `kernel/` folder on hydra.searchpath): the `kernel`
 node and nothing else. A `# @package _global_` header could set hydra.callbacks.<name>._target_
-to any importable function, which Hydra calls before the job starts; a defaults list could
-override another group; `${oc.env:...}` could copy a secret into a logged value. So a kernel
-config has no @package header but its own group's, no defaults list, no `_target_` and no
-`${...}`; one that has is refused (`invalid_config`) and nothing of the run starts.
+to any importable function, which Hydra calls before the job starts; a defaults list could place
+a config anywhere; `${oc.env:...}` could copy a secret into a logged value. So a kernel config
+has no @package header but its own group's, no defaults list, no `_target_` and no `${...}`
+(`invalid_config`).
 
-Hydra has no hook between reading a config file and acting on it, so `install` wraps the config
-repository's load_config, through which Hydra reads every config file.
+Hydra has no hook between reading a config and acting on it, so `install` wraps its config
+loader's load_configuration (the overrides, and the composed config) and its repository's
+load_config (each config file as read).
 """
 
 from __future__ import annotations
@@ -19,6 +29,13 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 KERNEL_GROUP = "kernel"
+
+CREDENTIALS_RULE = (
+    "rule: no credentials in the config or on the command line, where Hydra writes them to "
+    ".hydra/ and multirun.yaml and the shell keeps them. Give them through the environment: "
+    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD for a tracking server, or the whole URI "
+    "in $MLFLOW_TRACKING_URI (or any variable: mlflow.tracking_uri='${oc.env:NAME}'), and the URI "
+    "here without them")
 
 KERNEL_RULE = ("rule: a kernel config is data, the `kernel` node alone: no @package header "
                "(but _group_ or kernel), no defaults list, no _target_, no ${...} interpolation")
@@ -34,12 +51,20 @@ class ConfigRefused(ConfigCompositionException):
 
 
 def install() -> None:
-    """Check every config file Hydra reads from now on in this process (once per process)."""
+    """Check every config Hydra composes from now on in this process (once per process)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.config_repository import ConfigRepository
 
     load = ConfigRepository.load_config
+    compose = ConfigLoaderImpl.load_configuration
     if getattr(load, "checks_rules", False):
         return
+
+    def load_configuration(self, config_name, overrides, *args, **kwargs):
+        check_no_credentials(overrides, None)
+        cfg = compose(self, config_name, overrides, *args, **kwargs)
+        check_no_credentials([], cfg)
+        return cfg
 
     def load_config(self, config_path: str):
         result = load(self, config_path)
@@ -50,6 +75,35 @@ def install() -> None:
 
     load_config.checks_rules = True
     ConfigRepository.load_config = load_config
+    ConfigLoaderImpl.load_configuration = load_configuration
+
+
+def check_no_credentials(overrides: list[str], cfg) -> None:
+    """ConfigRefused if an override, or a value of `cfg` as written (unresolved: a reference to
+    an environment variable is not read), holds a URI with a user or password."""
+    from src.sweep.tracking.store import has_credentials, redact
+
+    for override in overrides:
+        if has_credentials(override):
+            raise ConfigRefused("invalid_config", f"the override {redact(override)!r} puts a user "
+                                                  f"or password in a URI ({CREDENTIALS_RULE}).")
+    if cfg is not None:
+        for where, value in _strings(OmegaConf.to_container(cfg, resolve=False)):
+            if has_credentials(value):
+                raise ConfigRefused("invalid_config", f"{where} = {redact(value)!r} puts a user "
+                                                      f"or password in a URI ({CREDENTIALS_RULE}).")
+
+
+def _strings(value, where: str = ""):
+    """(path, string) of every string in a config's values."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{where}[{index}]")
+    elif isinstance(value, str):
+        yield where, value
 
 
 def check_kernel_config(config_path: str, source: str, package: str | None, has_defaults: bool,

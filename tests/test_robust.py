@@ -191,7 +191,7 @@ def test_an_unreachable_tracking_server_stops_the_sweep_at_once(tmp_path):
         port = s.getsockname()[1]
     started = time.monotonic()
     proc = run_cli(tmp_path, "-m", "kernel=01_naive,06_vectorize", "size=128",
-                   f"mlflow.tracking_uri=http://alice:s3cret@127.0.0.1:{port}")
+                   MLFLOW_TRACKING_URI=f"http://alice:s3cret@127.0.0.1:{port}")
     output = proc.stdout + proc.stderr
     assert time.monotonic() - started < 60  # was ~250 s of retries, once per job
     assert proc.returncode == 1 and output.count("error [tracking_error]") == 1, output
@@ -205,7 +205,69 @@ def test_credentials_are_redacted_wherever_values_are_written():
     assert redact("mlflow.tracking_uri=https://bob:pa%40ss@host:5000/x y") == \
         "mlflow.tracking_uri=https://***@host:5000/x y"
     assert redact("postgresql://u:p@db/mlflow") == "postgresql://***@db/mlflow"
+    assert redact("x=http://bob:pa@ss@host/y") == "x=http://***@host/y"  # a raw @: no piece left
+    assert redact("sqlite:////data/a@b/mlflow.db") == "sqlite:////data/a@b/mlflow.db"  # a path
     assert flatten({"mlflow": {"tracking_uri": "http://u:p@h"}}) == {"mlflow.tracking_uri": "http://***@h"}
+
+
+def test_credentials_from_the_environment_reach_mlflow_whole(monkeypatch):
+    """A raw @ or a percent-encoded character in a password (issue 35): a tracking server gets
+    the whole password through MLflow's variables, a database a URI its driver reads whole."""
+    from src.sweep.tracking.store import take_credentials
+
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    assert take_credentials("https://bob:pa@ss%3Aw0rd@host:5000/x") == "https://host:5000/x"
+    assert os.environ["MLFLOW_TRACKING_USERNAME"] == "bob"
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "pa@ss:w0rd"
+    assert take_credentials("postgresql+psycopg2://bob:pa@ss%3Aw0rd@db/mlflow") == \
+        "postgresql+psycopg2://bob:pa%40ss%3Aw0rd@db/mlflow"
+
+
+SECRET = "alice:pa@ss%40s3cret"  # a raw @ and a percent-encoded one
+
+
+@pytest.mark.parametrize("args", [
+    # a sweep that aborts on a bad kernel name (multirun.yaml was written before the abort), to a
+    # database whose driver is missing (Hydra printed the override in its error)
+    ["-m", "kernel=01_naive,no_such_kernel", f"mlflow.tracking_uri=postgresql+nodriver://{SECRET}@db.invalid/mlflow"],
+    # a single run (.hydra/ was written before the run looked at the URI)
+    ["kernel=01_naive", f"mlflow.tracking_uri=http://{SECRET}@127.0.0.1:9"],
+])
+def test_credentials_on_the_command_line_are_refused_before_anything_is_written(tmp_path, args):
+    proc = run_cli(tmp_path, *args, "size=128")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "error [invalid_config]" in output, output
+    assert "MLFLOW_TRACKING_PASSWORD" in output and "Traceback" not in output
+    assert not [word for word in ("s3cret", "pa@ss", "ss%40") if word in output], output
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_credentials_in_a_config_file_are_refused_and_a_reference_is_not(tmp_path, monkeypatch):
+    from src import compose_rules
+    from tests.conftest import compose_config
+
+    compose_rules.install()  # as src.run does
+    (tmp_path / "mlflow").mkdir()
+    (tmp_path / "mlflow" / "leaky.yaml").write_text(f"enabled: true\ntracking_uri: http://{SECRET}@h:5000\n")
+    with pytest.raises(compose_rules.ConfigRefused, match="mlflow.tracking_uri") as refused:
+        compose_config(f"hydra.searchpath=[file://{tmp_path}]", "mlflow=leaky")
+    assert "s3cret" not in str(refused.value) and "pa@ss" not in str(refused.value)
+    monkeypatch.setenv("SHARED_MLFLOW", f"http://{SECRET}@h:5000")
+    cfg = compose_config("mlflow.tracking_uri=${oc.env:SHARED_MLFLOW}")
+    assert cfg.mlflow.tracking_uri == f"http://{SECRET}@h:5000"  # read when the store is opened
+
+
+def test_a_database_store_that_cannot_open_is_one_clear_error_without_its_password(tmp_path):
+    """Credentials from the environment: the store's error (here: no such driver) is one line
+    with the URI redacted, not a traceback; nothing written holds the password."""
+    proc = run_cli(tmp_path, "size=128",
+                   MLFLOW_TRACKING_URI=f"postgresql+nodriver://{SECRET}@db.invalid/mlflow")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "error [tracking_error]" in output, output
+    assert "cannot open the database store" in output and "Traceback" not in output
+    assert "s3cret" not in output and "'postgresql+nodriver://***@db.invalid/mlflow'" in output
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and "s3cret" in p.read_text(errors="replace")]
 
 
 def test_a_process_killed_while_creating_the_store_leaves_no_half_store(tmp_path):

@@ -196,18 +196,16 @@ class MlflowSweep(Callback):
                                                   config.hydra.job.config_name)
             if settings.enabled:  # a server that is down: say so now, not after MLflow's retries
                 tracking.check_reachable(settings.tracking_uri)
+                self.sweep = tracking.SweepRun.start(settings, sweep_dir,
+                                                     list(config.hydra.overrides.task))
         except tracking.TrackingUnavailable as exc:  # before any job runs: stop, no traceback
             log.error("error [%s]: %s", exc.status, exc)
             raise SystemExit(1) from None
-        if settings.enabled:
-            self.sweep = tracking.SweepRun.start(settings, sweep_dir,
-                                                 list(config.hydra.overrides.task))
-            log.info("MLflow: sweep run %s in %s", self.sweep.parent.run_id, settings.tracking_uri)
+        if self.sweep is not None:
+            log.info("MLflow: sweep run %s in %s", self.sweep.parent.run_id,
+                     self.sweep.parent.tracking_uri)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from src.sweep.tracking.store import redact_files
-
-        redact_files(_sweep_dir(config))  # Hydra's multirun.yaml holds the command line
         if self.sweep is not None:
             sweep, self.sweep = self.sweep, None
             sweep.finish(load_records(_sweep_dir(config)))

@@ -29,7 +29,7 @@ from src.sweep.tracking.signals import (
     install_signal_handlers, mark_interrupted, restore_signal_handlers, shielded)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, check_reachable, client, context_tags,
-    ensure_experiment, first_line, flatten, log_batch, redact, redact_console, redact_files)
+    ensure_experiment, first_line, flatten, log_batch, redact, redact_console)
 from src.tune import tuned
 
 log = logging.getLogger("sgemm")
@@ -296,10 +296,7 @@ def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
 
     hc = HydraConfig.get()
     root = Path(hc.runtime.cwd)
-    redact_console()  # before anything prints the config: no credentials on the console
-    redact_files(Path(hc.runtime.output_dir))
-    if hc.mode == RunMode.MULTIRUN:
-        redact_files(root / str(hc.sweep.dir))
+    redact_console()  # a store from the environment may carry credentials: none on the console
     settings = Settings.from_cfg(cfg, root, hc.job.config_name)
     if not settings.enabled:
         yield NoTracking()
@@ -313,7 +310,7 @@ def hydra_job_run(cfg: DictConfig) -> Iterator[JobRun | NoTracking]:
         if parent is None:
             log.warning("no MLflow parent run in %s (see the warnings at the start of the sweep); "
                         "this job is tracked as a run of its own", sweep_dir / PARENT_FILE)
-        else:
+        elif redact(settings.tracking_uri) != parent.tracking_uri:  # the file holds no secret
             settings = replace(settings, tracking_uri=parent.tracking_uri)
     name = run_name(cfg.kernel.name, cfg.m, cfg.n, cfg.k, list(hc.overrides.task))
     with job_run(settings, cfg, name, parent) as job:

@@ -69,8 +69,11 @@ def resolve_tracking_uri(configured: str | None, root: Path) -> str:
 
 
 # user:password@ in a URI (http://user:pw@host, postgresql://user:pw@host/db), also as Hydra
-# prints an override, with its colons escaped (http\://user\:pw@host)
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*\\?://)(?P<userinfo>[^/@\s]+)@")
+# prints an override, with its colons escaped (http\://user\:pw@host). The user and password
+# run to the last @ before the next blank: a raw @ in a password is part of it, as urllib reads
+# it (no piece of it is left beside the host). A URI whose authority is empty (sqlite:///x@y.db)
+# has none.
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*\\?://)(?P<userinfo>[^/\s][^\s]*)@")
 
 
 def redact(text: str) -> str:
@@ -78,10 +81,16 @@ def redact(text: str) -> str:
     return _CREDENTIALS.sub(lambda m: m["scheme"] + "***@", text)
 
 
+def has_credentials(text: str) -> bool:
+    """Whether `text` holds a URI with a user or password."""
+    return _CREDENTIALS.search(text) is not None
+
+
 def redact_console() -> None:
-    """Take credentials out of every log line of this process (Hydra's launchers print each
-    job's overrides). Done where records are made, not by a handler filter, because Hydra's
-    launcher configures new handlers just before it prints them."""
+    """Take credentials out of every log line of this process: a store given through the
+    environment may carry them (a database's password stays in its URI). Done where records are
+    made, not by a handler filter, because Hydra's launcher configures new handlers just before
+    it prints."""
     make = logging.getLogRecordFactory()
     if getattr(make, "redacts", False):
         return
@@ -99,35 +108,26 @@ def redact_console() -> None:
     logging.setLogRecordFactory(make_redacted)
 
 
-HYDRA_COPIES = (".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml", "multirun.yaml")
-
-
-def redact_files(directory: Path) -> None:
-    """Hydra's copies of the config and command line in a job or sweep directory, redacted."""
-    for name in HYDRA_COPIES:
-        path = directory / name
-        try:
-            text = path.read_text()
-            if redact(text) != text:
-                path.write_text(redact(text))
-        except OSError:
-            continue  # absent (not written yet, or not this kind of directory)
-
-
 def take_credentials(uri: str) -> str:
-    """`uri` without its user:password, which move to MLflow's own variables
-    (MLFLOW_TRACKING_USERNAME/PASSWORD, inherited by every process of the sweep), so that the
-    URI the lab logs, prints and writes to mlflow_parent.json holds no secret."""
-    from urllib.parse import unquote
+    """`uri` as MLflow is given it. A tracking server's user and password move to MLflow's own
+    variables (MLFLOW_TRACKING_USERNAME/PASSWORD, inherited by every process of the sweep; ones
+    already set win), so the URI the lab logs, prints and writes holds no secret. A database
+    keeps them in its URI, percent-encoded as its driver reads them (a raw @ or : in a password
+    would otherwise cut it short and put the rest where the host goes)."""
+    from urllib.parse import quote, unquote
 
     match = _CREDENTIALS.match(uri)
-    if match is None or not uri.lower().startswith(("http://", "https://")):
+    if match is None:
         return uri
-    user, _, password = match["userinfo"].partition(":")
-    os.environ.setdefault("MLFLOW_TRACKING_USERNAME", unquote(user))
-    if password:
-        os.environ.setdefault("MLFLOW_TRACKING_PASSWORD", unquote(password))
-    return match["scheme"] + uri[match.end():]
+    user, colon, password = match["userinfo"].partition(":")
+    user, password = unquote(user), unquote(password)
+    if uri.lower().startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_TRACKING_USERNAME", user)
+        if password:
+            os.environ.setdefault("MLFLOW_TRACKING_PASSWORD", password)
+        return match["scheme"] + uri[match.end():]
+    userinfo = quote(user, safe="") + (colon and ":" + quote(password, safe=""))
+    return match["scheme"] + userinfo + "@" + uri[match.end():]
 
 
 # Where MLflow can keep runs: its file and database stores, a tracking server, Databricks.
@@ -238,7 +238,30 @@ def client(uri: str):
     from mlflow import MlflowClient
 
     _ready(uri)
+    _database_opened(uri)
     return MlflowClient(tracking_uri=uri)
+
+
+DATABASES = ("postgresql", "mysql", "mssql")  # stores whose URI keeps its credentials
+
+
+@lru_cache(maxsize=None)
+def _database_opened(uri: str) -> None:
+    """A database store is opened once per process, and an error doing so (no driver, a wrong
+    host or password) is TrackingUnavailable with the URI and the driver's message redacted,
+    not a traceback that could quote the URI."""
+    from mlflow import MlflowClient
+
+    if uri.split(":", 1)[0].split("+", 1)[0].lower() not in DATABASES:
+        return
+    try:
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as exc:
+        raise TrackingUnavailable(
+            f"MLflow cannot open the database store at {redact(uri)!r} ({type(exc).__name__}: "
+            f"{redact(first_line(str(exc)))}) (rule: the tracking store opens before any job "
+            f"runs). Check the URI's driver (installed?), host and database, and the credentials. "
+            f"{HOW_TO_CHOOSE}") from None
 
 
 @lru_cache(maxsize=None)
@@ -374,7 +397,8 @@ def log_batch(mlflow_client, run_id: str, params=None, metrics=None, tags=None) 
 
 @dataclass(frozen=True)
 class Parent:
-    """The sweep's parent run, as its jobs find it in the sweep directory."""
+    """The sweep's parent run, as its jobs find it in the sweep directory (`tracking_uri`: where it
+    is, without credentials: a job whose own URI reads the same keeps its own)."""
 
     run_id: str
     experiment_id: str

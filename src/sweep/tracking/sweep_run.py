@@ -88,7 +88,7 @@ class SweepRun:
                     experiment_id, run_name=sweep_name(overrides),
                     tags={**context_tags(), "kind": "sweep", "sweep_dir": str(sweep_dir)})
                 sweep = cls(settings, sweep_dir,
-                            Parent(run.info.run_id, experiment_id, settings.tracking_uri))
+                            Parent(run.info.run_id, experiment_id, redact(settings.tracking_uri)))
                 sweep._signals = installed
                 atexit.register(sweep.close_unfinished)
                 log_batch(mlflow_client, sweep.parent.run_id,

@@ -1,4 +1,5 @@
-"""Where the project's data lives: the config tree (conf/) and the kernel chapters (kernels/).
+"""Where the project's data lives: the config tree (conf/) and the kernels (kernels/: the
+chapters, the GEMM library and the headers both include).
 
 One place, so that no module works out the repository root from its own depth in the tree."""
 
@@ -9,6 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
 KERNELS_DIR = ROOT / "kernels"
+CHAPTERS_DIR = KERNELS_DIR / "chapters"   # the progression: one idea per chapter
+LIBRARY_DIR = KERNELS_DIR / "gemm"        # the production kernels the dispatch runs
+INCLUDE_DIR = KERNELS_DIR / "include"     # the headers both include (the tile vocabulary)
 TEST_KERNELS_DIR = ROOT / "tests" / "kernels"  # the test-only broken kernels (tests/conf/kernel/)
 KERNEL_DIRS = (KERNELS_DIR, TEST_KERNELS_DIR)
 SOURCE_SUFFIXES = (".cu", ".cuh")

@@ -101,7 +101,7 @@ def test_a_figure_above_the_ceiling_is_implausible_and_never_published(compose, 
 @pytest.mark.gpu
 @pytest.mark.smoke
 @pytest.mark.parametrize("kernel", ["06_vectorize", "22_ffma_warp_specialized", "20_wgmma_tf32",
-                                    "26_wgmma_3xtf32_any_shape", "27_wgmma_3xtf32_a_in_registers",
+                                    "gemm_3xtf32", "gemm_ffma_skinny", "gemm_tf32",
                                     "cublas_tf32"])
 def test_healthy_kernels_pass_every_check(compose, kernel):
     from src.job.pipeline import run_job

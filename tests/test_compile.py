@@ -15,10 +15,12 @@ from src.errors import CompileFailed
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.job.spec import KERNELS_DIR, KernelSpec, build_spec
+from src.paths import CHAPTERS_DIR, INCLUDE_DIR, LIBRARY_DIR
 from tests.conftest import CONF_DIR, SHAPE_LIMITED, chapter_shapes
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")
 CHAPTERS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("[0-9][0-9]_*.yaml"))
+LIBRARY = sorted(p.stem for p in (CONF_DIR / "kernel").glob("gemm_*.yaml"))
 
 
 def default_spec(name: str, shape: tuple[int, int, int] | None = None) -> KernelSpec:
@@ -54,10 +56,18 @@ def test_chapter_compiles_without_spills(name, arch):
     assert spec.entry.split("<")[0] in report["log"]
 
 
-def test_every_cu_file_is_a_configured_chapter():
-    sources = sorted(p.name for p in KERNELS_DIR.glob("*.cu"))
-    configured = sorted(OmegaConf.load(CONF_DIR / "kernel" / f"{n}.yaml").source for n in CHAPTERS)
-    assert sources == configured
+def test_every_cu_file_is_a_configured_chapter_or_library_kernel():
+    """kernels/chapters/ holds the chapters (conf/kernel/NN_*.yaml), kernels/gemm/ the library
+    (conf/kernel/gemm_*.yaml, `library: true`), and no .cu lies anywhere else."""
+    def sources(names):
+        return sorted(OmegaConf.load(CONF_DIR / "kernel" / f"{n}.yaml").source for n in names)
+    assert sorted(f"chapters/{p.name}" for p in CHAPTERS_DIR.glob("*.cu")) == sources(CHAPTERS)
+    assert sorted(f"gemm/{p.name}" for p in LIBRARY_DIR.glob("*.cu")) == sources(LIBRARY)
+    assert sorted(KERNELS_DIR.rglob("*.cu")) == sorted([*CHAPTERS_DIR.glob("*.cu"), *LIBRARY_DIR.glob("*.cu")])
+    for name in LIBRARY:
+        assert OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml").library is True, name
+    for name in CHAPTERS:
+        assert not OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml").get("library"), name
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -70,24 +80,24 @@ def test_each_chapter_opens_with_what_changed(name):
 
 
 def test_expand_source_inlines_the_header_with_line_marks():
-    text = expand_source(KERNELS_DIR / "06_vectorize.cu")
+    text = expand_source(CHAPTERS_DIR / "06_vectorize.cu")
     assert "#include" not in text
-    assert '#line 1 "kernels/common.cuh"' in text
+    assert '#line 1 "kernels/include/common.cuh"' in text
     assert "store_axpby4" in text
     # after the header, line numbers continue from the original file
-    original = (KERNELS_DIR / "06_vectorize.cu").read_text().splitlines()
+    original = (CHAPTERS_DIR / "06_vectorize.cu").read_text().splitlines()
     include_line = next(i for i, l in enumerate(original, 1) if l.startswith("#include"))
-    assert f'#line {include_line + 1} "kernels/06_vectorize.cu"' in text
+    assert f'#line {include_line + 1} "kernels/chapters/06_vectorize.cu"' in text
 
 
-HEADERS = sorted(p.name for p in KERNELS_DIR.glob("*.cuh"))
+HEADERS = sorted(p.name for p in INCLUDE_DIR.glob("*.cuh"))
 
 
 @pytest.mark.parametrize("header", HEADERS)
 def test_each_header_says_what_it_holds_and_is_guarded(header):
     """A header opens with what it holds and why, and carries an include guard: the runner pastes
     headers into one text, where #pragma once cannot stop a header reached twice."""
-    lines = (KERNELS_DIR / header).read_text().splitlines()
+    lines = (INCLUDE_DIR / header).read_text().splitlines()
     assert lines[0].startswith(f"// {header}: "), "a header opens with `// <name>: what it holds`"
     guard = next(l for l in lines if not l.startswith("//"))
     assert guard.startswith("#ifndef SGEMM_LAB_"), header
@@ -98,13 +108,13 @@ def test_each_header_says_what_it_holds_and_is_guarded(header):
 def test_expand_source_pastes_nested_includes():
     """22 includes ffma_stage.cuh, which includes cp_async.cuh: both end up in the text, and
     every header 22 reaches is in it (common.cuh through several others)."""
-    text = expand_source(KERNELS_DIR / "22_ffma_warp_specialized.cu")
+    text = expand_source(CHAPTERS_DIR / "22_ffma_warp_specialized.cu")
     assert "#include" not in text
     for header in ("common.cuh", "tile_order.cuh", "split_k.cuh", "ffma_stage.cuh", "cp_async.cuh",
                    "ffma_thread_tile.cuh", "mbarrier.cuh", "warpgroup.cuh", "cluster.cuh"):
-        assert f'#line 1 "kernels/{header}"' in text, header
+        assert f'#line 1 "kernels/include/{header}"' in text, header
     # a chapter that needs none of the pipeline headers gets none of them
-    assert "kernels/cp_async.cuh" not in expand_source(KERNELS_DIR / "06_vectorize.cu")
+    assert "kernels/cp_async.cuh" not in expand_source(CHAPTERS_DIR / "06_vectorize.cu")
 
 
 @needs_nvcc
@@ -113,7 +123,7 @@ def test_compile_error_names_file_and_line(tmp_path, monkeypatch):
     broken.write_text('#include "common.cuh"\n\n'
                       "template <int BS>\n__global__ void sgemm_broken(float* C) {\n"
                       "  C[0] = undefined_symbol;\n}\n")
-    (tmp_path / "common.cuh").write_text((KERNELS_DIR / "common.cuh").read_text())
+    (tmp_path / "common.cuh").write_text((INCLUDE_DIR / "common.cuh").read_text())
     monkeypatch.setattr("src.paths.KERNEL_DIRS", (KERNELS_DIR, tmp_path))  # a kernel folder here
     spec = KernelSpec(name="99_broken", backend="nvrtc", precision="fp32", source=broken,
                       entry="sgemm_broken<32>", grid=(1,), block=(32,))
@@ -305,7 +315,7 @@ def test_3xtf32_chapter_builds_both_entries_without_spills(shape, params):
 
 
 def _sliced_build(chapter: str, shape, params, instructions, entries: int = 2) -> None:
-    """A K-slicing chapter (25, 26, 27) built for sm_90a at these parameters: its pre-pass and
+    """A K-slicing kernel (chapter 25, gemm_tf32, gemm_3xtf32) built for sm_90a at these parameters: its pre-pass and
     the chosen main entry (plain, or the cluster entry exactly when there are slices) build (with
     `entries` counting every kernel in the source), none spills or has a stack frame, ptxas
     honours setmaxnreg, and `instructions` are in the source nvcc was given."""
@@ -335,10 +345,12 @@ def _sliced_build(chapter: str, shape, params, instructions, entries: int = 2) -
     ((128, 4096, 8192), {"bm": 128, "in_flight": 1}),            # one group in flight, 4 slices
     ((511, 513, 8191), {}),                                      # 256-row tiles, 8 slices
 ], ids=["unsplit", "bn64-split8", "bm64-split4", "bm128-split4", "bm256-split8"])
-def test_any_shape_tf32_chapter_builds_without_spills(shape, params):
-    """25 in each tile and slice shape: pad_unaligned_rows and the main kernel build without
-    spills, and the cluster add-up reads the other blocks' shared memory (ld.shared::cluster)."""
-    _sliced_build("25_wgmma_tf32_any_shape", shape, params, ["m64n64k8"])
+@pytest.mark.parametrize("kernel", ["25_wgmma_tf32_any_shape", "gemm_tf32"])
+def test_any_shape_tf32_kernel_builds_without_spills(kernel, shape, params):
+    """Chapter 25 and its library copy in each tile and slice shape: pad_unaligned_rows and the
+    main kernel build without spills, and the cluster add-up reads the other blocks' shared
+    memory (ld.shared::cluster)."""
+    _sliced_build(kernel, shape, params, ["m64n64k8"])
 
 
 @needs_nvcc
@@ -349,13 +361,13 @@ def test_any_shape_tf32_chapter_builds_without_spills(shape, params):
     ((128, 4096, 8192), {"bm": 64, "stages": 6, "in_flight": 2}),  # two consumers, 2 groups in flight
     ((256, 512, 8192), {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1}),  # 256 rows, 8 slices
 ], ids=["unsplit", "bm64-split2", "promoted-split4", "bm64-bn128", "bm256-unpromoted"])
-def test_any_shape_3xtf32_chapter_builds_without_spills(shape, params):
-    """26 in each tile, accumulation and slice shape: 23's split pre-pass and the main kernel
-    build without spills (the FP32 total and two stages of split fragments stay in registers),
-    the K slices add up through the other blocks' shared memory, and the split and the scale-d
-    restart are in the source."""
-    _sliced_build("26_wgmma_3xtf32_any_shape", shape, params,
-                  ["setp.ne.b32 p", "cvt.rna.tf32.f32"])
+def test_3xtf32_library_kernel_with_b_in_registers_builds_without_spills(shape, params):
+    """gemm_3xtf32 (register_operand 1, B^T's fragments split in registers) in each tile,
+    accumulation and slice shape: 23's split pre-pass and the main kernel build without spills
+    (the FP32 total and two stages of split fragments stay in registers), the K slices add up
+    through the other blocks' shared memory, and the split and the scale-d restart are in the
+    source. Both pre-passes are in the file, so three entries."""
+    _sliced_build("gemm_3xtf32", shape, params, ["setp.ne.b32 p", "cvt.rna.tf32.f32"], entries=3)
 
 
 @needs_nvcc
@@ -365,11 +377,12 @@ def test_any_shape_3xtf32_chapter_builds_without_spills(shape, params):
     ((4096, 4096, 4096), {"bn": 128, "stages": 4}),              # m64n128k8, one block per tile
     ((2048, 64, 4096), {"accumulation": 1, "in_flight": 2}),     # unpromoted, 2 groups in flight
 ], ids=["split4", "bm64-a-copied", "bn128-unsplit", "unpromoted"])
-def test_a_in_registers_chapter_builds_without_spills(shape, params):
-    """27 in each tile, accumulation and slice shape: the transposing split pre-pass and the main
-    kernel build without spills, the K slices add up through the other blocks' shared memory, and
-    A's fragments come out of shared memory by ldmatrix and are split in registers."""
-    _sliced_build("27_wgmma_3xtf32_a_in_registers", shape, params,
+def test_3xtf32_library_kernel_with_a_in_registers_builds_without_spills(shape, params):
+    """gemm_3xtf32 with register_operand 2 (A split in registers) in each tile, accumulation and
+    slice shape: the transposing split pre-pass and the main kernel build without spills, the K
+    slices add up through the other blocks' shared memory, and A's fragments come out of shared
+    memory by ldmatrix and are split in registers."""
+    _sliced_build("gemm_3xtf32", shape, params | {"register_operand": 2},
                   ["ldmatrix.sync.aligned.m8n8.x4", "cvt.rna.tf32.f32"],
                   entries=3)  # its own pre-pass and 23's, which tf32_split.cuh holds
 
@@ -420,12 +433,14 @@ def test_3xtf32_prepass_builds_with_nvrtc_as_the_runner_does(tmp_path):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("kernel", ["24_ffma_skinny", "gemm_ffma_skinny"])
 @pytest.mark.parametrize("shape", SHAPE_LIMITED["24_ffma_skinny"] + [(32, 4096, 4096), (4095, 3, 333),
                                                                      (1, 4097, 4095)])
-def test_skinny_chapter_builds_without_spills_in_both_layouts(shape):
-    """24's two layouts (few columns, few rows), its float4 and single-float loads and the
-    widest small side it takes (32 rows: 128 sums per lane) compile without spilling."""
-    spec = default_spec("24_ffma_skinny", shape)
+def test_skinny_kernel_builds_without_spills_in_both_layouts(kernel, shape):
+    """Chapter 24's and the library's two layouts (few columns, few rows), float4 and
+    single-float loads and the widest small side (32 rows: 128 sums per lane) compile without
+    spilling."""
+    spec = default_spec(kernel, shape)
     report = compile_offline(spec, "sm_90")
     assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
     assert spec.dynamic_smem_bytes == spec.derived["smem_bytes"]

@@ -19,9 +19,9 @@ def test_the_expected_kernels_exist():
                 "13_transpose_a", "14_swizzle", "15_coalesced_store", "16_register_double_buffer",
                 "17_flagship", "18_wmma_tf32", "19_mma_tf32", "20_wgmma_tf32", "21_ffma_hopper",
                 "22_ffma_warp_specialized", "23_wgmma_3xtf32", "24_ffma_skinny",
-                "25_wgmma_tf32_any_shape", "26_wgmma_3xtf32_any_shape",
-                "27_wgmma_3xtf32_a_in_registers"]
-    assert KERNEL_CONFIGS == chapters + ["best_fp32", "best_tf32", "cublas_fp32", "cublas_tf32"]
+                "25_wgmma_tf32_any_shape"]
+    library = ["gemm_3xtf32", "gemm_ffma_skinny", "gemm_tf32"]
+    assert KERNEL_CONFIGS == chapters + ["best_fp32", "best_tf32", "cublas_fp32", "cublas_tf32"] + library
 
 
 @pytest.mark.parametrize("kernel", KERNEL_CONFIGS)
@@ -34,7 +34,10 @@ def test_kernel_config_composes(compose, kernel):
         assert cfg.kernel.dispatch and (CONF_DIR / "kernel" / f"{cfg.kernel.default}.yaml").is_file()
     if cfg.kernel.backend == "nvrtc":
         assert (CONF_DIR.parent / "kernels" / cfg.kernel.source).is_file()
-        assert cfg.kernel.source.startswith(kernel[:2])  # chapter number = file number
+        if cfg.kernel.get("library"):  # kernels/gemm/<name after gemm_>.cu
+            assert cfg.kernel.source == f"gemm/{kernel.removeprefix('gemm_')}.cu"
+        else:  # chapter number = file number
+            assert cfg.kernel.source.startswith(f"chapters/{kernel[:2]}_")
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
 
 

@@ -18,7 +18,7 @@ QUICK = ["bench=quick"]
 def pinned_inputs(shape) -> list[str]:
     """A 1 x 1 x 1 product is one number, 0.5 a b + 3 c, and for a few random inputs in ten
     thousand it cancels to near zero: the normwise relative error of a correct kernel then exceeds
-    the tolerance (seen on the H100: 27 at rel_err 3.8e-5, from an absolute error of about 1e-7,
+    the tolerance (seen on the H100: chapter 27, now gemm_3xtf32 with A in registers, at rel_err 3.8e-5, from an absolute error of about 1e-7,
     3xTF32's). Its inputs are pinned (seed 7; the fresh-input check takes 8); every other
     shape's stay fresh random inputs."""
     return ["bench.seed=7"] if tuple(shape) == (1, 1, 1) else []
@@ -118,7 +118,7 @@ ANY_SHAPE_TF32_VARIANTS = [{}, {"bm": 64, "stages": 8}, {"bm": 128, "in_flight":
                            {"bm": 256, "bn": 128, "stages": 4, "min_slices": 2}]
 
 
-@pytest.mark.chapter("25_wgmma_tf32_any_shape")
+@pytest.mark.chapter("gemm_tf32")
 @pytest.mark.parametrize("params", ANY_SHAPE_TF32_VARIANTS,
                          ids=["configured", "bm64", "bm128-inflight1", "bn64", "unsplit",
                               "short-slices", "bm256-forced-slices"])
@@ -126,13 +126,13 @@ ANY_SHAPE_TF32_VARIANTS = [{}, {"bm": 64, "stages": 8}, {"bm": 128, "in_flight":
                                    (511, 513, 8191), (32, 4096, 4096), (4096, 64, 4096),
                                    (130, 258, 1031), (64, 66, 40000)])
 def test_wgmma_tf32_any_shape_alpha_beta(compose, shape, params):
-    """25 in each of its paths: rows not 16-byte aligned (the pre-pass copies A when K % 4, B
+    """gemm_tf32 (chapter 25's kernel) in each of its paths: rows not 16-byte aligned (the pre-pass copies A when K % 4, B
     when N % 4, or both), K cut into 2, 4 or 8 slices added up across a cluster (with slices left
     empty when K is short), 64-, 128- and 256-row tiles, one or two consumer warpgroups: verified
     with alpha and beta against the FP64 reference at the TF32 tolerance, its timed launches
     too, with no local memory."""
     m, n, k = shape
-    record = run_job(compose("kernel=25_wgmma_tf32_any_shape", f"m={m}", f"n={n}", f"k={k}",
+    record = run_job(compose("kernel=gemm_tf32", f"m={m}", f"n={n}", f"k={k}",
                              "alpha=0.5", "beta=3.0",
                              *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK, *pinned_inputs(shape)),
                      explicit_params=set(params))
@@ -187,16 +187,16 @@ ANY_SHAPE_3XTF32_CASES = [
     if not (params.get("accumulation") == 1 and shape[2] >= 4096)]
 
 
-@pytest.mark.chapter("26_wgmma_3xtf32_any_shape")
+@pytest.mark.chapter("gemm_3xtf32")
 @pytest.mark.parametrize("shape,params", ANY_SHAPE_3XTF32_CASES)
 def test_3xtf32_k_slices_alpha_beta(compose, shape, params):
-    """26 in each of its paths: 23's split pre-pass (A padded when K % 4, B copied when N % 4), K
+    """gemm_3xtf32 with B's fragments in registers in each of its paths: 23's split pre-pass (A padded when K % 4, B copied when N % 4), K
     cut into 2, 4 or 8 slices added up across a cluster (slices left empty when K is short), the
     FP32 total promoted per slice or one wgmma accumulator, 64-, 128- and 256-row tiles, one or
     two consumer warpgroups: verified with alpha and beta against the FP64 reference at the FP32
     tolerance (1e-5), its timed launches and fresh inputs too, with no local memory."""
     m, n, k = shape
-    record = run_job(compose("kernel=26_wgmma_3xtf32_any_shape", f"m={m}", f"n={n}", f"k={k}",
+    record = run_job(compose("kernel=gemm_3xtf32", f"m={m}", f"n={n}", f"k={k}",
                              "alpha=0.5", "beta=3.0",
                              *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK, *pinned_inputs(shape)),
                      explicit_params=set(params))
@@ -207,15 +207,16 @@ def test_3xtf32_k_slices_alpha_beta(compose, shape, params):
 
 
 NARROW = {"bn": 64, "stages": 6}  # 64-column tiles (wgmma m64n64k8)
-A_IN_REGISTERS_VARIANTS = [{}, {"bm": 64, **NARROW}, NARROW, {"bm": 64, "in_flight": 2, **NARROW},
-                           {"accumulation": 1, **NARROW}, {"split_k": 1, **NARROW},
-                           {"min_slice_k": 32, "promote": 1, **NARROW}]
-A_IN_REGISTERS_IDS = ["configured", "bm64-bn64", "bn64", "bm64-bn64-inflight2", "unpromoted",
+A = {"register_operand": 2}       # gemm_3xtf32 with A split in registers
+A_IN_REGISTERS_VARIANTS = [A, {"bm": 64, **NARROW, **A}, {**NARROW, **A},
+                           {"bm": 64, "in_flight": 2, **NARROW, **A}, {"accumulation": 1, **NARROW, **A},
+                           {"split_k": 1, **NARROW, **A}, {"min_slice_k": 32, "promote": 1, **NARROW, **A}]
+A_IN_REGISTERS_IDS = ["a-in-registers", "bm64-bn64", "bn64", "bm64-bn64-inflight2", "unpromoted",
                       "unsplit", "short-slices-promote1"]
 A_IN_REGISTERS_SHAPES = [(4096, 64, 4096), (1000, 1000, 1000), (4095, 63, 333), (17, 33, 5),
                          (1, 1, 1), (2048, 100, 4093), (130, 258, 1031), (64, 66, 40000),
                          (1024, 128, 8192)]
-# As for 26: not the unpromoted variant at K >= 4096 (one accumulator truncated over a long slice).
+# As with B in registers: not the unpromoted variant at K >= 4096 (one accumulator truncated over a long slice).
 A_IN_REGISTERS_CASES = [
     pytest.param(shape, params, id=f"{'x'.join(map(str, shape))}-{name}")
     for shape in A_IN_REGISTERS_SHAPES
@@ -223,17 +224,17 @@ A_IN_REGISTERS_CASES = [
     if not (params.get("accumulation") == 1 and shape[2] >= 4096)]
 
 
-@pytest.mark.chapter("27_wgmma_3xtf32_a_in_registers")
+@pytest.mark.chapter("gemm_3xtf32")
 @pytest.mark.parametrize("shape,params", A_IN_REGISTERS_CASES)
 def test_3xtf32_a_in_registers_alpha_beta(compose, shape, params):
-    """27 in each of its paths: A streamed by the TMA as it is (or copied with padded rows when
+    """gemm_3xtf32 with A in registers in each of its paths: A streamed by the TMA as it is (or copied with padded rows when
     K % 4), B^T split and transposed by the pre-pass (any N), A's fragments split in registers
     (ldmatrix), 64- and 128-column tiles, one or two consumer warpgroups, K cut into 2, 4 or 8
     slices across a cluster (slices left empty when K is short), promoted or not: verified with
     alpha and beta against the FP64 reference at the FP32 tolerance (1e-5), its timed launches
     and fresh inputs too, with no local memory."""
     m, n, k = shape
-    record = run_job(compose("kernel=27_wgmma_3xtf32_a_in_registers", f"m={m}", f"n={n}", f"k={k}",
+    record = run_job(compose("kernel=gemm_3xtf32", f"m={m}", f"n={n}", f"k={k}",
                              "alpha=0.5", "beta=3.0",
                              *[f"kernel.params.{n}={v}" for n, v in params.items()], *QUICK, *pinned_inputs(shape)),
                      explicit_params=set(params))
@@ -339,17 +340,17 @@ def test_cublas_fp32_matches_independent_event_loop(compose):
     assert abs(record.gflops / independent - 1) < 0.03, (record.gflops, independent)
 
 
-@pytest.mark.chapter("24_ffma_skinny")
+@pytest.mark.chapter("gemm_ffma_skinny")
 @pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 5), (33, 17, 5), (4095, 3, 333),
                                    (1, 4097, 4095), (30, 1000, 50), (4096, 1, 4096),
                                    (1, 4096, 4096), (32, 4096, 4096), (4096, 32, 4096),
                                    (16, 8192, 8192), (7, 9, 20000), (2, 3, 100003)])
-def test_skinny_chapter_any_shape_alpha_beta(compose, shape):
-    """24 in both layouts (few columns, few rows), with float4 and single-float loads, one K
+def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
+    """gemm_ffma_skinny (chapter 24's kernel, its width-1 prefetch a parameter) in both layouts (few columns, few rows), with float4 and single-float loads, one K
     slice or many (the last to arrive adds them up), K far longer than a slice: verified with
     alpha and beta, its timed launches too."""
     m, n, k = shape
-    record = run_job(compose("kernel=24_ffma_skinny", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+    record = run_job(compose("kernel=gemm_ffma_skinny", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
                              "beta=3.0", *QUICK, *pinned_inputs(shape)))
     assert record.status == "ok", record.error
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance

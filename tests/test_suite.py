@@ -76,48 +76,49 @@ def _problem(m, n, k):
     return Problem(m, n, k, 1.0, 0.0)
 
 
-@pytest.mark.parametrize("shape, chapter, index", [
-    ((1, 4096, 4096), "24_ffma_skinny", 0),                   # matrix-vector-like
-    ((4096, 16, 4096), "24_ffma_skinny", 0),
-    ((8, 4096, 4096), "24_ffma_skinny", 0),
-    ((3, 5, 7), "24_ffma_skinny", 0),                         # tiny: also one side <= 16
-    ((8192, 128, 8192), "27_wgmma_3xtf32_a_in_registers", 1),   # few columns, many rows
-    ((4096, 17, 4096), "27_wgmma_3xtf32_a_in_registers", 1),    # just past 24's class
-    ((2048, 128, 8192), "27_wgmma_3xtf32_a_in_registers", 1),   # (26: 73.1%, 27: 122.4%)
-    ((4096, 2048, 1024), "27_wgmma_3xtf32_a_in_registers", 1),  # m = 2 n: A is the bigger operand
-    ((4095, 2048, 1024), "26_wgmma_3xtf32_any_shape", 2),       # just under it
-    ((128, 128, 4096), "26_wgmma_3xtf32_any_shape", 2),
-    ((4096, 129, 4096), "27_wgmma_3xtf32_a_in_registers", 1),
-    ((9, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),        # past the vector class
-    ((32, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),
-    ((511, 513, 8191), "26_wgmma_3xtf32_any_shape", 2),       # small C, long K
-    ((333, 333, 333), "26_wgmma_3xtf32_any_shape", 2),
-    ((1024, 1024, 1024), "26_wgmma_3xtf32_any_shape", 2),
-    ((4095, 4097, 333), "26_wgmma_3xtf32_any_shape", 2),      # short K, a large C
-    ((6000, 7000, 50), "26_wgmma_3xtf32_any_shape", 2),
-    ((4096, 4096, 4096), "26_wgmma_3xtf32_any_shape", 2),
-    ((12345, 6789, 2500), "26_wgmma_3xtf32_any_shape", 2),   # not in the suite: a class, not a list
-    ((12345, 6172, 2500), "27_wgmma_3xtf32_a_in_registers", 1),
+@pytest.mark.parametrize("shape, kernel, index", [
+    ((1, 4096, 4096), "gemm_ffma_skinny", 0),                   # matrix-vector-like
+    ((4096, 16, 4096), "gemm_ffma_skinny", 0),
+    ((8, 4096, 4096), "gemm_ffma_skinny", 0),
+    ((3, 5, 7), "gemm_ffma_skinny", 0),                         # tiny: also one side <= 16
+    ((8192, 128, 8192), "gemm_3xtf32", 1),   # few columns, many rows
+    ((4096, 17, 4096), "gemm_3xtf32", 1),    # just past the skinny class
+    ((2048, 128, 8192), "gemm_3xtf32", 1),   # (B in registers: 73.1%, A: 122.4%)
+    ((4096, 2048, 1024), "gemm_3xtf32", 1),  # m = 2 n: A is the bigger operand
+    ((4095, 2048, 1024), "gemm_3xtf32", 1),       # just under it
+    ((128, 128, 4096), "gemm_3xtf32", 1),
+    ((4096, 129, 4096), "gemm_3xtf32", 1),
+    ((9, 4096, 4096), "gemm_3xtf32", 1),        # past the vector class
+    ((32, 4096, 4096), "gemm_3xtf32", 1),
+    ((511, 513, 8191), "gemm_3xtf32", 1),       # small C, long K
+    ((333, 333, 333), "gemm_3xtf32", 1),
+    ((1024, 1024, 1024), "gemm_3xtf32", 1),
+    ((4095, 4097, 333), "gemm_3xtf32", 1),      # short K, a large C
+    ((6000, 7000, 50), "gemm_3xtf32", 1),
+    ((4096, 4096, 4096), "gemm_3xtf32", 1),
+    ((12345, 6789, 2500), "gemm_3xtf32", 1),   # not in the suite: a class, not a list
+    ((12345, 6172, 2500), "gemm_3xtf32", 1),
 ])
-def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, chapter, index):
+def test_h100_fp32_dispatch_follows_its_rules_in_order(shape, kernel, index):
     choice = dispatch.choose({"name": "best_fp32", "dispatch": True, "default": "17_flagship"},
                              "h100_sxm", _problem(*shape))
-    assert choice.kernel == chapter
+    assert choice.kernel == kernel
     assert f"best_fp32[{index}]" in choice.rule and "conf/tuned/h100_sxm.yaml" in choice.rule
 
 
-def test_every_tf32_shape_past_the_vector_class_runs_chapter_25(compose):
-    """best_tf32 on the H100: matrix-vector-like products go to 24, everything else to 25, whose
+def test_every_tf32_shape_past_the_vector_class_runs_gemm_tf32(compose):
+    """best_tf32 on the H100: matrix-vector-like products go to gemm_ffma_skinny, everything else
+    to gemm_tf32, whose
     own size classes pick the tile (and so the K slices): rows not 16-byte aligned through its
     pre-pass, never a refusal or a three-product fallback."""
     unaligned = prepare(compose("kernel=best_tf32", "shape=4095x4097x333"))
-    assert unaligned.spec.name == "25_wgmma_tf32_any_shape" and unaligned.spec.precision == "tf32"
+    assert unaligned.spec.name == "gemm_tf32" and unaligned.spec.precision == "tf32"
     assert "best_tf32[1]" in unaligned.dispatched.rule and "not 16-byte aligned" in unaligned.dispatched.rule
     assert unaligned.spec.prepass.entry == "pad_unaligned_rows"
     skinny = prepare(compose("kernel=best_tf32", "shape=4095x3x333"))  # unaligned and skinny
-    assert skinny.spec.name == "24_ffma_skinny" and "best_tf32[0]" in skinny.dispatched.rule
+    assert skinny.spec.name == "gemm_ffma_skinny" and "best_tf32[0]" in skinny.dispatched.rule
     sixteen_rows = prepare(compose("kernel=best_tf32", "shape=16x8192x8192"))
-    assert sixteen_rows.spec.name == "25_wgmma_tf32_any_shape"
+    assert sixteen_rows.spec.name == "gemm_tf32"
 
 
 def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
@@ -128,8 +129,8 @@ def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
                                                    f"4095x4097x333 on a100)")
 
 
-def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
-    # best_fp32 -> 24 (matrix-vector-like): K slices of 1024 for few columns up to 4096 rows; the
+def test_the_chosen_kernel_takes_its_own_tuned_parameters(compose):
+    # best_fp32 -> gemm_ffma_skinny (matrix-vector-like): K slices of 1024 for few columns up to 4096 rows; the
     # first loads issued before the small operand is staged only at width 1
     for shape, index, entry in [
             ("4096x1x4096", 0, "<0, 1, 8, 4, 1024, 4, 1>"),
@@ -138,32 +139,31 @@ def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
             ("1x4096x4096", 1, "<1, 1, 8, 4, 256, 8, 1>"),
             ("8x4096x4096", 1, "<1, 8, 8, 4, 256, 8, 0>")]:
         vector = prepare(compose("kernel=best_fp32", f"shape={shape}"))
-        assert vector.spec.entry == "sgemm_skinny" + entry, shape
-        assert vector.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 24_ffma_skinny[{index}]")
-    # best_fp32 -> 27 (more rows than columns): 64-column tiles for few columns, 64 or 128 rows
+        assert vector.spec.entry == "gemm_ffma_skinny" + entry, shape
+        assert vector.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_ffma_skinny[{index}]")
+    # best_fp32 -> gemm_3xtf32 with A in registers (more rows than columns): 64-column tiles for few columns, 64 or 128 rows
     for shape, index, entry in [
-            ("4096x64x4096", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),    # 64 tiles: 2 slices
-            ("512x64x8192", 0, "_cluster<64, 64, 8, 8, 1, 2, 8>"),     # few rows: 8 slices
-            ("1024x64x4096", 1, "_cluster<128, 64, 6, 8, 1, 2, 8>"),   # 8 tiles of 128 rows
-            ("16384x64x1024", 1, "<128, 64, 6, 8, 1, 2, 1>"),          # 128 tiles: no slices
-            ("8192x128x8192", 2, "_cluster<128, 128, 4, 8, 1, 2, 2>")]:  # 64 tiles: 2 slices
+            ("4096x64x4096", 0, "_cluster<1, 64, 64, 8, 8, 1, 2, 2>"),    # 64 tiles: 2 slices
+            ("512x64x8192", 0, "_cluster<1, 64, 64, 8, 8, 1, 2, 8>"),     # few rows: 8 slices
+            ("1024x64x4096", 1, "_cluster<1, 128, 64, 6, 8, 1, 2, 8>"),   # 8 tiles of 128 rows
+            ("16384x64x1024", 1, "<1, 128, 64, 6, 8, 1, 2, 1>"),          # 128 tiles: no slices
+            ("8192x128x8192", 2, "_cluster<1, 128, 128, 4, 8, 1, 2, 2>")]:  # 64 tiles: 2 slices
         narrow = prepare(compose("kernel=best_fp32", f"shape={shape}"))
-        assert narrow.spec.entry == "sgemm_wgmma_3xtf32_a_in_registers" + entry, shape
-        assert narrow.tuned_from.startswith(
-            f"conf/tuned/h100_sxm.yaml: 27_wgmma_3xtf32_a_in_registers[{index}]")
-    # best_fp32 -> 26: one wave of 64 x 64 tiles, or 23's 128 x 128 tile, K slices where few
+        assert narrow.spec.entry == "gemm_3xtf32" + entry, shape
+        assert narrow.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_3xtf32[{index}]")
+    # best_fp32 -> gemm_3xtf32 with B in registers: one wave of 64 x 64 tiles, or 23's 128 x 128 tile, K slices where few
     for shape, index, entry in [
-            ("32x4096x4096", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),    # 64 tiles: 2 slices
-            ("333x333x333", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),     # 36 tiles, slices from K 256
-            ("256x256x256", 0, "_cluster<64, 64, 8, 8, 1, 2, 2>"),     # 16 tiles, 2 slices of 128
-            ("128x4096x8192", 0, "<64, 64, 8, 8, 1, 2, 1>"),           # 128 tiles: no slices
-            ("511x513x8191", 1, "_cluster<128, 128, 4, 8, 1, 2, 4>"),  # 20 tiles: 4 slices
-            ("1024x1024x1024", 1, "_cluster<128, 128, 4, 8, 1, 2, 2>"),
-            ("4096x4096x4096", 1, "<128, 128, 4, 8, 1, 2, 1>")]:       # 23's launch, unsplit
+            ("32x4096x4096", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2>"),    # 64 tiles: 2 slices
+            ("333x333x333", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2>"),     # 36 tiles, slices from K 256
+            ("256x256x256", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2>"),     # 16 tiles, 2 slices of 128
+            ("128x4096x8192", 3, "<0, 64, 64, 8, 8, 1, 2, 1>"),           # 128 tiles: no slices
+            ("511x513x8191", 4, "_cluster<0, 128, 128, 4, 8, 1, 2, 4>"),  # 20 tiles: 4 slices
+            ("1024x1024x1024", 4, "_cluster<0, 128, 128, 4, 8, 1, 2, 2>"),
+            ("4096x4096x4096", 4, "<0, 128, 128, 4, 8, 1, 2, 1>")]:       # 23's launch, unsplit
         fp32 = prepare(compose("kernel=best_fp32", f"shape={shape}"))
-        assert fp32.spec.entry == "sgemm_wgmma_3xtf32_any_shape" + entry, shape
-        assert fp32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 26_wgmma_3xtf32_any_shape[{index}]")
-    # best_tf32 -> 25, whose size classes pick tiles and, through them, the K slices
+        assert fp32.spec.entry == "gemm_3xtf32" + entry, shape
+        assert fp32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_3xtf32[{index}]")
+    # best_tf32 -> gemm_tf32, whose size classes pick tiles and, through them, the K slices
     for shape, index, entry in [
             ("511x513x8191", 0, "_cluster<128, 128, 5, 8, 2, 4>"),   # small C, long K: 4 slices, 5 stages
             ("32x4096x4096", 1, "_cluster<64, 64, 8, 8, 2, 2>"),     # one wave of 64 x 64 tiles
@@ -177,8 +177,8 @@ def test_the_chosen_chapter_takes_its_own_tuned_parameters(compose):
             ("1024x13824x5120", 6, "<256, 128, 4, 8, 2, 1>"),         # 432 tiles: unsplit
             ("4096x4096x4096", 6, "<256, 128, 4, 8, 2, 1>")]:       # 20's tile, unsplit
         tf32 = prepare(compose("kernel=best_tf32", f"shape={shape}"))
-        assert tf32.spec.entry == "sgemm_wgmma_tf32_any_shape" + entry, shape
-        assert tf32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: 25_wgmma_tf32_any_shape[{index}]")
+        assert tf32.spec.entry == "gemm_tf32" + entry, shape
+        assert tf32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_tf32[{index}]")
 
 
 def test_bad_dispatch_rules_are_config_errors(monkeypatch):

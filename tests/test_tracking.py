@@ -597,7 +597,7 @@ def test_dispatched_kernel_logs_the_chapter_its_rule_and_its_parameters(tracking
         record = run_job(cfg)
         job.log_result(record)
     params = MlflowClient(tracking_uri).get_run(job.run_id).data.params
-    assert params["kernel"] == "best_fp32" and params["dispatched_to"] == "26_wgmma_3xtf32_any_shape"
-    assert params["dispatch_rule"] == record.dispatch_rule and "best_fp32[2]" in record.dispatch_rule
-    assert params["kernel.params.min_slice_k"] == "256"  # 26's default class at 1024
-    assert params["kernel.tuned_from"].startswith("conf/tuned/h100_sxm.yaml: 26_wgmma_3xtf32_any_shape[1]")
+    assert params["kernel"] == "best_fp32" and params["dispatched_to"] == "gemm_3xtf32"
+    assert params["dispatch_rule"] == record.dispatch_rule and "best_fp32[1]" in record.dispatch_rule
+    assert params["kernel.params.min_slice_k"] == "256"  # B in registers, the default class at 1024
+    assert params["kernel.tuned_from"].startswith("conf/tuned/h100_sxm.yaml: gemm_3xtf32[4]")

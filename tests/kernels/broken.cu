@@ -1,7 +1,7 @@
 // Test-only kernels (not in the published set): each breaks in one deliberate way, so the
 // tests can check that a sweep records the failure with its cause and goes on
 // (tests/test_faults.py). Same signature as every chapter.
-#include "../../kernels/common.cuh"
+#include "../../kernels/include/common.cuh"
 
 // Writes far outside C: an illegal-address fault that poisons the CUDA context.
 __global__ void broken_out_of_bounds(int M, int N, int K, float alpha, const float* A,

@@ -3,7 +3,7 @@
 // get no figure (tests/test_cheating.py). Same signature as every chapter. Each keeps its own
 // launch count in device memory: the last block to finish a launch counts it, so every block
 // of one launch sees the same count (the next launch starts after this one has finished).
-#include "../../kernels/common.cuh"
+#include "../../kernels/include/common.cuh"
 
 __device__ unsigned int cheat_blocks_done[3];
 __device__ unsigned int cheat_launches[3];

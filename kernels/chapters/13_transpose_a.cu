@@ -16,7 +16,7 @@
 // Tile hierarchy (names: kernels/README.md, tile vocabulary):
 //   block tile  128 x 128, k tiles of 16; warp tile 64 x 32 (2 x 4 warps); thread tile 8 x 8.
 //   Needs M, N multiples of 128 and K a multiple of 16.
-#include "common.cuh"
+#include "../include/common.cuh"
 
 __global__ void __launch_bounds__(256)
 sgemm_transpose_a(int M, int N, int K, float alpha, const float* __restrict__ A,

@@ -11,7 +11,7 @@
 // Tile hierarchy: block tile = BM x BN of C, K walked in steps of BK;
 //                 thread tile = TM x 1 (THREADS = BM * BN / TM).
 // Needs M % BM == 0, N % BN == 0, K % BK == 0.
-#include "common.cuh"
+#include "../include/common.cuh"
 
 template <int BM, int BN, int BK, int TM>
 __global__ void __launch_bounds__(BM * BN / TM)

@@ -10,7 +10,7 @@
 //
 // Tile hierarchy: block tile = BS x BS of C, K walked in steps of BS; thread tile = 1 x 1.
 // Needs M, N, K to be multiples of BS (no edge handling, as in the worklog).
-#include "common.cuh"
+#include "../include/common.cuh"
 
 template <int BS>
 __global__ void __launch_bounds__(BS * BS)

@@ -15,7 +15,7 @@
 // Tile hierarchy (names: kernels/README.md, tile vocabulary):
 //   block tile  128 x 128, k tiles of 16, two stages; warp tile 16 x 128;
 //   thread tile 8 x (4 + 4). Needs M, N multiples of 128 and K a multiple of 16.
-#include "common.cuh"
+#include "../include/common.cuh"
 
 // Column of element (k, m) of the transposed A tile: k's bits 2-3 XORed into m's bits 3-4.
 __device__ __forceinline__ int swizzle_a(int k, int m) { return m ^ ((k >> 2) << 3); }

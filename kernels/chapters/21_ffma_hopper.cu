@@ -29,12 +29,12 @@
 //   warp tile   WM x WN, lane grid (WM / TM) x (WN / TN)
 //   thread tile TM x TN as (TM / 4) x (TN / 4) float4 groups, WM / TM * 4 rows (and WN / TN * 4
 //               columns) apart; fragments: TM of A, TN of B per k, two register sets
-#include "common.cuh"
-#include "cp_async.cuh"
-#include "tile_order.cuh"
-#include "split_k.cuh"
-#include "ffma_stage.cuh"
-#include "ffma_thread_tile.cuh"
+#include "../include/common.cuh"
+#include "../include/cp_async.cuh"
+#include "../include/tile_order.cuh"
+#include "../include/split_k.cuh"
+#include "../include/ffma_stage.cuh"
+#include "../include/ffma_thread_tile.cuh"
 
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int THREADS, int STAGES,
           int GROUP_M, int SPLIT_K, int VEC, int MIN_BLOCKS, int FMA_ORDER, int LOADS_FIRST>

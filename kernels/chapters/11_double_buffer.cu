@@ -16,7 +16,7 @@
 //   thread tile TM x TN per sub-tile, WMITER*TM x WNITER*TN accumulators; fragments: TM of A,
 //               TN of B per k and sub-tile
 // Needs M % BM == 0, N % BN == 0, K % BK == 0, and N, K multiples of 4 (16-byte alignment).
-#include "common.cuh"
+#include "../include/common.cuh"
 
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int TN, int THREADS>
 __global__ void __launch_bounds__(THREADS)

@@ -18,7 +18,7 @@
 //               the warp's 32 lanes in an unspecified layout, which is why the epilogue goes
 //               through a small per-warp shared-memory tile before the alpha/beta store)
 // Needs M, N, K multiples of the block tile (no edge handling: that is the later chapters' work).
-#include "common.cuh"
+#include "../include/common.cuh"
 #include <mma.h>
 
 template <int BM, int BN, int BK, int WM, int WN, int THREADS>

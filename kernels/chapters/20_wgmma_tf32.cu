@@ -47,11 +47,11 @@
 //               BM/4 rows (BM/2 accumulators)
 // The TMA and wgmma wrappers (tma.cuh, wgmma.cuh) are shared with 23; the kernel's own steps
 // (producer, fragment keep-alive, epilogue) are named functions above it.
-#include "common.cuh"
-#include "mbarrier.cuh"
-#include "warpgroup.cuh"
-#include "tma.cuh"
-#include "wgmma.cuh"
+#include "../include/common.cuh"
+#include "../include/mbarrier.cuh"
+#include "../include/warpgroup.cuh"
+#include "../include/tma.cuh"
+#include "../include/wgmma.cuh"
 
 // Producer (one thread of warpgroup 0): walks K, refilling each stage as soon as the consumers
 // release it: A's BM x 32 box and BN / 32 boxes of B (32 k rows x 32 columns) per stage.

@@ -34,15 +34,15 @@
 // stages in the producer -> consumer ring -> consumer warpgroup BM x 64 (wgmma m64nBMk8 on
 // C^T = B^T A^T) -> warp 16 columns of C -> thread tile 2 columns x BM / 4 rows (BM / 2
 // accumulators). K slice: a run of a tile's k tiles, one block each.
-#include "common.cuh"
-#include "mbarrier.cuh"
-#include "warpgroup.cuh"
-#include "tma.cuh"
-#include "wgmma.cuh"
-#include "wgmma_epilogue.cuh"
-#include "cluster.cuh"
+#include "../include/common.cuh"
+#include "../include/mbarrier.cuh"
+#include "../include/warpgroup.cuh"
+#include "../include/tma.cuh"
+#include "../include/wgmma.cuh"
+#include "../include/wgmma_epilogue.cuh"
+#include "../include/cluster.cuh"
 // add_k_slices: a cluster's K slices added up in distributed shared memory, shared with 26
-#include "k_slices.cuh"
+#include "../include/k_slices.cuh"
 
 // --- Pre-pass: workspace = [A copy (only when K % 4 != 0) | B copy (only when N % 4 != 0)],
 // row strides padded to 4 floats (16 bytes), pad columns zero. The copies are flat lists of

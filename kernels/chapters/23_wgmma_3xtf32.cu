@@ -68,17 +68,17 @@
 //
 // Tile hierarchy as in 20: block tile BM x BN x 32 -> consumer warpgroup BM x 64 (wgmma
 // m64nBMk8 on C^T = B^T A^T) -> warp 16 columns of C -> lane 2 columns x BM / 4 rows.
-#include "common.cuh"
-#include "mbarrier.cuh"
-#include "warpgroup.cuh"
+#include "../include/common.cuh"
+#include "../include/mbarrier.cuh"
+#include "../include/warpgroup.cuh"
 // TensorMap, tma_load_2d, init_stage_ring; to_tf32, the wgmma wrappers and descriptor: as in 20
-#include "tma.cuh"
-#include "wgmma.cuh"
+#include "../include/tma.cuh"
+#include "../include/wgmma.cuh"
 // store_tile: the predicated any-N epilogue, shared with 25
-#include "wgmma_epilogue.cuh"
+#include "../include/wgmma_epilogue.cuh"
 // split_tf32, the pre-pass split_tf32_operands, the three-tile producer (produce_split_k_tiles)
 // and the consumer's K loop (consume_split_k_tiles), shared with 26
-#include "tf32_split.cuh"
+#include "../include/tf32_split.cuh"
 
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int ORDER, int PROMOTE>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)

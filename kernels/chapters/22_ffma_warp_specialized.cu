@@ -60,14 +60,14 @@
 //   warp tile   WM x WN (consumer warps only), lane grid (WM / TM) x (WN / TN)
 //   thread tile TM x TN as (TM / 4) x (TN / 4) float4 groups; fragments: TM of A, TN of B per
 //               k, two register sets
-#include "common.cuh"
-#include "tile_order.cuh"
-#include "split_k.cuh"
-#include "ffma_stage.cuh"
-#include "ffma_thread_tile.cuh"
-#include "mbarrier.cuh"
-#include "warpgroup.cuh"
-#include "cluster.cuh"
+#include "../include/common.cuh"
+#include "../include/tile_order.cuh"
+#include "../include/split_k.cuh"
+#include "../include/ffma_stage.cuh"
+#include "../include/ffma_thread_tile.cuh"
+#include "../include/mbarrier.cuh"
+#include "../include/warpgroup.cuh"
+#include "../include/cluster.cuh"
 
 // A block's share of the work: k tiles [k_begin, k_end) of block tile `tile` (its position in
 // the grouped order). `parts` blocks share the tile's K (1: this block computes it whole); this

@@ -12,7 +12,7 @@
 // Tile hierarchy: block tile = BM x BN of C, K walked in steps of BK;
 //                 thread tile = TM x TN (THREADS = BM * BN / (TM * TN)).
 // Needs M % BM == 0, N % BN == 0, K % BK == 0, and N, K multiples of 4 (16-byte alignment).
-#include "common.cuh"
+#include "../include/common.cuh"
 
 template <int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__(BM * BN / (TM * TN))

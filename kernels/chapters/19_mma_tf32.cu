@@ -22,8 +22,8 @@
 //   warp tile   WM x WN of 16 x 8 MMA tiles (WM / 16 x WN / 8 per warp, 4 accumulators each per
 //               lane); fragments: the mma.sync operands of each MMA tile and 8 k
 // Needs M, N, K multiples of the block tile (no edge handling).
-#include "common.cuh"
-#include "cp_async.cuh"
+#include "../include/common.cuh"
+#include "../include/cp_async.cuh"
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
   unsigned r;

@@ -24,10 +24,10 @@
 //   warp tile   WM x WN = (WMITER x WSUBM) x (WNITER x WSUBN) sub-tiles
 //   thread tile TM x TN per sub-tile, WMITER*TM x WNITER*TN accumulators; fragments: TM of A
 //               (read KA k at a time) and TN of B per k and sub-tile
-#include "common.cuh"
-#include "cp_async.cuh"
-#include "tile_order.cuh"
-#include "split_k.cuh"
+#include "../include/common.cuh"
+#include "../include/cp_async.cuh"
+#include "../include/tile_order.cuh"
+#include "../include/split_k.cuh"
 
 // The thread tile's outer product for one k: acc[r][c] += frag_a[r][kk] * frag_b[c], R rows and
 // CN columns. The order of the FFMAs as written (the compiler keeps most of it) decides which

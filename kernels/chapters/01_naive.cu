@@ -9,7 +9,7 @@
 //
 // Tile hierarchy: block tile = blockDim.x x blockDim.y elements of C; thread tile = 1 x 1.
 // Handles any M, N, K (out-of-range threads return).
-#include "common.cuh"
+#include "../include/common.cuh"
 
 __global__ void sgemm_naive(int M, int N, int K, float alpha,
                                        const float* __restrict__ A,

@@ -8,7 +8,7 @@
 //
 // Tile hierarchy: block tile = BS x BS elements of C; thread tile = 1 x 1.
 // Handles any M, N, K (out-of-range threads return).
-#include "common.cuh"
+#include "../include/common.cuh"
 
 template <int BS>
 __global__ void __launch_bounds__(BS * BS)

@@ -1,28 +1,27 @@
-// 14 seed 004, step 2: an XOR swizzle that makes the transposed A tile bank-conflict free.
+// 15 seed 004, step 3: a lane's 8 columns split into two float4 groups 64 apart, for coalescing.
 //
-// What changed from 13:
-// - The transposing stores of A: a warp writes 8 rows m (bits 0-2 of m vary) for 4 k-groups
-//   (k = 0, 4, 8, 12: bits 2-3 of k vary). Rows of As are 128 floats, so the bank is m % 32 and
-//   the 4 k-groups collide: 4-way conflict. Storing element (k, m) at column m ^ ((k >> 2) << 3)
-//   moves k's varying bits to bits 3-4 of the column: with m's bits 0-2 the 32 stores of a warp
-//   cover all 32 banks.
-// - The reads stay float4s: the swizzle only touches bits 3 and up of the column, so 4
-//   consecutive m (a 16-byte aligned group) stay consecutive and aligned, and a lane's two
-//   LDS.128 just read from the swizzled column.
-// - Padding (08) would also have fixed the stores but costs shared memory and breaks the
-//   power-of-two row; the swizzle costs two integer instructions per access.
-// Predicted effect (seed 004): 16.44 -> 15.71 ms, 0.95 of cuBLAS.
+// What changed from 14:
+// - In 13/14 a lane owns 8 consecutive columns: neighbouring lanes write float4s 32 bytes apart,
+//   so every 32-byte sector of a store instruction carries 16 useful bytes (the seed's profiler
+//   warning), and the second store instruction sends the same sectors again. Now lane l owns
+//   columns 4l..4l+3 and 64 + 4l..64 + 4l + 3: 16 lanes write 256 contiguous bytes per row, and
+//   read 256 contiguous bytes of Bs (conflict-free).
+// - The warp grid goes with it: each warp covers 16 rows x all 128 columns (lanes 0-15 rows
+//   0-7, lanes 16-31 rows 8-15 of its slice); a lane's 8 rows stay consecutive, and the two
+//   distinct A addresses per warp are broadcasts.
+// Predicted effect (seed 004): 15.71 -> 15.52 ms (0.96 of cuBLAS): small, the stores are once
+// per tile.
 //
 // Tile hierarchy (names: kernels/README.md, tile vocabulary):
-//   block tile  128 x 128, k tiles of 16; warp tile 64 x 32 (2 x 4 warps); thread tile 8 x 8.
-//   Needs M, N multiples of 128 and K a multiple of 16.
-#include "common.cuh"
+//   block tile  128 x 128, k tiles of 16; warp tile 16 x 128 (8 x 1 warps);
+//   thread tile 8 x (4 + 4). Needs M, N multiples of 128 and K a multiple of 16.
+#include "../include/common.cuh"
 
 // Column of element (k, m) of the transposed A tile: k's bits 2-3 XORed into m's bits 3-4.
 __device__ __forceinline__ int swizzle_a(int k, int m) { return m ^ ((k >> 2) << 3); }
 
 __global__ void __launch_bounds__(256)
-sgemm_swizzle(int M, int N, int K, float alpha, const float* __restrict__ A,
+sgemm_coalesced_store(int M, int N, int K, float alpha, const float* __restrict__ A,
                   const float* __restrict__ B, float beta, float* __restrict__ C) {
   constexpr int BM = 128, BN = 128, BK = 16, TM = 8, TN = 8;
   __shared__ __align__(16) float As[BK][BM];  // transposed and swizzled: As[k][swizzle_a(k, m)]
@@ -34,8 +33,8 @@ sgemm_swizzle(int M, int N, int K, float alpha, const float* __restrict__ A,
   const int load_a_col = (tid % 4) * 4;       // 0, 4, 8, 12
   const int load_b_row = tid / 32;            // 0..7 (and + 8)
   const int load_b_col = (tid % 32) * 4;      // 0..124
-  const int c_row = (warp / 4) * 64 + (lane / 4) * 8;  // warp tile row + lane row
-  const int c_col = (warp % 4) * 32 + (lane % 4) * 8;  // warp tile col + lane col
+  const int c_row = warp * 16 + (lane / 16) * 8;  // warp slice row + lane row
+  const int c_col = (lane % 16) * 4;              // and c_col + 64
 
   A += blockIdx.y * BM * K;
   B += blockIdx.x * BN;
@@ -63,7 +62,7 @@ sgemm_swizzle(int M, int N, int K, float alpha, const float* __restrict__ A,
       *reinterpret_cast<float4*>(&a[0]) = load_float4(&As[k][swizzle_a(k, c_row)]);
       *reinterpret_cast<float4*>(&a[4]) = load_float4(&As[k][swizzle_a(k, c_row + 4)]);
       *reinterpret_cast<float4*>(&b[0]) = load_float4(&Bs[k][c_col]);
-      *reinterpret_cast<float4*>(&b[4]) = load_float4(&Bs[k][c_col + 4]);
+      *reinterpret_cast<float4*>(&b[4]) = load_float4(&Bs[k][c_col + 64]);
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
 #pragma unroll
@@ -75,6 +74,6 @@ sgemm_swizzle(int M, int N, int K, float alpha, const float* __restrict__ A,
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
     store_axpby4(&C[(c_row + i) * N + c_col], &acc[i][0], alpha, beta);
-    store_axpby4(&C[(c_row + i) * N + c_col + 4], &acc[i][4], alpha, beta);
+    store_axpby4(&C[(c_row + i) * N + c_col + 64], &acc[i][4], alpha, beta);
   }
 }

@@ -41,8 +41,8 @@
 //               few rows:    the block's columns, K_SLICE / WARPS of the K slice
 //   thread tile few columns: WIDTH sums of one row over VEC k per chunk (CHUNKS chunks)
 //               few rows:    WIDTH rows x VEC columns of C (WIDTH * VEC accumulators)
-#include "common.cuh"
-#include "split_k.cuh"
+#include "../include/common.cuh"
+#include "../include/split_k.cuh"
 
 // C(m, n) = alpha * sum + beta * C(m, n), or the partial sum to its slice of the workspace.
 __device__ __forceinline__ void store_or_publish(float* C, float* partial, int M, int N, int m,

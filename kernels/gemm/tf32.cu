@@ -1,0 +1,228 @@
+// gemm/tf32.cu: the library's TF32 tensor-core GEMM for every M, N, K, alpha, beta (chapter 25's
+// kernel; chapter 20 teaches the wgmma + TMA pipeline, chapter 25 the padding pre-pass and the K
+// slices across a cluster).
+// - Rows not 16-byte aligned: a pre-pass (pad_unaligned_rows) copies A (K % 4 != 0) and B
+//   (N % 4 != 0) into the workspace with rows padded to 4 floats for the TMA; aligned operands
+//   are read in place and launch no pre-pass.
+// - Few tiles: a tile's K range is cut into SLICES (1, 2, 4, 8; the config's derived `slices`)
+//   runs computed by the blocks of one cluster, added up in K order through distributed shared
+//   memory (k_slices.cuh): deterministic, never through global memory.
+// - Block tiles 64, 128 or 256 rows (wgmma m64nBMk8) x 64 or 128 columns; the tuned file's size
+//   classes pick them per shape.
+// Tile hierarchy: block tile BM x BN, k tiles of 32 (one 128-byte swizzle row), STAGES stages in
+// the producer -> consumer ring -> consumer warpgroup BM x 64 (wgmma m64nBMk8 on C^T = B^T A^T)
+// -> warp 16 columns of C -> thread tile 2 columns x BM / 4 rows. K slice: a run of a tile's k
+// tiles, one block each.
+#include "../include/common.cuh"
+#include "../include/mbarrier.cuh"
+#include "../include/warpgroup.cuh"
+#include "../include/tma.cuh"
+#include "../include/wgmma.cuh"
+#include "../include/wgmma_epilogue.cuh"
+#include "../include/cluster.cuh"
+// add_k_slices: a cluster's K slices added up in distributed shared memory, shared with gemm/3xtf32.cu
+#include "../include/k_slices.cuh"
+
+// --- Pre-pass: workspace = [A copy (only when K % 4 != 0) | B copy (only when N % 4 != 0)],
+// row strides padded to 4 floats (16 bytes), pad columns zero. The copies are flat lists of
+// 4-float chunks of the padded rows: a thread takes CHUNKS of them a grid apart, loads all of
+// them (four 4-byte loads each: a source row starts anywhere) before it stores any (one 16-byte
+// store each: a padded row starts 16-byte aligned), so each thread has 16 loads in flight and
+// a warp's loads and stores are 512 contiguous bytes. The first version (a block per row, four
+// loads in flight per thread, 4-byte stores) moved 67 MB at 511 x 513 x 8191 at 2.1 TB/s,
+// 32 us next to the GEMM's 42 (H100, timed apart, L2 flushed).
+__global__ void __launch_bounds__(256)
+    pad_unaligned_rows(int M, int N, int K, float, const float* __restrict__ A,
+                       const float* __restrict__ B, float, float*, float* __restrict__ workspace) {
+  constexpr int CHUNKS = 4;
+  const int a_per_row = CEIL_DIV(K, 4), b_per_row = CEIL_DIV(N, 4);  // chunks per padded row
+  // chunk counts fit an int (the yaml's size constraint: copy_chunks <= 2^31 - 1)
+  const int a_chunks = K % 4 ? M * a_per_row : 0, b_chunks = N % 4 ? K * b_per_row : 0;
+  const int total = a_chunks + b_chunks, step = gridDim.x * blockDim.x;
+  float* b_copy = workspace + (size_t)(a_chunks ? M : 0) * (4 * a_per_row);
+  for (int first = blockIdx.x * blockDim.x + threadIdx.x; first < total; first += CHUNKS * step) {
+    float4 v[CHUNKS];
+    float4* dst[CHUNKS];
+#pragma unroll
+    for (int j = 0; j < CHUNKS; ++j) {
+      const int id = first + j * step;
+      dst[j] = nullptr;
+      if (id >= total) continue;
+      const bool is_a = id < a_chunks;
+      const int local = is_a ? id : id - a_chunks, per_row = is_a ? a_per_row : b_per_row;
+      const int row = local / per_row, col = 4 * (local - row * per_row), cols = is_a ? K : N;
+      const float* src = (is_a ? A : B) + (size_t)row * cols + col;
+      v[j].x = __ldg(src);  // col < cols: a chunk starts inside its row
+      v[j].y = col + 1 < cols ? __ldg(src + 1) : 0.0f;
+      v[j].z = col + 2 < cols ? __ldg(src + 2) : 0.0f;
+      v[j].w = col + 3 < cols ? __ldg(src + 3) : 0.0f;
+      dst[j] = reinterpret_cast<float4*>((is_a ? workspace : b_copy) + (size_t)row * 4 * per_row) +
+               col / 4;
+    }
+#pragma unroll
+    for (int j = 0; j < CHUNKS; ++j)
+      if (dst[j] != nullptr) *dst[j] = v[j];
+  }
+}
+
+// Producer (one thread of warpgroup 0): walks this block's K slice (k tiles kt0 .. kt0 +
+// k_tiles - 1), refilling each stage as soon as the consumers release it: A's BM x 32 box and
+// BN / 32 boxes of B (32 k rows x 32 columns) per stage, as in 20.
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void produce_k_slice(unsigned char* a_tiles, unsigned char* b_tiles,
+                                                u64* full, u64* empty, const TensorMap* tmap_a,
+                                                const TensorMap* tmap_b, int m0, int n0, int kt0,
+                                                int k_tiles) {
+  constexpr int BK = 32, A_STAGE = BM * BK * 4, B_BOX = BK * 32 * 4, B_STAGE = (BN / 32) * B_BOX;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % STAGES;
+    const int k = (kt0 + kt) * BK;
+    mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
+    mbar_arrive_expect_tx(&full[s], A_STAGE + B_STAGE);
+    tma_load_2d(a_tiles + s * A_STAGE, tmap_a, &full[s], k, m0);
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i)
+      tma_load_2d(b_tiles + s * B_STAGE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+  }
+}
+
+// The block: a tile's K slice (the whole K range when SLICES == 1), as in 20, then the cluster's
+// slices added up.
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, float beta, float* C,
+                                          const TensorMap* tmap_a, const TensorMap* tmap_b) {
+  constexpr int BK = 32;
+  constexpr int CONSUMERS = BN / 64;
+  constexpr int A_STAGE = BM * BK * 4;
+  constexpr int B_BOX = BK * 32 * 4;
+  constexpr int B_STAGE = (BN / 32) * B_BOX;
+  constexpr int PRODUCER_REGS = 40;
+  constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 232 : 240;
+  static_assert(SLICES == 1 || STAGES * (A_STAGE + B_STAGE) >= BM * BN * 4,
+                "the partial tile must fit in the stage ring it reuses");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* a_tiles = smem;
+  unsigned char* b_tiles = smem + STAGES * A_STAGE;
+  u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_STAGE);
+  u64* empty = full + STAGES;
+
+  // This block's tile and K slice (k_slices.cuh).
+  const SliceOfTile work = slice_of_tile<BM, BN, BK, GROUP_M, SLICES>(M, N, K);
+  const int m0 = work.m0, n0 = work.n0, slice = work.slice, kt0 = work.kt0, k_tiles = work.k_tiles;
+
+  if (threadIdx.x == 0) init_stage_ring<STAGES, CONSUMERS>(full, empty);
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (threadIdx.x == 0)
+      produce_k_slice<BM, BN, STAGES>(a_tiles, b_tiles, full, empty, tmap_a, tmap_b, m0, n0, kt0,
+                                      k_tiles);
+    if constexpr (SLICES > 1) {  // the producers meet the cluster's two barriers too
+      __syncwarp();  // converged: the barrier is .aligned
+      cluster_sync();
+      cluster_sync();
+    }
+    return;
+  }
+  setmaxnreg_inc<CONSUMER_REGS>();
+  const int ct = threadIdx.x - 128;  // consumer thread, 0 .. 128 * CONSUMERS - 1
+  const int c = ct / 128;
+  const ConsumerLane place = consumer_lane(c);
+  const int lane = place.lane, g = place.g, t = place.t, box = place.box, chunk = place.chunk;
+  const unsigned frag_lo = place.frag_lo, frag_hi = place.frag_hi;
+
+  float d[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) d[i] = 0.0f;
+
+  auto release = [&](int s) {
+    if (lane == 0) mbar_arrive(&empty[s]);
+  };
+  // As in 20: wait for k tile kt, load its B^T fragments (rounded to TF32), issue its wgmmas as
+  // one group.
+  auto issue = [&](int kt, unsigned (&frag)[BK / 8][4]) {
+    const int s = kt % STAGES;
+    mbar_wait(&full[s], (kt / STAGES) & 1);
+    const unsigned char* b_box = b_tiles + s * B_STAGE + box * B_BOX;
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
+      const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
+      frag[ks][0] = to_tf32(lo.x);
+      frag[ks][1] = to_tf32(lo.y);
+      frag[ks][2] = to_tf32(hi.x);
+      frag[ks][3] = to_tf32(hi.y);
+    }
+    const unsigned a_tile = smem_addr(a_tiles + s * A_STAGE);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks)
+      wgmma_rs<BM>(d, frag[ks], smem_desc_k_sw128(a_tile + ks * 32));
+    wgmma_commit();
+  };
+  auto keep = [](unsigned (&frag)[BK / 8][4]) { keep_fragments(frag); };
+  // One k tile: issue it, then retire the one before (IN_FLIGHT 2) or itself (1).
+  auto step = [&](int kt, unsigned (&now)[BK / 8][4], unsigned (&prev)[BK / 8][4]) {
+    issue(kt, now);
+    if (IN_FLIGHT == 2) {
+      wgmma_wait<1>();
+      keep(prev);
+      if (kt > 0) release((kt - 1) % STAGES);
+    } else {
+      wgmma_wait<0>();
+      keep(now);
+      release(kt % STAGES);
+    }
+  };
+
+  unsigned frag0[BK / 8][4], frag1[BK / 8][4];
+  int kt = 0;
+  for (; kt + 1 < k_tiles; kt += 2) {
+    step(kt, frag0, frag1);
+    step(kt + 1, frag1, frag0);
+  }
+  if (kt < k_tiles) step(kt, frag0, frag1);
+  wgmma_wait<0>();
+  keep(frag0);
+  keep(frag1);
+  if (IN_FLIGHT == 2 && k_tiles > 0) release((k_tiles - 1) % STAGES);
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
+
+  const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
+  if constexpr (SLICES == 1) {
+    store_tile<BM>(d, C, M, N, m0, n, t, alpha, beta);
+  } else {
+    constexpr int SHARE = BM / 8 / SLICES;
+    float sum[4 * SHARE];
+    add_k_slices<BM, 128 * CONSUMERS, SLICES>(d, sum, smem, slice, ct);
+    cluster_sync();  // every block has read its share of this block's partial
+    store_row_groups<SHARE>(sum, C, M, N, m0 + 8 * SHARE * slice, n, t, alpha, beta);
+  }
+}
+
+// One block per tile (SLICES == 1)...
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+__global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
+    gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A,
+                               const float* __restrict__ B, float beta, float* __restrict__ C,
+                               float* __restrict__ workspace,
+                               const __grid_constant__ TensorMap tmap_a,
+                               const __grid_constant__ TensorMap tmap_b) {
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES>(M, N, K, alpha, beta, C, &tmap_a, &tmap_b);
+}
+
+// ... or a cluster of SLICES blocks per tile, one K slice each.
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+__global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICES, 1, 1)
+    gemm_tf32_cluster(int M, int N, int K, float alpha,
+                                       const float* __restrict__ A, const float* __restrict__ B,
+                                       float beta, float* __restrict__ C,
+                                       float* __restrict__ workspace,
+                                       const __grid_constant__ TensorMap tmap_a,
+                                       const __grid_constant__ TensorMap tmap_b) {
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES>(M, N, K, alpha, beta, C, &tmap_a, &tmap_b);
+}

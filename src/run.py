@@ -73,11 +73,23 @@ def print_help_if_asked() -> None:
         sys.exit(0)
 
 
+def refuse_keyless_overrides(args: list[str]) -> None:
+    """`=5` (an override with no key) is refused in one line: Hydra accepts it from its parser
+    and then fails deep in composing, with a 40-line traceback."""
+    keyless = [arg for arg in args if not arg.startswith("-") and arg.lstrip("+~").startswith("=")]
+    if keyless:
+        print(f"error [invalid_override]: the override {keyless[0]!r} names no key (rule: an "
+              f"override is key=value, e.g. m=4096 or kernel=06_vectorize; python -m src.run "
+              f"--help lists the keys).", file=sys.stderr)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     print_help_if_asked()
+    refuse_keyless_overrides(sys.argv[1:])
     try:
         main()
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (tracking.Terminated): runs end KILLED
         signals.ignore_from_now()  # a Ctrl-C again must not cut the exit's cleanup short
-        print(f"interrupted: {exc or 'Ctrl-C'}", file=sys.stderr)
+        print(f"interrupted: {str(exc) or 'Ctrl-C'}", file=sys.stderr)
         sys.exit(143 if isinstance(exc, Terminated) else 130)

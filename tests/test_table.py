@@ -143,3 +143,25 @@ def test_the_protocol_line_names_the_timed_warm_up(tmp_path, warmup_ms, says):
     runs.to_csv(tmp_path / "runs.csv", index=False)
     write_table(tmp_path / "runs.csv", tmp_path / "out", ROOT / "results" / "ceilings.json")
     assert says in (tmp_path / "out" / "progression.md").read_text()
+
+
+def test_a_table_run_that_fails_midway_leaves_the_published_files(tmp_path, monkeypatch):
+    """progression.csv was written, progression.md failed (a full disk, a bug): the three
+    published files stay as they were, with no new file beside them."""
+    import src.publish.table as table
+
+    out = tmp_path / "results"
+    write_table(RUNS_FIXTURE, out, CEILINGS_FIXTURE)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == ["metrics.json", "progression.csv", "progression.md"]
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(table, "markdown", disk_full)
+    runs = pd.read_csv(RUNS_FIXTURE)
+    runs = runs[runs.m == runs.m.max()]  # another table than the published one
+    runs.to_csv(tmp_path / "fewer.csv", index=False)
+    with pytest.raises(OSError, match="No space left"):
+        write_table(tmp_path / "fewer.csv", out, CEILINGS_FIXTURE)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from src.errors import StorageError
 from src.job import shapes  # noqa: F401  (registers ${shape_dim:}, used for m, n and k)
 from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
 from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
@@ -33,9 +34,21 @@ def fail_fast_on_bad_input(cfg: DictConfig, output_dir: Path) -> None:
     import alone takes 2 s) is started. In a sweep the same refusal is the job's record and run."""
     record = refused(cfg)
     if record is not None:
-        record.write(output_dir)
+        unwritten = write_record(record, output_dir)
+        if unwritten is not None:
+            log.error("error [%s]: %s", unwritten.status, unwritten)
         log.error("error [%s]: %s", record.status, record.error)
         sys.exit(1)
+
+
+def write_record(record, output_dir: Path) -> StorageError | None:
+    """record.json, or the StorageError that kept it from being written (a full disk, a
+    read-only directory): the job's result is no less measured for it, so it is still logged."""
+    try:
+        record.write(output_dir)
+    except StorageError as exc:
+        return exc
+    return None
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -50,10 +63,15 @@ def main(cfg: DictConfig) -> dict:
             record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)),
                                            tracked.run_id)
             tracked.hold_signals()  # the record, its run's files and FINISHED go together
-            record.write(Path(hc.runtime.output_dir))
+            unwritten = write_record(record, Path(hc.runtime.output_dir))
             tracked.log_result(record, outputs)
     except TrackingUnavailable as exc:  # raised before the job ran: nothing to record
         log.error("error [%s]: %s", exc.status, exc)
+        sys.exit(1)
+    if unwritten is not None:  # the result stands (console, MLflow); its file is missing
+        log.error("error [%s]: %s", unwritten.status, unwritten)
+    if unwritten is not None and hc.mode != RunMode.MULTIRUN:
+        log.info(record.console_line())
         sys.exit(1)
     if record.ok or hc.mode == RunMode.MULTIRUN:
         log.info(record.console_line())  # a sweep goes on; its summary lists the failures

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from src.records.record import RECORD_FILE, Record, record_paths
+from src.errors import StorageError
+from src.records.record import RECORD_FILE, Record, read_record, record_paths
 
 _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms", "baseline_time_ms",
                 "throttle_reasons")
@@ -55,12 +56,16 @@ def record_row(record: Record, job: str) -> dict:
 def load_source(source: Path) -> list[tuple[str, Record]]:
     """(job, record) pairs from a sweep directory or a JSONL file of records."""
     if source.is_dir():
-        return [(p.parent.name, Record.from_dict(json.loads(p.read_text())))
-                for p in record_paths(source)]
+        return [(p.parent.name, read_record(p)) for p in record_paths(source)]
     pairs = []
     for lineno, line in enumerate(source.read_text().splitlines(), start=1):
         if line.strip():
-            pairs.append((f"{source.name}:{lineno}", Record.from_dict(json.loads(line))))
+            try:
+                pairs.append((f"{source.name}:{lineno}", Record.from_dict(json.loads(line))))
+            except (ValueError, TypeError) as exc:
+                raise StorageError(f"{source}, line {lineno}, is not a job record "
+                                   f"({type(exc).__name__}: {exc}) (rule: one JSON record a "
+                                   f"line).") from None
     return pairs
 
 
@@ -138,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     for source in args.sources:
         if not source.exists():
             parser.exit(1, f"error: {source} does not exist\n")
-        found = load_source(source)
+        try:
+            found = load_source(source)
+        except StorageError as exc:  # published results are never made from a partial sweep
+            parser.exit(1, f"error [{exc.status}]: {exc} No CSV was written.\n")
         if not found:
             parser.exit(1, f"error: no {RECORD_FILE} under {source} (did the sweep run?)\n")
         pairs += found

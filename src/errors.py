@@ -69,6 +69,14 @@ class Implausible(LabError):
     status = "failed_implausible"
 
 
+class StorageError(LabError):
+    """A file the lab writes or reads (a record, the tracking store, a sweep directory) cannot
+    be written or read: a full disk, a read-only directory, a damaged file. The message names
+    the file and what to do; nothing half-written is left behind."""
+
+    status = "storage_error"
+
+
 class InternalError(LabError):
     """An unexpected exception: a bug in the lab itself, recorded so that a sweep goes on."""
 

@@ -19,6 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src import compose_rules
+from src.errors import StorageError
 from src.job import shapes  # noqa: F401  (registers ${shape_dim:}, used for m, n and k)
 from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
 from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
@@ -36,9 +37,21 @@ def fail_fast_on_bad_input(cfg: DictConfig, output_dir: Path) -> None:
     import alone takes 2 s) is started. In a sweep the same refusal is the job's record and run."""
     record = refused(cfg)
     if record is not None:
-        record.write(output_dir)
+        unwritten = write_record(record, output_dir)
+        if unwritten is not None:
+            log.error("error [%s]: %s", unwritten.status, unwritten)
         log.error("error [%s]: %s", record.status, record.error)
         sys.exit(1)
+
+
+def write_record(record, output_dir: Path) -> StorageError | None:
+    """record.json, or the StorageError that kept it from being written (a full disk, a
+    read-only directory): the job's result is no less measured for it, so it is still logged."""
+    try:
+        record.write(output_dir)
+    except StorageError as exc:
+        return exc
+    return None
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -58,13 +71,18 @@ def main(cfg: DictConfig) -> dict:
             record, outputs = run_isolated(cfg, explicit_params(list(hc.overrides.task)),
                                            tracked.run_id)
             tracked.hold_signals()  # the record, its run's files and FINISHED go together
-            record.write(Path(hc.runtime.output_dir))
+            unwritten = write_record(record, Path(hc.runtime.output_dir))
             tracked.log_result(record, outputs)
     except TrackingUnavailable as exc:  # raised before the job ran: nothing to record
         log.error("error [%s]: %s", exc.status, exc)
         sys.exit(1)
     if hc.mode == RunMode.MULTIRUN:
         callbacks.note_no_gpu(sweep_dir, record)
+    if unwritten is not None:  # the result stands (console, MLflow); its file is missing
+        log.error("error [%s]: %s", unwritten.status, unwritten)
+    if unwritten is not None and hc.mode != RunMode.MULTIRUN:
+        log.info(record.console_line())
+        sys.exit(1)
     if record.ok or hc.mode == RunMode.MULTIRUN:
         log.info(record.console_line())  # a sweep goes on; its summary lists the failures
     else:
@@ -83,11 +101,23 @@ def print_help_if_asked() -> None:
         sys.exit(0)
 
 
+def refuse_keyless_overrides(args: list[str]) -> None:
+    """`=5` (an override with no key) is refused in one line: Hydra accepts it from its parser
+    and then fails deep in composing, with a 40-line traceback."""
+    keyless = [arg for arg in args if not arg.startswith("-") and arg.lstrip("+~").startswith("=")]
+    if keyless:
+        print(f"error [invalid_override]: the override {keyless[0]!r} names no key (rule: an "
+              f"override is key=value, e.g. m=4096 or kernel=06_vectorize; python -m src.run "
+              f"--help lists the keys).", file=sys.stderr)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     print_help_if_asked()
+    refuse_keyless_overrides(sys.argv[1:])
     try:
         main()
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (tracking.Terminated): runs end KILLED
         signals.ignore_from_now()  # a Ctrl-C again must not cut the exit's cleanup short
-        print(f"interrupted: {exc or 'Ctrl-C'}", file=sys.stderr)
+        print(f"interrupted: {str(exc) or 'Ctrl-C'}", file=sys.stderr)
         sys.exit(143 if isinstance(exc, Terminated) else 130)

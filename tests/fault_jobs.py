@@ -225,3 +225,24 @@ src.sweep.worker._serve = getattr(tests.fault_jobs, os.environ.get("FAKE_SERVE",
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test asks a hung run where it is
 runpy.run_module("src.run", run_name="__main__", alter_sys=True)
 """
+
+
+class ArtifactStoreFull(Callback):
+    """A Hydra callback (+hydra.callbacks.full._target_=tests.fault_jobs.ArtifactStoreFull): from
+    the second job on, MLflow cannot store a job's record.json artifact (the disk under mlruns/
+    filled up), in the launching process where the jobs' runs are logged."""
+
+    def on_job_start(self, config, **kwargs) -> None:
+        self.jobs = getattr(self, "jobs", 0) + 1
+        if self.jobs != 2:
+            return
+        from mlflow import MlflowClient
+
+        log_text = MlflowClient.log_text
+
+        def full(client, run_id, text, artifact_file):
+            if artifact_file == "record.json":
+                raise OSError(28, "No space left on device")
+            return log_text(client, run_id, text, artifact_file)
+
+        MlflowClient.log_text = full

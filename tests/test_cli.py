@@ -77,6 +77,15 @@ def test_bad_input_is_one_clear_error(tmp_path, args, status, needle):
     assert record["status"] == status and record["gflops"] is None
 
 
+@pytest.mark.parametrize("override", ["=5", "+=5", "="])
+def test_an_override_without_a_key_is_one_line(tmp_path, override):
+    proc = run_cli(tmp_path, override, "mlflow.enabled=false")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "error [invalid_override]" in output, output
+    assert f"the override {override!r} names no key" in output and "key=value" in output
+    assert "Traceback" not in output and len(output.strip().splitlines()) == 1
+
+
 def test_unknown_kernel_lists_the_choices(tmp_path):
     proc = run_cli(tmp_path, "kernel=07_nope", "mlflow.enabled=false")
     assert proc.returncode != 0

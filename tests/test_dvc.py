@@ -120,11 +120,11 @@ def test_outputs_are_in_git_not_in_the_dvc_cache():
         for entry in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):
             (path, options), = entry.items()
             assert path.startswith("results/") and options.get("cache") is False, (name, path)
-            # the GPU stages' outputs persist: DVC must not delete them before a run that may
-            # fail; so do the suite's per-GPU files (one GPU's run must not delete another's)
-            assert options.get("persist", False) == (name in ("bench", "suite", "suite_table")
-                                                     and path != "results/suite_metrics.json"), \
-                (name, path)
+            # every output persists: DVC must not delete a published file before a run that
+            # may fail (a GPU stage without a GPU, a table or plots run with a broken
+            # interpreter); the suite's per-GPU files also because one GPU's run must not
+            # delete another's
+            assert options.get("persist") is True, (name, path)
     ignored = subprocess.run(["git", "check-ignore", "-q", "results/progression.csv"], cwd=ROOT)
     assert ignored.returncode == 1  # results/ is not ignored
     swept = subprocess.run(["git", "check-ignore", "-q", "sweeps/progression/x"], cwd=ROOT)
@@ -244,6 +244,27 @@ def test_bench_without_a_gpu_leaves_the_published_results_alone(repo):
     assert proc.returncode != 0, proc.stdout
     assert {name: (results / name).read_bytes() for name in before} == before
     assert not (results / ".runs.csv.new").exists()
+
+
+def test_a_failed_table_or_plots_run_leaves_the_published_files(repo, tmp_path):
+    """`dvc repro -f -s table` (and plots) with an interpreter that cannot start (the README's CPU-only
+    path): both stages fail and every published file is byte for byte as it was."""
+    work, dvc, run = repo
+    results = work / "results"
+    results.mkdir()
+    shutil.copy2(RUNS_FIXTURE, results / "runs.csv")
+    shutil.copy2(DATA_DIR / "ceilings_fixture_not_measured.json", results / "ceilings.json")
+    dvc("commit", "-f", "bench")
+    dvc("repro", "table", "plots")
+    published = sorted(p for p in results.rglob("*") if p.is_file())
+    assert len(published) == 2 + 3 + 6, published
+    before = {p: p.read_bytes() for p in published}
+    (tmp_path / "bin" / "python").write_text("#!/bin/sh\necho 'python: broken' >&2\nexit 1\n")
+    for stage in ("table", "plots"):
+        failed = dvc("repro", "-f", "-s", stage, check=False)  # this stage alone
+        assert failed.returncode != 0 and "python: broken" in failed.stderr + failed.stdout
+    assert sorted(p for p in results.rglob("*") if p.is_file()) == published
+    assert {p: p.read_bytes() for p in published} == before
 
 
 def test_table_and_plots_stages_run_on_recorded_runs(repo):

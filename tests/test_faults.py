@@ -69,9 +69,13 @@ def test_resume_reuses_verified_results_and_runs_the_rest(tmp_path, tracking_uri
 
 
 @pytest.mark.gpu
-def test_throttled_samples_are_flagged_and_a_fully_throttled_job_fails(compose):
-    """Each sample's SM clock comes from clock64 over the global timer; with the threshold
-    above 100% of the maximum clock every sample counts as throttled and the job fails."""
+def test_throttled_samples_are_flagged_and_a_fully_throttled_job_fails(compose, monkeypatch):
+    """Each sample's SM clock comes from clock64 over the global timer; with the GPU's maximum
+    clock reported twice as high as it is, every sample counts as throttled and the job fails
+    (a threshold above 1 is refused: bench.throttle_threshold is a fraction of that maximum)."""
+    import dataclasses
+
+    from src.job import gpu as gpu_mod
     from src.job.pipeline import run_job
 
     record = run_job(compose("kernel=06_vectorize", "size=1024", "bench=quick"))
@@ -79,8 +83,11 @@ def test_throttled_samples_are_flagged_and_a_fully_throttled_job_fails(compose):
     assert len(record.sample_clock_mhz) == record.samples
     top = record.device["max_sm_clock_mhz"]
     assert all(0.3 * top < c <= 1.05 * top for c in record.sample_clock_mhz), record.sample_clock_mhz
+    detect = gpu_mod.detect
+    monkeypatch.setattr(gpu_mod, "detect", lambda: dataclasses.replace(
+        detect(), max_sm_clock_mhz=2 * detect().max_sm_clock_mhz))
     throttled = run_job(compose("kernel=06_vectorize", "size=1024", "bench=quick",
-                                "bench.throttle_threshold=1.5"))
+                                "bench.throttle_threshold=0.75"))
     assert throttled.status == "failed_throttled" and throttled.gflops is None
     assert "bench.throttle_threshold" in throttled.error
 

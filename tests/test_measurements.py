@@ -134,3 +134,44 @@ def test_a_cache_that_cannot_be_written_keeps_the_measurement(tmp_path, caplog):
     assert Cache(blocked).put(job, record(gflops=1.0, entry=spec.entry)) is None
     assert "could not store this result" in caplog.text and "resume=true" in caplog.text
     assert Cache(blocked).get(job) is None  # and reading it is a plain miss
+
+
+@pytest.mark.parametrize("edit,served", [
+    ({}, True),                                               # as measured
+    ({"gflops": 999999.0}, False),                            # the figure alone edited
+    ({"gflops": 999999.0, "time_ms_median": None}, False),    # and its time removed
+    ({"time_ms_median": 1e-6, "gflops": "from the time"}, False),  # beyond the GPU's ceiling
+    ({"gflops": float("inf"), "time_ms_median": 0.0}, False),
+])
+def test_a_cached_figure_passes_the_checks_a_fresh_one_does(tmp_path, edit, served, caplog):
+    """An entry edited to `gflops: 999999` (its key and description intact) is measured again,
+    with a warning saying why, instead of being served as ok."""
+    import json
+
+    from src.job import gpu as gpu_mod
+    from src.job.measure import check_cached
+    from src.job.pipeline import _plausible
+
+    spec, problem, bench = spec_and_problem()
+    h100 = gpu_mod.spec_for_device_name(DEVICE["name"])
+    prepared = PreparedJob(problem, Target(device=DEVICE, limits=LIMITS, gpu_spec=h100), {}, spec,
+                           bench, None, "a" * 64)
+    job = key(prepared)
+    time_ms = 0.5  # 67 GFLOP/s at 256^3: far below an H100's ceiling
+    measured = record(gflops=problem.flops / (time_ms * 1e-3) / 1e9, time_ms_median=time_ms,
+                      rel_err=1e-7, entry=spec.entry, gpu_spec=h100.name)
+    cache = Cache(tmp_path)
+    path = cache.put(job, measured)
+    entry = json.loads(path.read_text())
+    gflops = edit.get("gflops", measured.gflops)
+    if gflops == "from the time":  # consistent with its time, which no H100 can reach
+        gflops = problem.flops / (edit["time_ms_median"] * 1e-3) / 1e9
+    entry["record"].update(edit, gflops=gflops)
+    path.write_text(json.dumps(entry))
+    cached = cache.get(job)
+    assert cached is not None  # the key, description and names are this job's
+    assert _plausible(prepared, cached) is served
+    if not served:
+        assert "measuring again" in caplog.text and "rule:" in caplog.text
+    else:
+        check_cached(prepared, cached)

@@ -94,11 +94,22 @@ def test_without_measured_ceilings_the_datasheet_bounds_fp32(h100):
     ("max_seconds", float("inf"), "finite"), ("max_seconds", float("nan"), "finite"),
     ("target_rel_iqr", 0, "> 0"), ("plausibility_margin", 0.9, ">= 1"),
     ("short_min_samples", 0, "integer >= 1"), ("warmup_ms", -1.0, "number >= 0"),
-    ("warmup_ms", float("inf"), "finite")])
+    ("warmup_ms", float("inf"), "finite"), ("throttle_threshold", 5, r"in \(0, 1\]"),
+    ("throttle_threshold", 0, r"in \(0, 1\]"), ("flush_l2", "maybe", "true or false"),
+    ("flush_l2", 1, "true or false"), ("best_cublas", "yes", "true or false"),
+    ("seed", -1, "integer >= 0"), ("seed", 1.5, "integer >= 0"),
+    ("tolerance.fp32", float("inf"), "finite number > 0"),
+    ("tolerance.fp32", float("nan"), "finite number > 0"),
+    ("tolerance.fp32", -1, "finite number > 0"), ("tolerance.tf32", 0, "finite number > 0"),
+    ("tolerance.tf32", "1e-3", "finite number > 0"), ("tolerance.fp32", None, "finite number > 0")])
 def test_protocol_values_that_break_their_rule_are_refused(key, value, rule):
     bench = dict(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bench" / "default.yaml")))
     check_bench(bench)  # the published protocol passes
-    bench[key] = value
+    check_bench({**bench, "throttle_threshold": 1.0, "seed": 7})  # the ends of the ranges pass
+    if key.startswith("tolerance."):
+        bench["tolerance"] = {**bench["tolerance"], key.split(".")[1]: value}
+    else:
+        bench[key] = value
     with pytest.raises(ConfigError, match=rule) as err:
         check_bench(bench)
     assert f"bench.{key}" in str(err.value)

@@ -168,3 +168,25 @@ def test_every_chapter_names_its_math():
             continue
         assert cfg.get("math") == "tf32" if cfg.precision == "tf32" else \
             cfg.get("math") in ("ffma", "3xtf32"), path.stem
+
+
+def test_a_table_run_that_fails_midway_leaves_the_published_files(tmp_path, monkeypatch):
+    """progression.csv was written, progression.md failed (a full disk, a bug): the three
+    published files stay as they were, with no new file beside them."""
+    import src.publish.table as table
+
+    out = tmp_path / "results"
+    write_table(RUNS_FIXTURE, out, CEILINGS_FIXTURE)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == ["metrics.json", "progression.csv", "progression.md", "progression_wide.md"]
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(table, "markdown", disk_full)
+    runs = pd.read_csv(RUNS_FIXTURE)
+    runs = runs[runs.m == runs.m.max()]  # another table than the published one
+    runs.to_csv(tmp_path / "fewer.csv", index=False)
+    with pytest.raises(OSError, match="No space left"):
+        write_table(tmp_path / "fewer.csv", out, CEILINGS_FIXTURE)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -307,9 +307,7 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
     checks_started = time.perf_counter()
     record.rel_err_fresh = _check_fresh(kernel, prepared, tolerance)
     record.check_seconds += time.perf_counter() - checks_started
-    bound = plausibility.ceiling(spec.precision, prepared.kernel_cfg.get("math"),
-                                 prepared.target.gpu_spec, plausibility.load_measured(device.name))
-    plausibility.check(spec.name, problem, result.timings[0].median_ms, bound,
+    plausibility.check(spec.name, problem, result.timings[0].median_ms, plausibility_bound(prepared),
                        float(bench.get("plausibility_margin", plausibility.DEFAULT_MARGIN)),
                        l2_flushed=bool(bench["flush_l2"]))
     keep_timing(record, result.timings[0], problem.flops)
@@ -320,6 +318,24 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         keep_pairing(record, spec.precision, baseline.name, result, problem.flops)
     _keep_best(record, names, result, problem.flops)
     return record.gflops
+
+
+def plausibility_bound(prepared: PreparedJob) -> plausibility.Ceiling:
+    """The ceiling the job's figure is held to: its precision and math units on its GPU."""
+    device = prepared.require_device()
+    name = device.get("name") if isinstance(device, dict) else device.name
+    return plausibility.ceiling(prepared.spec.precision, prepared.kernel_cfg.get("math"),
+                                prepared.target.gpu_spec, plausibility.load_measured(name))
+
+
+def check_cached(prepared: PreparedJob, record: Record) -> None:
+    """Implausible unless a cached record's figure passes what a fresh one must: a cache entry
+    edited to `gflops: 999999` is not served as ok."""
+    plausibility.check_recorded(
+        prepared.spec.name, prepared.problem, record.gflops, record.time_ms_median,
+        plausibility_bound(prepared),
+        float(prepared.bench.get("plausibility_margin") or plausibility.DEFAULT_MARGIN),
+        l2_flushed=bool(prepared.bench.get("flush_l2", True)))
 
 
 def measure(prepared: PreparedJob, baselines, record: Record, outputs: JobOutputs | None = None,

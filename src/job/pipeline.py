@@ -14,12 +14,12 @@ from dataclasses import asdict
 
 from omegaconf import DictConfig
 
-from src.errors import InternalError, LabError
+from src.errors import Implausible, InternalError, LabError
 from src.job.baselines import Baselines
 from src.job.cache import Cache
 from src.job.cache import key as measurement_key
 from src.job.compile import DEFAULT_CACHE_DIR
-from src.job.measure import JobOutputs, measure
+from src.job.measure import JobOutputs, check_cached, measure
 from src.job.prepare import PreparedJob, prepare
 from src.records.record import Record, mark_failed, new_record
 
@@ -40,6 +40,16 @@ def _describe(record: Record, prepared: PreparedJob) -> None:
         record.dispatch_rule = prepared.dispatched.rule
     spec = prepared.spec
     record.entry, record.grid, record.block = spec.entry, list(spec.grid), list(spec.block)
+
+
+def _plausible(prepared: PreparedJob, cached: Record) -> bool:
+    """Whether a cached figure passes the checks a fresh one does (else it is measured again)."""
+    try:
+        check_cached(prepared, cached)
+    except Implausible as exc:
+        log.warning("measurement cache: not served, measuring again: %s", exc)
+        return False
+    return True
 
 
 def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
@@ -73,7 +83,8 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
         digest = measurement_key(prepared)
         if cfg.get("resume"):
             cached = cache.get(digest)
-            if cached is not None and (cached.replicate or 1) == (record.replicate or 1):  # a replicate is a new run
+            same_run = cached is not None and (cached.replicate or 1) == (record.replicate or 1)
+            if same_run and _plausible(prepared, cached):  # a replicate is a new run
                 cached.from_cache = True
                 return cached
         measure(prepared, baselines if baselines is not None else Baselines(), record, outputs,

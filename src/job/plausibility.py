@@ -16,6 +16,7 @@ default 5%: room for clock and measurement noise, far below what a cheating kern
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,3 +89,18 @@ def check(name: str, problem, time_ms: float, bound: Ceiling,
                 f"and C take to cross from device memory at {bound.bandwidth_gbs:,.0f} GB/s (rule: "
                 f"with the L2 flushed every input must be read once, bench.plausibility_margin). "
                 f"No figure is published.")
+
+
+def check_recorded(name: str, problem, gflops, time_ms, bound: Ceiling,
+                   margin: float = DEFAULT_MARGIN, l2_flushed: bool = True) -> None:
+    """The checks of `check` for a figure read back (the measurement cache), not just measured:
+    its GFLOP/s is what its median time gives for the problem (an edited figure is not), and
+    that time is plausible."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                  and v > 0 for v in (gflops, time_ms))
+    if not numbers or not math.isclose(gflops, problem.flops / (time_ms * 1e-3) / 1e9, rel_tol=1e-9):
+        raise Implausible(
+            f"kernel {name} at {problem.label} has a recorded {gflops!r} GFLOP/s that its median "
+            f"time {time_ms!r} ms does not give (rule: a figure is the problem's FLOPs over its "
+            f"median time, both finite and > 0). The entry was edited or damaged.")
+    check(name, problem, time_ms, bound, margin, l2_flushed)

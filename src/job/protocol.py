@@ -4,14 +4,17 @@ about throttling while a job is timed."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from src.errors import ConfigError
 
 COUNTS = ("warmup", "min_samples", "max_samples")        # integers >= 1 (warmup >= 0)
 POSITIVE = ("max_seconds", "target_rel_iqr")             # finite numbers > 0
 OPTIONAL_COUNTS = ("short_min_samples",)
-OPTIONAL_POSITIVE = ("short_kernel_ms", "plausibility_margin", "throttle_threshold")
+OPTIONAL_POSITIVE = ("short_kernel_ms", "plausibility_margin")
 OPTIONAL_NON_NEGATIVE = ("warmup_ms",)                   # null or a finite number >= 0
+SWITCHES = ("flush_l2", "best_cublas")                   # true or false (not "maybe", not 1)
+PRECISIONS = ("fp32", "tf32")                            # each has a tolerance: finite, > 0
 
 
 def _bad(key: str, value, rule: str) -> ConfigError:
@@ -54,6 +57,24 @@ def check_bench(bench: dict) -> None:
         raise _bad("timer", bench.get("timer"), f"one of {', '.join(TIMERS)}")
     if bench.get("plausibility_margin") is not None and bench["plausibility_margin"] < 1:
         raise _bad("plausibility_margin", bench["plausibility_margin"], "a factor >= 1")
+    threshold = bench.get("throttle_threshold")
+    if threshold is not None and (not _is_number(threshold) or not 0 < threshold <= 1):
+        # a fraction of the maximum SM clock: above 1 every sample counts as throttled
+        raise _bad("throttle_threshold", bench["throttle_threshold"],
+                   "null or a fraction of the maximum SM clock, in (0, 1]")
+    for key in SWITCHES:
+        if key in bench and not isinstance(bench[key], bool):
+            raise _bad(key, bench[key], "true or false")
+    if bench.get("seed") is not None and (not _is_int(bench["seed"]) or bench["seed"] < 0):
+        raise _bad("seed", bench["seed"], "null or an integer >= 0")
+    tolerance = bench.get("tolerance")
+    if not isinstance(tolerance, Mapping):
+        raise _bad("tolerance", tolerance, f"a tolerance for each of {', '.join(PRECISIONS)}")
+    for precision in PRECISIONS:
+        # inf would pass any finite wrong result, nan every comparison
+        value = tolerance.get(precision)
+        if not _is_number(value) or value <= 0:
+            raise _bad(f"tolerance.{precision}", value, "a finite number > 0")
 
 
 # NVML clock-event (throttle) reason bits, named as nvidia-smi -q -d PERFORMANCE names them.

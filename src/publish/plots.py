@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from src.records import math_units  # noqa: E402
+from src.publish.staged import staged  # noqa: E402
 from src.records.collect import read_runs, records_from_runs  # noqa: E402
 from src.publish.table import BASELINE_BACKEND, load_ceilings, progression_frame, size_order  # noqa: E402
 
@@ -291,14 +292,14 @@ def write_plots(runs_path: Path, ceilings_path: Path, out_dir: Path) -> dict[str
         raise ValueError(f"no job in {runs_path} is ok, so there is nothing to plot ("
                          + ", ".join(f"{n} {status}" for status, n in statuses.items()) + ")")
     gpu = _title_gpu(frame)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    data = {
-        "gflops_vs_size": plot_gflops_vs_size(ok, gpu, out_dir / "gflops_vs_size.png"),
-        "pct_of_cublas": plot_pct_of_cublas(ok, gpu, out_dir / "pct_of_cublas.png"),
-        "roofline": plot_roofline(ok, ceilings, gpu, out_dir / "roofline.png"),
-    }
-    for name, points in data.items():
-        points.to_csv(out_dir / f"{name}.csv", index=False)
+    with staged(out_dir) as new:  # every figure and its points replace the published ones, or none
+        data = {
+            "gflops_vs_size": plot_gflops_vs_size(ok, gpu, new("gflops_vs_size.png")),
+            "pct_of_cublas": plot_pct_of_cublas(ok, gpu, new("pct_of_cublas.png")),
+            "roofline": plot_roofline(ok, ceilings, gpu, new("roofline.png")),
+        }
+        for name, points in data.items():
+            points.to_csv(new(f"{name}.csv"), index=False)
     return data
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from src.publish.staged import staged
 from src.records.collect import read_runs, records_from_runs
 from src.records.record import Record
 from src.records import math_units
@@ -299,11 +300,11 @@ def write_table(runs_path: Path, out_dir: Path, ceilings_path: Path | None = Non
     records = records_from_runs(runs)
     ceilings = load_ceilings(ceilings_path, records) if ceilings_path else None
     frame = progression_frame(records)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    frame[CONTRACT_COLUMNS].to_csv(out_dir / "progression.csv", index=False)
-    (out_dir / "progression.md").write_text(markdown(records, runs, ceilings))
-    (out_dir / WIDE_FILE).write_text(markdown(records, runs, ceilings, wide=True))
-    (out_dir / "metrics.json").write_text(json.dumps(metrics(frame, ceilings), indent=2) + "\n")
+    with staged(out_dir) as new:  # every file replaces the published one, or none does
+        frame[CONTRACT_COLUMNS].to_csv(new("progression.csv"), index=False)
+        new("progression.md").write_text(markdown(records, runs, ceilings))
+        new(WIDE_FILE).write_text(markdown(records, runs, ceilings, wide=True))
+        new("metrics.json").write_text(json.dumps(metrics(frame, ceilings), indent=2) + "\n")
     return frame
 
 

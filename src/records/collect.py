@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from src.errors import StorageError
 from src.records import math_units
-from src.records.record import RECORD_FILE, REPLICATES_DIR, Record, record_paths
+from src.records.record import RECORD_FILE, REPLICATES_DIR, Record, read_record, record_paths
 
 _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms", "baseline_time_ms",
                 "throttle_reasons", "clock_range_mhz", "sustained_clock_mhz")
@@ -60,12 +61,17 @@ def load_source(source: Path) -> list[tuple[str, Record]]:
         # the sweep's own jobs, then those of its replicate runs' sweeps (src.sweep.replicate)
         nested = sorted((source / REPLICATES_DIR).glob(f"run*/*/*/{RECORD_FILE}"),
                         key=lambda p: (p.parts[-4], p.parts[-3], _job_order(p)))
-        return [(str(p.parent.relative_to(source)), Record.from_dict(json.loads(p.read_text())))
+        return [(str(p.parent.relative_to(source)), read_record(p))
                 for p in record_paths(source) + nested]
     pairs = []
     for lineno, line in enumerate(source.read_text().splitlines(), start=1):
         if line.strip():
-            pairs.append((f"{source.name}:{lineno}", Record.from_dict(json.loads(line))))
+            try:
+                pairs.append((f"{source.name}:{lineno}", Record.from_dict(json.loads(line))))
+            except (ValueError, TypeError) as exc:
+                raise StorageError(f"{source}, line {lineno}, is not a job record "
+                                   f"({type(exc).__name__}: {exc}) (rule: one JSON record a "
+                                   f"line).") from None
     return pairs
 
 
@@ -159,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     for source in args.sources:
         if not source.exists():
             parser.exit(1, f"error: {source} does not exist\n")
-        found = load_source(source)
+        try:
+            found = load_source(source)
+        except StorageError as exc:  # published results are never made from a partial sweep
+            parser.exit(1, f"error [{exc.status}]: {exc} No CSV was written.\n")
         if not found:
             parser.exit(1, f"error: no {RECORD_FILE} under {source} (did the sweep run?)\n")
         pairs += found

@@ -6,11 +6,17 @@ verification has no figure anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
+
+from src.errors import StorageError
+
+log = logging.getLogger("sgemm")
 
 RECORD_FILE = "record.json"
 REPLICATES_DIR = "replicates"  # under a sweep: the sweeps of its replicate runs (src.sweep.replicate)
@@ -120,12 +126,24 @@ class Record:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def write(self, directory: Path) -> Path:
-        """Write atomically: a reader sees the old file or the whole new one, never half."""
-        directory.mkdir(parents=True, exist_ok=True)
+        """Write atomically: a reader sees the old file or the whole new one, never half. A
+        directory that cannot take it (full, read-only) raises StorageError and leaves no
+        temporary file; the record itself (and so the job's result) is unchanged."""
         path = directory / RECORD_FILE
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
-        tmp.replace(path)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+            tmp.replace(path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise StorageError(
+                f"could not write the record of {self.kernel} {self.size_label} to {path}: "
+                f"{exc.strerror or exc} (rule: a record is written whole or not at all; no "
+                f"partial file was left). The job's result ({self.status}) stands in its console "
+                f"line and MLflow run; free space or make {directory} writable, then rerun it "
+                f"(resume=true reuses a verified measurement).") from None
         return path
 
     def console_line(self) -> str:
@@ -157,9 +175,31 @@ def record_paths(root: Path) -> list[Path]:
     return sorted(root.glob(f"*/{RECORD_FILE}"), key=lambda p: _job_num(p.parent.name))
 
 
+def read_record(path: Path) -> Record:
+    """The record in `path`; StorageError naming the file when it is unreadable or not a
+    record (truncated, edited, another file)."""
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        return Record.from_dict(data)
+    except (OSError, ValueError, TypeError) as exc:
+        raise StorageError(
+            f"{path} is not a readable job record ({type(exc).__name__}: {exc}) (rule: a "
+            f"record.json holds one JSON object with the fields of a Record, as a job writes "
+            f"it). Rerun that job, or move the file away.") from None
+
+
 def load_records(root: Path) -> list[Record]:
-    """Every record under `root` (a sweep directory), in job order."""
-    return [Record.from_dict(json.loads(p.read_text())) for p in record_paths(root)]
+    """Every readable record under `root` (a sweep directory), in job order; a broken one is
+    left out with a warning naming it (a sweep's summary still shows the others)."""
+    records = []
+    for path in record_paths(root):
+        try:
+            records.append(read_record(path))
+        except StorageError as exc:
+            log.warning("left out of the summary: %s", exc)
+    return records
 
 
 def _job_num(name: str) -> float:

@@ -13,7 +13,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from src.errors import LabError
+from src.errors import LabError, StorageError
 from src.records.record import load_records
 from src.records.summary import write_summary
 
@@ -146,8 +146,16 @@ class SweepSummary(Callback):
         from src.sweep.tracking.store import redact_console
 
         redact_console()  # Hydra prints each job's overrides, which may hold a tracking URI's password
+        sweep_dir = _sweep_dir(config)
         try:
-            claim_sweep_dir(_sweep_dir(config), resume=bool(config.get("resume")))
+            claim_sweep_dir(sweep_dir, resume=bool(config.get("resume")))
+        except OSError as exc:  # a read-only or full disk, a file in the way
+            exc = StorageError(
+                f"the sweep directory {sweep_dir} cannot be made or written: {exc.strerror or exc} "
+                f"(rule: a sweep writes its jobs' records into a directory of its own). Choose "
+                f"another hydra.sweep.dir, or free space or fix the permissions there.")
+            log.error("error [%s]: %s", exc.status, exc)
+            raise SystemExit(1) from None
         except SweepDirTaken as exc:  # before any job runs: stop, no traceback
             log.error("error [%s]: %s", exc.status, exc)
             raise SystemExit(1) from None
@@ -159,9 +167,16 @@ class SweepSummary(Callback):
             if not records:
                 log.warning("no job records found under %s", sweep_dir)
             else:
-                table = write_summary(records, sweep_dir)
-                print("\n" + table, flush=True)
-                print(f"summary written to {sweep_dir / 'summary.md'} and summary.csv", flush=True)
+                try:
+                    table = write_summary(records, sweep_dir)
+                except OSError as exc:  # the jobs' records and runs stand; only the summary is lost
+                    log.error("error [storage_error]: the sweep's summary could not be written to "
+                              "%s: %s (rule: a storage fault costs the file, never a result: the "
+                              "records and MLflow runs stand; python -m src.records.collect "
+                              "gathers them later).", sweep_dir, exc.strerror or exc)
+                else:
+                    print("\n" + table, flush=True)
+                    print(f"summary written to {sweep_dir / 'summary.md'} and summary.csv", flush=True)
         exit_if_nothing_succeeded(records)
 
 

@@ -186,8 +186,19 @@ class JobRun:
         self.client.log_text(self.run_id, redact(OmegaConf.to_yaml(cfg, resolve=True)), "config.yaml")
 
     def log_result(self, record: Record, outputs=None) -> None:
-        """Metrics, tags and files of a finished job (`outputs`: a job.JobOutputs, optional)."""
+        """Metrics, tags and files of a finished job (`outputs`: a job.JobOutputs, optional). A
+        store that cannot take them (full, read-only, damaged) is one error paragraph: the
+        job's result stands in its record, and is not turned into a failure."""
         self.record = record
+        try:
+            self._log_result(record, outputs)
+        except Exception as exc:  # MLflow's and SQLAlchemy's errors: no common base
+            log.error("error [tracking_error]: MLflow could not store the result of %s in %s "
+                      "(%s: %s) (rule: a measured result is kept even when its tracking store "
+                      "fails: it is in the job's record.json).", record.kernel,
+                      redact(self.settings.tracking_uri), type(exc).__name__, first_line(str(exc)))
+
+    def _log_result(self, record: Record, outputs) -> None:
         tags = {**record_tags(record), "mlflow.note.content": description(record)}
         log_batch(self.client, self.run_id, params=result_params(record, self.tile_params_deferred),
                   metrics=record_metrics(record), tags=tags)
@@ -277,7 +288,14 @@ def job_run(settings: Settings, cfg: DictConfig, run_name: str,
         raise
     else:
         with shielded():
-            job.end_from_record()
+            try:
+                job.end_from_record()
+            except Exception as exc:  # the store failed: the result stands, the run is left
+                log.error("error [tracking_error]: MLflow could not end the run of %s in %s "
+                          "(%s: %s); the next sweep on this store ends it KILLED (rule: a "
+                          "storage fault never turns a measured result into a failure).",
+                          job.record.kernel if job.record else run_name, redact(settings.tracking_uri),
+                          type(exc).__name__, first_line(str(exc)))
     finally:
         try:
             if job is not None:

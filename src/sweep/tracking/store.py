@@ -12,6 +12,7 @@ so that mlflow.enabled=false costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import logging
@@ -280,20 +281,56 @@ def _ready(uri: str) -> None:
     db = sqlite_path(uri)
     if db is None:
         return
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "a") as lock:
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(db.with_name(db.name + ".lock"), "a")
+    except OSError as exc:
+        raise _unusable(db, exc) from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if db.is_file() and db.stat().st_size > 0:
-                return  # made before (MLflow itself refuses an old schema with its own message)
+                _check_usable(db)  # made before (MLflow refuses an old schema with its own message)
+                return
             for stale in db.parent.glob(f".{db.name}.*.new*"):  # of a process killed here
                 stale.unlink(missing_ok=True)
             fresh = db.with_name(f".{db.name}.{os.getpid()}.new")
             with shielded():  # Ctrl-C here is held until the store is whole
-                MlflowClient(tracking_uri=f"sqlite:///{fresh}").search_experiments(max_results=1)
-                fresh.replace(db)
+                try:
+                    MlflowClient(tracking_uri=f"sqlite:///{fresh}").search_experiments(max_results=1)
+                    fresh.replace(db)
+                except BaseException as exc:  # a full disk, a read-only directory: no half store left
+                    for leftover in db.parent.glob(f".{db.name}.{os.getpid()}.new*"):
+                        leftover.unlink(missing_ok=True)
+                    if isinstance(exc, Exception):
+                        raise _unusable(db, exc) from None
+                    raise
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _unusable(db: Path, exc: BaseException) -> TrackingUnavailable:
+    reason = getattr(exc, "strerror", None) or first_line(str(getattr(exc, "orig", None) or exc))
+    return TrackingUnavailable(
+        f"MLflow cannot keep runs in {db}: {reason} ({type(exc).__name__}) (rule: a local "
+        f"tracking store is a SQLite database that MLflow made, readable and writable, in a "
+        f"writable directory with free space). Move a damaged file away (a new store is made in "
+        f"its place), free space or fix the permissions. {HOW_TO_CHOOSE}")
+
+
+def _check_usable(db: Path) -> None:
+    """TrackingUnavailable unless `db` is a SQLite database this process can write: a damaged
+    or foreign file, or a read-only one, fails here in one paragraph instead of as a traceback
+    from deep in SQLAlchemy at the first run."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(db, timeout=60)) as conn:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            conn.execute("BEGIN IMMEDIATE")  # takes the write lock: refused if read-only
+            conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        raise _unusable(db, exc) from None
 
 
 def ensure_experiment(mlflow_client, name: str, uri: str) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
+import socket
 from pathlib import Path
 
 from src.records.record import Record
@@ -62,6 +64,45 @@ def child_runs(mlflow_client, parent: Parent) -> list:
             return runs
 
 
+def _process_gone(pid: str) -> bool:
+    """Whether no process `pid` runs on this host (a live one, maybe a later process given the
+    same number, is left alone: a run is never closed under a sweep that may still own it)."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, PermissionError, OverflowError):
+        return False
+    return False
+
+
+def close_abandoned(mlflow_client, closer_run_id: str) -> None:
+    """Runs of the store left RUNNING by a process of this host that is gone (SIGKILL, a crash,
+    the OOM killer: nothing could end them) end KILLED, with the reason as their error. Runs of
+    other hosts are left alone (whether their process lives cannot be seen from here). A store
+    that refuses is a warning: closing old runs never stops a sweep."""
+    host = socket.gethostname()
+    try:
+        experiments = [e.experiment_id for e in mlflow_client.search_experiments()]
+        running = mlflow_client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'",
+                                            max_results=1000)
+        for run in running:
+            tags = run.data.tags
+            if tags.get("host") != host or not tags.get("pid") or not _process_gone(tags["pid"]):
+                continue
+            reason = (f"killed: its process (pid {tags['pid']} on {host}) ended without closing "
+                      f"this run (SIGKILL, a crash or the OOM killer); closed by the sweep run "
+                      f"{closer_run_id}")
+            log_batch(mlflow_client, run.info.run_id, tags={
+                "status": "killed", "error": reason, "mlflow.note.content": f"**killed**\n\n{reason}\n"})
+            mlflow_client.set_terminated(run.info.run_id, KILLED)
+            log.warning("MLflow: run %s (%s) was left RUNNING by pid %s, which is gone: ended KILLED",
+                        run.info.run_id, run.info.run_name, tags["pid"])
+    except Exception as exc:  # MLflow's and SQLAlchemy's errors: no common base
+        log.warning("MLflow: runs left RUNNING by killed processes could not be closed (%s: %s)",
+                    type(exc).__name__, exc)
+
+
 class SweepRun:
     """The parent run of a sweep, in the launching process. Holds plain data only: launchers
     that run jobs in other processes pickle Hydra's callbacks, and this with them."""
@@ -94,6 +135,7 @@ class SweepRun:
                 log_batch(mlflow_client, sweep.parent.run_id,
                           params=flatten({"overrides": redact(" ".join(overrides))}))
                 sweep.parent.write(sweep_dir)
+            close_abandoned(mlflow_client, sweep.parent.run_id)
         except BaseException:
             if sweep is not None:
                 sweep.close_unfinished()

@@ -184,6 +184,7 @@ def test_a_failed_single_run_is_one_failed_run(tmp_path, tracking_uri):
     assert error.read_text().split() == recorded.split()
 
 
+@pytest.mark.integration  # joblib's worker processes, as SLURM's (tests/test_slurm.py)
 def test_a_sweep_under_another_launcher_nests_jobs_from_other_processes(tmp_path, tracking_uri):
     """Hydra's joblib launcher runs the jobs in worker processes (and pickles the callbacks to
     them): they find the parent run through the sweep directory."""

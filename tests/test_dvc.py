@@ -177,6 +177,7 @@ def repo(tmp_path):
     return work, dvc, run
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_dag_and_status_are_valid(repo):
     work, dvc, _ = repo
     dot = dvc("dag", "--dot").stdout
@@ -187,6 +188,7 @@ def test_dag_and_status_are_valid(repo):
         assert f"{stage}:" in status  # never run here: every stage is out of date
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
     """The bench stage's commands after the ceilings (which need a GPU), exactly as DVC renders
     them, run here with no GPU: every kernel x size job is composed, its parameters and size
@@ -223,6 +225,7 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
     assert (runs.m == runs.n).all() and (runs.n == runs.k).all()
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_bench_without_a_gpu_leaves_the_published_results_alone(repo):
     """`dvc repro bench` where no GPU is visible fails (its ceilings need one) and the
     published runs.csv and ceilings.json are exactly as they were: DVC does not delete them
@@ -239,6 +242,7 @@ def test_bench_without_a_gpu_leaves_the_published_results_alone(repo):
     assert not (results / ".runs.csv.new").exists()
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_table_and_plots_stages_run_on_recorded_runs(repo):
     """With bench's outputs in place (the recorded H100 runs and the stand-in ceilings, marked
     as bench's by `dvc commit`), `dvc repro` runs table and plots only; metrics, params and

@@ -78,6 +78,7 @@ def check_sweep_intact(sweep_dir: Path, runs: list, finished: bool) -> None:
         assert len(records) == len(children) and (sweep_dir / "summary.md").is_file()
 
 
+@pytest.mark.integration  # two real sweeps at once (tests/test_soak.py: four, interrupted)
 def test_two_sweeps_started_together_on_a_fresh_store_keep_apart(tmp_path):
     """Both finish (no `table … already exists` from racing MLflow's migrations of a fresh
     sqlite store) and, started in the same second, each has its own directory and parent run."""
@@ -97,6 +98,7 @@ def test_two_sweeps_started_together_on_a_fresh_store_keep_apart(tmp_path):
     assert len(runs) == 2 + 4 and not [r for r in runs if r.info.status == "RUNNING"]
 
 
+@pytest.mark.integration  # four processes importing MLflow at once
 def test_a_store_created_by_many_processes_at_once_is_whole(tmp_path):
     """The lower level of the same race: four processes open one fresh store together."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -180,10 +180,16 @@ def test_a_sigterm_whose_exception_a_library_swallows_still_stops_the_sweep(tmp_
     ("sqlite://", "names no database file"),
     ("sqlite:///:memory:", "names no database file"),
 ])
-def test_a_tracking_uri_mlflow_would_refuse_or_lose_is_one_clear_error(tmp_path, uri, needle):
-    proc = run_cli(tmp_path, "-m", "size=128", f"mlflow.tracking_uri={uri}")
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and "error [tracking_error]" in output and needle in output, output
+def test_a_tracking_uri_mlflow_would_refuse_or_lose_is_one_clear_error(tmp_path, uri, needle, caplog):
+    """Checked by the sweep's launching process before any job (callbacks.MlflowSweep, here in
+    this process; tests/test_cli.py's test_a_tracking_uri_mlflow_cannot_use_is_one_clear_error
+    runs the command: the same check, its exit status and output)."""
+    from tests.replay import start_sweep
+
+    with pytest.raises(SystemExit) as exited:
+        start_sweep(uri, tmp_path / "sweep", "size=128")
+    output = caplog.text
+    assert exited.value.code == 1 and "error [tracking_error]" in output and needle in output, output
     assert "Traceback" not in output and not list(tmp_path.rglob("record.json"))
 
 

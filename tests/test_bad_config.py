@@ -14,7 +14,7 @@ from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.job.spec import build_spec
 from tests.conftest import CONF_DIR
-from tests.test_cli import run_cli, tracked_runs
+from tests.test_cli import run_cli, run_single_in_process, tracked_runs
 
 H100 = limits_from_spec("h100_sxm")
 P1024 = Problem(1024, 1024, 1024, 1.0, 0.0)
@@ -136,11 +136,13 @@ def test_an_expression_that_cannot_be_evaluated_is_a_config_error(rule, error, n
         build_spec(vectorize(constraints=[rule]), P1024, H100)
 
 
-def test_the_cli_reports_a_broken_constraint_as_a_config_error(tmp_path):
-    proc = run_cli(tmp_path, "kernel.constraints=['sqrt(bm) > 0']", "size=128", "mlflow.enabled=false")
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and "error [invalid_config]" in output, output
-    assert "failed_internal" not in output and "Traceback" not in output
+def test_the_runner_reports_a_broken_constraint_as_a_config_error(tmp_path):
+    """Through the runner's steps, in this process (the command's exit and output for such a
+    config: test_the_cli_refuses_such_a_source_and_logs_nothing_of_it)."""
+    code, record = run_single_in_process(tmp_path, "kernel.constraints=['sqrt(bm) > 0']",
+                                         "size=128", "mlflow.enabled=false")
+    assert code == 1 and record["status"] == "invalid_config", record
+    assert "sqrt" in record["error"] and "Traceback" not in record["error"]
 
 
 def test_pruning_a_tuning_space_is_bounded_too():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SHAPE_LIMITED
+from tests.conftest import ROOT, SHAPE_LIMITED, compose_config
 
 ALL_KERNELS = sorted(p.stem for p in (ROOT / "conf" / "kernel").glob("*.yaml"))
 assert {"01_naive", "17_flagship", "cublas_fp32", "cublas_tf32"} <= set(ALL_KERNELS)
@@ -57,15 +57,54 @@ def assert_sweep_exit(proc, records, clean: bool = True) -> None:
         assert not clean or "Traceback" not in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("args,status,needle", [
+BAD_INPUTS = [
     (["kernel=06_vectorize", "kernel.params.bk=6"], "invalid_params", "tm % 4 == 0 and tn % 4 == 0 and bk % 4 == 0"),
     (["kernel=05_blocktile_2d", "size=1000"], "unsupported_size", "m % bm == 0"),
     (["size=0"], "invalid_problem", "m=0"),
     (["size=abc"], "invalid_problem", "m='abc'"),
     (["m=3000000000"], "invalid_problem", "m <= 2147483647"),
     (["isolation.timeout_s=inf"], "invalid_config", "isolation.timeout_s must be a positive"),
-])
+]
+
+
+def run_single_in_process(tmp_path, *args: str) -> tuple[int, dict]:
+    """A single run of `python -m src.run ARGS`, in this process, through the steps src.run.main
+    takes: a bad input refused in the launching process (fail_fast_on_bad_input exits 1), else
+    the job in its worker (run_isolated). Returns the exit status (1: a failed job, as main
+    exits) and the record.json written to the run directory."""
+    from src.run import fail_fast_on_bad_input
+    from src.sweep.worker import run_isolated
+    from src.tune.tuned import explicit_params
+
+    cfg = compose_config(*args)
+    run_dir = tmp_path / "run"
+    try:
+        fail_fast_on_bad_input(cfg, run_dir)
+    except SystemExit as exc:
+        code = exc.code
+    else:
+        record, _ = run_isolated(cfg, explicit_params(list(args)))
+        record.write(run_dir)
+        code = 0 if record.ok else 1
+    return code, json.loads((run_dir / "record.json").read_text())
+
+
+@pytest.mark.parametrize("args,status,needle", BAD_INPUTS)
 def test_bad_input_is_one_clear_error(tmp_path, args, status, needle):
+    """Each rule, checked through the runner's own steps in this process (composing and a
+    subprocess per case cost seconds; test_a_bad_input_exits_1_with_one_paragraph runs the
+    command itself)."""
+    code, record = run_single_in_process(tmp_path, *args, "mlflow.enabled=false")
+    assert code == 1
+    assert record["status"] == status and needle in record["error"], record["error"]
+    assert record["gflops"] is None and "Traceback" not in record["error"]
+
+
+def test_a_bad_input_exits_1_with_one_paragraph(tmp_path):
+    """The command itself, on a bad input its worker finds (the launching process refuses the
+    others before a worker starts: tests/test_startup.py): exit status 1, the one paragraph,
+    no traceback, the record, and no tracking store touched."""
+    args, status, needle = BAD_INPUTS[1]
     store = tmp_path / "mlflow.db"
     proc = run_cli(tmp_path, *args, "mlflow.enabled=false", MLFLOW_TRACKING_URI=f"sqlite:///{store}")
     assert not store.exists()  # tracking off: no store touched
@@ -96,13 +135,17 @@ def test_unknown_kernel_lists_the_choices(tmp_path):
     assert "Traceback" not in output
 
 
-def test_unknown_gpu_lists_the_choices(tmp_path):
-    proc = run_cli(tmp_path, "gpu=b200", "mlflow.enabled=false")
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "Could not find 'gpu/b200'" in output
+def test_unknown_gpu_lists_the_choices():
+    """Hydra's own error, raised as the runner composes (test_unknown_kernel_lists_the_choices
+    runs the command: exit status and no traceback)."""
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException) as raised:
+        compose_config("gpu=b200", "mlflow.enabled=false")
+    output = str(raised.value)
+    assert "Could not find 'gpu/b200'" in output
     for name in ("auto", "h100_sxm", "h200", "a100"):
         assert name in output
-    assert "Traceback" not in output
 
 
 @pytest.mark.parametrize("sweep", [False, True])
@@ -193,6 +236,7 @@ def test_a_failed_single_run_is_one_failed_run(tmp_path, tracking_uri):
     assert error.read_text().split() == recorded.split()
 
 
+@pytest.mark.integration  # joblib's worker processes, as SLURM's (tests/test_slurm.py)
 def test_a_sweep_under_another_launcher_nests_jobs_from_other_processes(tmp_path, tracking_uri):
     """Hydra's joblib launcher runs the jobs in worker processes (and pickles the callbacks to
     them): they find the parent run through the sweep directory."""

@@ -177,6 +177,7 @@ def repo(tmp_path):
     return work, dvc, run
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_dag_and_status_are_valid(repo):
     work, dvc, _ = repo
     dot = dvc("dag", "--dot").stdout
@@ -187,6 +188,7 @@ def test_dag_and_status_are_valid(repo):
         assert f"{stage}:" in status  # never run here: every stage is out of date
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
     """The bench stage's commands after the ceilings (which need a GPU), exactly as DVC renders
     them, run here with no GPU: every kernel x size job is composed, its parameters and size
@@ -232,6 +234,7 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
     assert (runs.m == runs.n).all() and (runs.n == runs.k).all()
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_bench_without_a_gpu_leaves_the_published_results_alone(repo):
     """`dvc repro bench` where no GPU is visible fails (its ceilings need one) and the
     published runs.csv and ceilings.json are exactly as they were: DVC does not delete them
@@ -248,6 +251,7 @@ def test_bench_without_a_gpu_leaves_the_published_results_alone(repo):
     assert not (results / ".runs.csv.new").exists()
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_a_failed_table_or_plots_run_leaves_the_published_files(repo, tmp_path):
     """`dvc repro -f -s table` (and plots) with an interpreter that cannot start (the README's CPU-only
     path): both stages fail and every published file is byte for byte as it was."""
@@ -259,7 +263,7 @@ def test_a_failed_table_or_plots_run_leaves_the_published_files(repo, tmp_path):
     dvc("commit", "-f", "bench")
     dvc("repro", "table", "plots")
     published = sorted(p for p in results.rglob("*") if p.is_file())
-    assert len(published) == 2 + 3 + 6, published
+    assert len(published) == 2 + 4 + 6, published  # inputs, table (with the wide table), plots
     before = {p: p.read_bytes() for p in published}
     (tmp_path / "bin" / "python").write_text("#!/bin/sh\necho 'python: broken' >&2\nexit 1\n")
     for stage in ("table", "plots"):
@@ -269,6 +273,7 @@ def test_a_failed_table_or_plots_run_leaves_the_published_files(repo, tmp_path):
     assert {p: p.read_bytes() for p in published} == before
 
 
+@pytest.mark.integration  # the dvc command line runs the stages
 def test_table_and_plots_stages_run_on_recorded_runs(repo):
     """With bench's outputs in place (the recorded H100 runs and the stand-in ceilings, marked
     as bench's by `dvc commit`), `dvc repro` runs table and plots only; metrics, params and

@@ -233,6 +233,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.integration  # a real `mlflow ui` server
 def test_ui_serves_the_copied_store_on_localhost(store, tmp_path):
     """A real `sgemm-lab ui` on a free port: it answers on 127.0.0.1 with the experiment and the
     failed run's error.txt (from the copy's mlruns/), then stops with its server."""

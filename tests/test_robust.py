@@ -78,6 +78,7 @@ def check_sweep_intact(sweep_dir: Path, runs: list, finished: bool) -> None:
         assert len(records) == len(children) and (sweep_dir / "summary.md").is_file()
 
 
+@pytest.mark.integration  # two real sweeps at once (tests/test_soak.py: four, interrupted)
 def test_two_sweeps_started_together_on_a_fresh_store_keep_apart(tmp_path):
     """Both finish (no `table … already exists` from racing MLflow's migrations of a fresh
     sqlite store) and, started in the same second, each has its own directory and parent run."""
@@ -97,6 +98,7 @@ def test_two_sweeps_started_together_on_a_fresh_store_keep_apart(tmp_path):
     assert len(runs) == 2 + 4 and not [r for r in runs if r.info.status == "RUNNING"]
 
 
+@pytest.mark.integration  # four processes importing MLflow at once
 def test_a_store_created_by_many_processes_at_once_is_whole(tmp_path):
     """The lower level of the same race: four processes open one fresh store together."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -180,10 +182,16 @@ def test_a_sigterm_whose_exception_a_library_swallows_still_stops_the_sweep(tmp_
     ("sqlite://", "names no database file"),
     ("sqlite:///:memory:", "names no database file"),
 ])
-def test_a_tracking_uri_mlflow_would_refuse_or_lose_is_one_clear_error(tmp_path, uri, needle):
-    proc = run_cli(tmp_path, "-m", "size=128", f"mlflow.tracking_uri={uri}")
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and "error [tracking_error]" in output and needle in output, output
+def test_a_tracking_uri_mlflow_would_refuse_or_lose_is_one_clear_error(tmp_path, uri, needle, caplog):
+    """Checked by the sweep's launching process before any job (callbacks.MlflowSweep, here in
+    this process; tests/test_cli.py's test_a_tracking_uri_mlflow_cannot_use_is_one_clear_error
+    runs the command: the same check, its exit status and output)."""
+    from tests.replay import start_sweep
+
+    with pytest.raises(SystemExit) as exited:
+        start_sweep(uri, tmp_path / "sweep", "size=128")
+    output = caplog.text
+    assert exited.value.code == 1 and "error [tracking_error]" in output and needle in output, output
     assert "Traceback" not in output and not list(tmp_path.rglob("record.json"))
 
 

@@ -20,6 +20,8 @@ import pytest
 from tests import cluster
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration  # real SLURM daemons, PostgreSQL and an MLflow server
+
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 pytest.importorskip("psycopg2")
 pytest.importorskip("mlflow.server")

@@ -12,7 +12,11 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from tests.test_robust import SAME_TIME_DIR, check_sweep_intact, start, store_runs, sweep_dirs
+
+pytestmark = pytest.mark.integration  # four real sweeps at once, interrupted
 
 SWEEPS = 4
 JOBS = "kernel=01_naive,02_gmem_coalesce,03_smem_blocking,04_blocktile_1d"  # 0.3 s each

@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import load_jsonl
 
+pytestmark = pytest.mark.integration  # a real `mlflow server` process
+
 requests = pytest.importorskip("requests")
 pytest.importorskip("mlflow")
 

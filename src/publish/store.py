@@ -25,6 +25,7 @@ import logging
 import os
 import sqlite3
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -176,8 +177,9 @@ def build(sources: list[Path], db: Path) -> int:
 
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating tables..."
     db.parent.mkdir(parents=True, exist_ok=True)
-    fresh = db.with_name(f".{db.name}.{os.getpid()}.new")
-    fresh.unlink(missing_ok=True)
+    # a name of its own per build: MLflow keeps one engine per store URI in a process, and one
+    # reused here would write into the store moved into place by the build before
+    fresh = db.with_name(f".{db.name}.{os.getpid()}.{time.time_ns()}.new")
     try:
         mlflow_client = client(f"sqlite:///{fresh.resolve()}")
         experiment = mlflow_client.create_experiment(

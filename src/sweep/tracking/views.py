@@ -20,14 +20,16 @@ SHARED_VIEW_PREFIX = "mlflow.sharedViewState."  # MLflow UI's tag prefix for a s
 # The columns, as the UI names them (`<type>.\`<key>\``): what ran, its figures, how it ended.
 FIGURES = ("tags.`math`", "params.`precision`", "metrics.`gflops`", "metrics.`pct_of_cublas`",
            "metrics.`time_ms_median`", "tags.`gpu`", "tags.`status`", "tags.`error`")
-FAILURES = ("params.`precision`", "tags.`gpu`", "tags.`status`", "tags.`error`")  # no figures
+FAILURES = ("tags.`status`", "tags.`error`", "tags.`gpu`")  # why, first; no figures
 
 
 def ui_state(columns=FIGURES, widths: dict | None = None) -> dict:
     """The experiment page's whole UI state (older MLflow versions replace their state with a
     shared one, so every field it reads is given, with MLflow's defaults) showing `columns`."""
     return {
-        "selectedColumns": list(columns), "columnOrder": [], "columnWidths": widths or {},
+        # MLflow applies a width only to a column named in columnOrder
+        "selectedColumns": list(columns), "columnOrder": list(columns) if widths else [],
+        "columnWidths": widths or {},
         "runsExpanded": {}, "runsPinned": [], "runsHidden": [], "runsVisibilityMap": {},
         "runsHiddenMode": "FIRST_10_RUNS", "viewMaximized": False, "runListHidden": False,
         "isAccordionReordered": False, "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
@@ -67,7 +69,7 @@ VIEWS = {
         "Failed jobs and why",
         "failed jobs by status (the error column says why; open one for the whole error)",
         "attributes.status = 'FAILED' and tags.kind = 'job'", "tags.`status`", descending=False,
-        columns=FAILURES, widths={"tags.`error`": 900}),
+        columns=FAILURES, widths={"tags.`status`": 170, "tags.`error`": 900}),
 }
 QUESTIONS = [key for key in VIEWS if key != EVERY_RUN]
 

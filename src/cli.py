@@ -4,14 +4,14 @@
     sgemm-lab kernels                the kernels: name, precision, what the chapter does, tuned for
     sgemm-lab results [--local]      the published table; --local: the newest sweep here
     sgemm-lab ui [--port N]          MLflow's UI on this directory's store, with ready links
-    sgemm-lab links [--port N]       only the links
+    sgemm-lab ui --published         ... on the published runs (no GPU needed; built once)
+    sgemm-lab links [--published]    only the links
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import quote
@@ -156,52 +156,70 @@ def experiment_id(db: Path, name: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def ui_links(experiment: str, port: int = 5000) -> dict[str, str]:
-    """The runs table with a filter and a sort already set, for the README's two questions."""
-    base = f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs"
+def has_view(db: Path, experiment: str) -> bool:
+    """Whether the experiment holds the lab's saved view (experiments made before it do not)."""
+    import sqlite3
 
-    def link(search: str, order: str) -> str:
-        return (f"{base}?searchFilter={quote(search, safe='')}"
-                f"&orderByKey={quote(order, safe='')}&orderByAsc=false")
+    from src.sweep.tracking.views import EVERY_RUN, SHARED_VIEW_PREFIX
 
-    return {
-        "fastest FP32 kernels at 4096 (GFLOP/s, % of cuBLAS FP32)": link(
-            "params.m = '4096' and params.n = '4096' and params.k = '4096' "
-            "and params.precision = 'fp32'", "metrics.`gflops`"),
-        "every kernel at 4096 against cuBLAS in its own precision": link(
-            "params.m = '4096' and params.n = '4096' and params.k = '4096'",
-            "metrics.`pct_of_cublas`"),
-        "failed jobs, newest first (open one: its description is the error)": link(
-            "attributes.status = 'FAILED' and tags.kind = 'job'", "attributes.end_time"),
-    }
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT 1 FROM experiment_tags WHERE experiment_id = ? AND key = ?",
+                           (experiment, SHARED_VIEW_PREFIX + EVERY_RUN)).fetchone()
+    return row is not None
 
 
-def print_links(port: int, db: Path) -> str | None:
+def ui_links(experiment: str, port: int = 5000, with_view: bool = True) -> dict[str, str]:
+    """The runs table (the figures as columns) with a filter and a sort already set, for the
+    README's questions."""
+    from src.sweep.tracking.views import question_links
+
+    return question_links(f"http://127.0.0.1:{port}", experiment, with_view)
+
+
+def print_links(port: int, db: Path, name: str | None = None) -> str | None:
+    """The experiment `name` (default: the runs' default experiment) of the store `db`: its runs
+    table, then the questions' links; returns its id (None: no such experiment)."""
     from src.sweep.tracking.store import default_experiment_name
+    from src.sweep.tracking.views import runs_url
 
-    name = default_experiment_name(None)
+    name = name or default_experiment_name(None)
     experiment = experiment_id(db, name)
     if experiment is None:
-        print(f"no experiment {name!r} in {db} yet: run a job or a sweep first")
+        print(f"no experiment {name!r} in {db} yet: run a job or a sweep first "
+              f"(or see the published runs: sgemm-lab ui --published)")
         return None
-    for what, url in ui_links(experiment, port).items():
+    view = has_view(db, experiment)
+    print(f"{name}, every run:\n  {runs_url(f'http://127.0.0.1:{port}', experiment, with_view=view)}")
+    for what, url in ui_links(experiment, port, view).items():
         print(f"{what}:\n  {url}")
     return experiment
 
 
-def start_ui(port: int, db: Path) -> int:
+def the_store(store: Path | None, published: bool) -> tuple[Path, str | None]:
+    """The sqlite store to show and its experiment's name: the published runs' (built on first
+    use), else `store` (default ./mlflow.db) and the runs' default experiment."""
+    if published:
+        from src.publish.store import DEFAULT_STORE, EXPERIMENT, ensure_published
+
+        db = store or DEFAULT_STORE
+        ensure_published(db)
+        return db, EXPERIMENT
+    return store or Path("mlflow.db"), None
+
+
+def start_ui(port: int, db: Path, name: str | None = None, published: bool = False) -> int:
     from src.sweep.tracking.portable import relocate
+    from src.ui import serve
 
     if not db.is_file():
-        print(f"error: no MLflow store {db} here (run from the directory you ran sgemm-lab in)",
-              file=sys.stderr)
+        print(f"error: no MLflow store {db} here (run from the directory you ran sgemm-lab in, "
+              f"or see the published runs: sgemm-lab ui --published)", file=sys.stderr)
         return 1
-    moved = relocate(db)
+    moved = 0 if published else relocate(db)  # the published store is built where it is
     if moved:
         print(f"{moved} artifact locations pointed at {db.resolve().parent / 'mlruns'} (the store was moved)")
-    print_links(port, db)
-    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
-                            f"sqlite:///{db.resolve()}", "--host", "127.0.0.1", "--port", str(port)])
+    print_links(port, db, name)
+    return serve(db, port)
 
 
 def run_jobs(args: list[str]) -> int:
@@ -227,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--port", type=int, default=5000)
-    parser.add_argument("--store", type=Path, default=Path("mlflow.db"), help="the sqlite store")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="the sqlite store (default ./mlflow.db; with --published, where the "
+                             "published store is built)")
+    parser.add_argument("--published", action="store_true",
+                        help="ui, links: the published runs (results/*.csv), no GPU needed")
     parser.add_argument("--local", action="store_true",
                         help="results: the newest sweep under ./multirun, not the published table")
     args = parser.parse_args(argv)
@@ -235,9 +257,14 @@ def main(argv: list[str] | None = None) -> int:
         return show_kernels()
     if args.command == "results":
         return show_results(local=args.local)
+    try:
+        db, name = the_store(args.store, args.published)
+    except (OSError, ValueError) as exc:  # the published CSVs missing or not runs CSVs
+        print(f"error: cannot build the published store: {exc}", file=sys.stderr)
+        return 1
     if args.command == "links":
-        return 0 if print_links(args.port, args.store) else 1
-    return start_ui(args.port, args.store)
+        return 0 if print_links(args.port, db, name) else 1
+    return start_ui(args.port, db, name, args.published)
 
 
 if __name__ == "__main__":

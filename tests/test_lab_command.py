@@ -195,8 +195,9 @@ def test_a_copied_store_shows_its_artifacts_from_the_new_place(store, tmp_path):
     assert error_txt(original / "mlflow.db", store["runs"]["failed"], tmp_path / "dl0") == text
 
 
-def test_links_filter_and_sort_the_runs_table(store, tmp_path, capsys):
+def test_links_open_the_saved_views_of_the_runs_table(store, tmp_path, capsys):
     from src.sweep.tracking.store import default_experiment_name
+    from src.sweep.tracking.views import SHARED_VIEW_PREFIX, VIEWS
 
     db = store["folder"] / "mlflow.db"
     experiment = cli.experiment_id(db, default_experiment_name(None))
@@ -204,27 +205,73 @@ def test_links_filter_and_sort_the_runs_table(store, tmp_path, capsys):
     assert cli.print_links(5123, db) == experiment
     printed = capsys.readouterr().out
     links = cli.ui_links(experiment, 5123)
+    saved = {key for (key,) in sqlite3.connect(db).execute(
+        "SELECT key FROM experiment_tags WHERE experiment_id = ?", (experiment,))}
     for url in links.values():
         assert url in printed
-        assert url.startswith(f"http://127.0.0.1:5123/#/experiments/{experiment}/runs?searchFilter=")
+        assert url.startswith(f"http://127.0.0.1:5123/#/experiments/{experiment}/runs?viewStateShareKey=")
+        assert SHARED_VIEW_PREFIX + url.split("viewStateShareKey=")[1] in saved  # the view exists
     failed = next(url for what, url in links.items() if what.startswith("failed"))
-    assert "FAILED" in failed and "kind" in failed  # job rows, not the sweep's
+    assert "FAILED" in VIEWS[failed.split("=")[-1]].search  # job rows, not the sweep's
     assert cli.print_links(5123, tmp_path / "none.db") is None
 
 
-def test_ui_builds_the_mlflow_command_on_the_store_here(store, tmp_path, monkeypatch, capsys):
+def test_links_to_an_experiment_made_before_the_views_set_filter_and_sort_in_the_url(store, tmp_path, capsys):
+    """No saved view in the experiment: the same filter and sort as URL parameters (a view key
+    that does not exist would send the UI to the bare experiment page)."""
+    copy = tmp_path / "old.db"
+    shutil.copy(store["folder"] / "mlflow.db", copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("DELETE FROM experiment_tags WHERE key LIKE 'mlflow.sharedViewState.%'")
+    experiment = cli.print_links(5123, copy)
+    printed = capsys.readouterr().out
+    assert "viewStateShareKey" not in printed
+    for url in cli.ui_links(experiment, 5123, with_view=False).values():
+        assert url in printed and "searchFilter=" in url and "orderByKey=" in url
+
+
+def served(monkeypatch) -> list:
+    """Stands in for uvicorn.run: what `sgemm-lab ui` would serve, and with which environment."""
+    import uvicorn
+    from mlflow.server.constants import BACKEND_STORE_URI_ENV_VAR, REGISTRY_STORE_URI_ENV_VAR
+
+    calls = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: calls.append(
+        (app, options, dict(os.environ))))
+    for name in (BACKEND_STORE_URI_ENV_VAR, REGISTRY_STORE_URI_ENV_VAR,
+                 "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test (serve sets them)
+    return calls
+
+
+def test_ui_serves_mlflow_in_one_quiet_process_on_the_store_here(store, tmp_path, monkeypatch, capsys):
+    from mlflow.server.constants import BACKEND_STORE_URI_ENV_VAR
+
     copy = tmp_path / "copied"
     shutil.copytree(store["folder"], copy)
-    called = []
-    monkeypatch.setattr(cli.subprocess, "call", lambda cmd: called.append(cmd) or 0)
+    calls = served(monkeypatch)
     assert cli.main(["ui", "--port", "5077", "--store", str(copy / "mlflow.db")]) == 0
-    [cmd] = called
-    assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"]
-    assert cmd[cmd.index("--backend-store-uri") + 1] == f"sqlite:///{(copy / 'mlflow.db').resolve()}"
-    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "5077"
+    [(app, options, env)] = calls
+    assert app == "mlflow.server.fastapi_app:app"
+    assert options == {"host": "127.0.0.1", "port": 5077, "workers": 1, "log_level": "warning"}
+    assert env[BACKEND_STORE_URI_ENV_VAR] == f"sqlite:///{(copy / 'mlflow.db').resolve()}"
+    assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"  # no GenAI job runner
     out = capsys.readouterr().out
     assert "artifact locations pointed at" in out and "http://127.0.0.1:5077/#/experiments/" in out
     assert cli.main(["ui", "--store", str(tmp_path / "none.db")]) == 1  # no store: an error
+
+
+def test_a_store_that_never_moved_is_not_said_to_have_moved(tmp_path, monkeypatch):
+    """MLflow stores experiment 0's location as a path, the lab's as file: URIs: the same folder
+    either way (`sgemm-lab ui` said "1 artifact locations ... (the store was moved)")."""
+    from src.sweep.tracking.store import client, ensure_experiment
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow_client = client(uri)
+    mlflow_client.create_run(ensure_experiment(mlflow_client, "sgemm-lab/config", uri))
+    assert any(not loc.startswith("file:") for loc in locations(tmp_path / "mlflow.db"))
+    assert relocate(tmp_path / "mlflow.db") == 0
 
 
 def free_port() -> int:
@@ -236,7 +283,7 @@ def free_port() -> int:
 @pytest.mark.integration  # a real `mlflow ui` server
 def test_ui_serves_the_copied_store_on_localhost(store, tmp_path):
     """A real `sgemm-lab ui` on a free port: it answers on 127.0.0.1 with the experiment and the
-    failed run's error.txt (from the copy's mlruns/), then stops with its server."""
+    failed run's error.txt (from the copy's mlruns/) from one process, then stops with it."""
     copy = tmp_path / "copied"
     shutil.copytree(store["folder"], copy)
     port = free_port()
@@ -256,6 +303,9 @@ def test_ui_serves_the_copied_store_on_localhost(store, tmp_path):
             except OSError:
                 assert server.poll() is None and time.monotonic() < deadline, "ui did not start"
                 time.sleep(0.5)
+        group = subprocess.run(["ps", "-o", "pid=", "-g", str(server.pid)], capture_output=True,
+                               text=True).stdout.split()
+        assert group == [str(server.pid)]  # no uvicorn workers, no job runner: one process
         run_id = store["runs"]["failed"]
         url = f"{base}/get-artifact?path=error.txt&run_uuid={run_id}"
         with urllib.request.urlopen(url, timeout=30) as reply:

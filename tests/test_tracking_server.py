@@ -129,7 +129,7 @@ def check_sweep(url: str, experiment: str, parent_id: str, records) -> None:
         metrics = as_dict(run["data"].get("metrics", []))
         assert params["kernel"] == record.kernel and params["m"] == str(record.m)
         if record.ok:
-            assert metrics["gflops"] == pytest.approx(record.gflops)
+            assert metrics["gflops"] == round(record.gflops, 1)  # rounded for reading
         else:
             assert "gflops" not in metrics
             # error.txt is the error wrapped for reading: the same words as the record's

@@ -97,14 +97,35 @@ def pct_of_cublas(record: Record) -> float | None:
     return record.pct_of_cublas_tf32 if record.precision == "tf32" else record.pct_of_cublas_fp32
 
 
+# How metrics are rounded for the runs table: finer than the timing noise (about 1%), so no
+# figure a reader compares changes; record.json keeps the exact values.
+DECIMALS = {"gflops": 1, "pct": 2, "seconds": 3}   # by name suffix / prefix, digits after the point
+SIGNIFICANT = {"time_ms": 4, "rel_err": 3, "tolerance": 3}  # by name prefix, significant digits
+
+
+def rounded(name: str, value: float) -> float:
+    """`value` of metric `name` rounded for reading (DECIMALS, SIGNIFICANT); counts, clocks and
+    sizes stay as they are."""
+    if name.endswith("gflops"):
+        return round(value, DECIMALS["gflops"])
+    if name.startswith("pct_"):
+        return round(value, DECIMALS["pct"])
+    if name.endswith("_seconds"):
+        return round(value, DECIMALS["seconds"])
+    for prefix, digits in SIGNIFICANT.items():
+        if name.startswith(prefix):
+            return float(f"{value:.{digits}g}")
+    return value
+
+
 def record_metrics(record: Record) -> dict[str, float]:
     metrics = {}
     for name in METRICS:
         value = getattr(record, name)
         if value is not None and not isinstance(value, bool):
-            metrics[name] = float(value)
+            metrics[name] = rounded(name, float(value))
     if pct_of_cublas(record) is not None:
-        metrics["pct_of_cublas"] = float(pct_of_cublas(record))
+        metrics["pct_of_cublas"] = rounded("pct_of_cublas", float(pct_of_cublas(record)))
     return metrics
 
 

@@ -24,7 +24,10 @@ def relocated(location: str, artifacts_dir: Path) -> str | None:
         return None
     tail = location.split(marker, 1)[1]
     moved = (artifacts_dir / tail).as_uri()
-    return None if moved == location else moved
+    # the same folder written as a path or as a file: URI (MLflow stores experiment 0's as a
+    # path) has not moved
+    same = location if location.startswith("file:") else Path(location).as_uri()
+    return None if moved == same else moved
 
 
 def relocate(db: Path) -> int:

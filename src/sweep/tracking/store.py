@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from src.errors import LabError
 from src.paths import ROOT
+from src.sweep.tracking.views import view_tags
 
 PROJECT = "sgemm-lab"
 
@@ -347,7 +348,7 @@ def ensure_experiment(mlflow_client, name: str, uri: str) -> str:
             location = (db.parent / ARTIFACTS_DIR / slug).as_uri()
         try:
             return mlflow_client.create_experiment(name, artifact_location=location,
-                                                   tags=EXPERIMENT_TAGS)
+                                                   tags={**EXPERIMENT_TAGS, **view_tags()})
         except MlflowException:  # made meanwhile by another process of the sweep
             experiment = mlflow_client.get_experiment_by_name(name)
             if experiment is None:

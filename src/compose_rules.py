@@ -81,7 +81,7 @@ def install() -> None:
 def check_no_credentials(overrides: list[str], cfg) -> None:
     """ConfigRefused if an override, or a value of `cfg` as written (unresolved: a reference to
     an environment variable is not read), holds a URI with a user or password."""
-    from src.sweep.tracking.store import has_credentials, redact
+    from src.sweep.tracking.credentials import has_credentials, redact
 
     for override in overrides:
         if has_credentials(override):

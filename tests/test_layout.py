@@ -111,7 +111,7 @@ def test_python_function_within_line_limit(function):
     assert name not in lengths, f"{function} has {lengths.get(name)} lines (limit {MAX_FUNCTION_LINES})"
 
 
-@pytest.mark.parametrize("source", [known(rel(p)) for p in sorted((ROOT / "kernels").glob("*.cu*"))])
+@pytest.mark.parametrize("source", [known(rel(p)) for p in sorted((ROOT / "kernels").rglob("*.cu*"))])
 def test_cuda_functions_within_line_limit(source):
     long = [(line, count) for line, count in cuda_functions((ROOT / source).read_text())
             if count > MAX_CUDA_FUNCTION_LINES]

@@ -150,7 +150,7 @@ def test_a_cached_figure_passes_the_checks_a_fresh_one_does(tmp_path, edit, serv
 
     from src.job import gpu as gpu_mod
     from src.job.measure import check_cached
-    from src.job.pipeline import _plausible
+    from src.job.pipeline import cached_is_plausible
 
     spec, problem, bench = spec_and_problem()
     h100 = gpu_mod.spec_for_device_name(DEVICE["name"])
@@ -170,7 +170,7 @@ def test_a_cached_figure_passes_the_checks_a_fresh_one_does(tmp_path, edit, serv
     path.write_text(json.dumps(entry))
     cached = cache.get(job)
     assert cached is not None  # the key, description and names are this job's
-    assert _plausible(prepared, cached) is served
+    assert cached_is_plausible(prepared, cached) is served
     if not served:
         assert "measuring again" in caplog.text and "rule:" in caplog.text
     else:

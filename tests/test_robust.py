@@ -210,7 +210,8 @@ def test_an_unreachable_tracking_server_stops_the_sweep_at_once(tmp_path):
 
 
 def test_credentials_are_redacted_wherever_values_are_written():
-    from src.sweep.tracking.store import flatten, redact
+    from src.sweep.tracking.credentials import redact
+    from src.sweep.tracking.store import flatten
 
     assert redact("mlflow.tracking_uri=https://bob:pa%40ss@host:5000/x y") == \
         "mlflow.tracking_uri=https://***@host:5000/x y"
@@ -223,7 +224,7 @@ def test_credentials_are_redacted_wherever_values_are_written():
 def test_credentials_from_the_environment_reach_mlflow_whole(monkeypatch):
     """A raw @ or a percent-encoded character in a password (issue 35): a tracking server gets
     the whole password through MLflow's variables, a database a URI its driver reads whole."""
-    from src.sweep.tracking.store import take_credentials
+    from src.sweep.tracking.credentials import take_credentials
 
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)

@@ -237,8 +237,8 @@ def test_job_artifacts_are_config_record_source_and_report(sweep, tmp_path):
         assert config["kernel"].get("params", {}) == record.params
         if record.backend == "nvrtc" and record.entry:
             source = artifact(client, run_id, "kernel.cu", tmp_path)
-            assert source.startswith(f'#line 1 "kernels/{record.kernel}.cu"')
-            assert '#line 1 "kernels/common.cuh"' in source  # the header pasted in, as compiled
+            assert source.startswith(f'#line 1 "kernels/chapters/{record.kernel}.cu"')
+            assert '#line 1 "kernels/include/common.cuh"' in source  # the header pasted in, as compiled
         else:
             assert "kernel.cu" not in names
         if record.registers is not None:
@@ -504,7 +504,7 @@ def test_the_job_hands_over_the_source_it_compiles(compose):
     GPU, the job then fails with no_gpu; on a GPU it also has the resource report)."""
     outputs = JobOutputs()
     record = run_job(compose("kernel=06_vectorize", "size=256", "bench=quick"), outputs)
-    assert outputs.source == expand_source(KERNELS_DIR / "06_vectorize.cu")
+    assert outputs.source == expand_source(KERNELS_DIR / "chapters" / "06_vectorize.cu")
     if record.ok:
         assert outputs.resources is not None and outputs.resources.registers == record.registers
     else:
@@ -549,7 +549,7 @@ def test_nvrtc_ptx_of_a_chapter():
         nvrtc.getVersion()
     except Exception as exc:
         pytest.skip(f"NVRTC is not available here ({type(exc).__name__})")
-    ptx = nvrtc_ptx(expand_source(KERNELS_DIR / "06_vectorize.cu"),
+    ptx = nvrtc_ptx(expand_source(KERNELS_DIR / "chapters" / "06_vectorize.cu"),
                     "sgemm_vectorize<128, 128, 8, 8, 8>", "9.0")
     assert ".target sm_90" in ptx and ".entry" in ptx and "sgemm_vectorize" in ptx
 

@@ -42,7 +42,7 @@ def _describe(record: Record, prepared: PreparedJob) -> None:
     record.entry, record.grid, record.block = spec.entry, list(spec.grid), list(spec.block)
 
 
-def _plausible(prepared: PreparedJob, cached: Record) -> bool:
+def cached_is_plausible(prepared: PreparedJob, cached: Record) -> bool:
     """Whether a cached figure passes the checks a fresh one does (else it is measured again)."""
     try:
         check_cached(prepared, cached)
@@ -84,7 +84,7 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
         if cfg.get("resume"):
             cached = cache.get(digest)
             same_run = cached is not None and (cached.replicate or 1) == (record.replicate or 1)
-            if same_run and _plausible(prepared, cached):  # a replicate is a new run
+            if same_run and cached_is_plausible(prepared, cached):  # a replicate is a new run
                 cached.from_cache = True
                 return cached
         measure(prepared, baselines if baselines is not None else Baselines(), record, outputs,

@@ -143,7 +143,7 @@ def claim_sweep_dir(sweep_dir: Path, resume: bool = False) -> None:
 
 class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from src.sweep.tracking.store import redact_console
+        from src.sweep.tracking.credentials import redact_console
 
         redact_console()  # Hydra prints each job's overrides, which may hold a tracking URI's password
         sweep_dir = _sweep_dir(config)

@@ -36,7 +36,7 @@ class Progress:
 
     def job_started(self, overrides: list[str], gpu: str | None = None) -> None:
         """`gpu`: which GPU runs the job, when a sweep runs on several (its CUDA_VISIBLE_DEVICES)."""
-        from src.sweep.tracking.store import redact  # a tracking URI's password stays out
+        from src.sweep.tracking.credentials import redact  # a tracking URI's password stays out
 
         what = redact(" ".join(overrides)) + (f"  [GPU {gpu}]" if gpu is not None else "")
         print(self.line(what), file=self.stream, flush=True)

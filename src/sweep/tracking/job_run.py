@@ -29,7 +29,8 @@ from src.sweep.tracking.signals import (
     install_signal_handlers, mark_interrupted, restore_signal_handlers, shielded)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, check_reachable, client, context_tags,
-    ensure_experiment, first_line, flatten, log_batch, redact, redact_console)
+    ensure_experiment, first_line, flatten, log_batch)
+from src.sweep.tracking.credentials import redact, redact_console
 from src.tune import tuned
 
 log = logging.getLogger("sgemm")

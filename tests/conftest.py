@@ -72,7 +72,7 @@ def pytest_addoption(parser):
     parser.addoption("--shard", default=None, metavar="K/N",
                      help="run the K-th of N shards of the selected tests (1 <= K <= N): every "
                           "N-th test in collection order, so each shard gets a share of every "
-                          "file's cases (the GPU suite in sittings of minutes; README, Test tiers)")
+                          "file's cases (the GPU suite in sittings of minutes; docs/testing.md)")
 
 
 class Shards:

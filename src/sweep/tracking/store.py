@@ -130,12 +130,12 @@ def check_reachable(uri: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
             raise TrackingUnavailable(
                 f"no MLflow tracking server answers at {shown!r}: GET /health answered HTTP "
                 f"{exc.code} (rule: the tracking server answers before any job runs). Start it "
-                f"(README, Scaling out) or check the host and port. {HOW_TO_CHOOSE}") from None
+                f"(docs/scaling.md) or check the host and port. {HOW_TO_CHOOSE}") from None
     except (OSError, ValueError) as exc:
         raise TrackingUnavailable(
             f"the MLflow tracking server at {shown!r} is unreachable within {timeout_s:g} s "
             f"({type(exc).__name__}: {getattr(exc, 'reason', None) or exc}) (rule: the tracking "
-            f"server answers before any job runs). Start it (README, Scaling out) or check the "
+            f"server answers before any job runs). Start it (docs/scaling.md) or check the "
             f"host and port. {HOW_TO_CHOOSE}") from None
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")

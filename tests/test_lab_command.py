@@ -323,7 +323,7 @@ def test_ui_serves_the_copied_store_on_localhost(store, tmp_path):
 
 
 def test_the_readme_links_are_the_ones_sgemm_lab_prints():
-    """The README's ready links (experiment 1, port 5000: a fresh store) are `sgemm-lab links`'s."""
-    readme = (ROOT / "README.md").read_text()
+    """The docs' ready links (experiment 1, port 5000: a fresh store) are `sgemm-lab links`'s."""
+    readme = (ROOT / "docs" / "tracking.md").read_text()
     in_readme = set(re.findall(r"\((http://127\.0\.0\.1:5000/#/experiments/1/runs\?[^)]+)\)", readme))
     assert in_readme == set(cli.ui_links("1", 5000).values())

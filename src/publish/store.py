@@ -8,7 +8,7 @@ row a job run nested under it, logged as the job logged itself on the GPU (src/s
 job_run.py: params, rounded metrics, tags, the description: figures, or the error of a failed
 job) and saying where it comes from (the CSV, its job, the GPU and date). Nothing is measured
 here. The experiment carries the lab's saved view (the figures as columns) and, as its
-description, links to the README's questions.
+description, links to the questions of docs/tracking.md.
 
 Built on demand into a git-ignored folder rather than committed: the store's schema is that of
 the MLflow installed (pyproject asks for mlflow>=3; a store made by another version is refused

@@ -1,11 +1,11 @@
 """The runs table as it opens: saved views of MLflow's UI (columns, filter, sort) kept as
-experiment tags, and the links that open them for the README's questions.
+experiment tags, and the links that open them for the questions of docs/tracking.md.
 
 MLflow's UI keeps the columns a user picked in the browser only; a view shared with its "Share"
 button or saved from its Views menu is an experiment tag `mlflow.sharedViewState.<key>` holding the
 page's state (columns, filter, sort), opened by `?viewStateShareKey=<key>` in the URL. The lab
 writes its views (VIEWS) when it creates an experiment: every printed link opens with the figures
-as columns instead of none, and the Views menu lists the README's questions.
+as columns instead of none, and the Views menu lists the questions of docs/tracking.md.
 """
 
 from __future__ import annotations
@@ -103,5 +103,5 @@ def runs_url(base: str, experiment: str, key: str = EVERY_RUN, with_view: bool =
 
 
 def question_links(base: str, experiment: str, with_view: bool = True) -> dict[str, str]:
-    """The README's questions: what each answers -> its link."""
+    """The questions of docs/tracking.md: what each answers -> its link."""
     return {VIEWS[key].answers: runs_url(base, experiment, key, with_view) for key in QUESTIONS}

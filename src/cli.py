@@ -82,7 +82,7 @@ mlflow.log_ptx=true       also keep each compiled kernel's PTX
 isolation.mode=inline     run the GPU work in this process (default process: a fault fails one job)
 isolation.timeout_s=120   a step (compile, verify, time) without progress this long is a hang
 
-The composed config: --cfg job. Hydra's own flags: --hydra-help. Docs: README.md, kernels/README.md."""
+The composed config: --cfg job. Hydra's own flags: --hydra-help. Docs: README.md, docs/, kernels/README.md."""
 HELP_FLAGS = ("--help", "-h")
 
 

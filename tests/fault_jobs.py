@@ -90,7 +90,7 @@ def poisoned_serve(conn):
 def slow_serve(conn):
     """Every job takes two minutes, as a long GPU job does; says so on stdout when it starts."""
     for container in _jobs(conn):
-        print(f"job started in worker {os.getpid()}", flush=True)
+        os.write(1, f"job started in worker {os.getpid()}\n".encode())  # one write: never split
         time.sleep(120)
         conn.send(("done", _record(container, gflops=1.0).to_dict(), None, True))
 

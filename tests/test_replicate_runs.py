@@ -34,7 +34,11 @@ def test_headline_rows_and_close_verdicts_are_selected(records):
         assert ((r.kernel, r.m) in picked) == near, (r.kernel, r.m, r.pct_ci_low, r.pct_ci_high)
     assert ("21_ffma_hopper", 4096) in picked and ("01_naive", 1024) not in picked
     assert ("cublas_fp32", 1024) not in picked  # a baseline row only as a headline
-    assert len(select(records, set(), 0.0)) == 0  # no headline, nothing within 0%: none
+    # no headline and within 0%: exactly the rows whose interval holds 100% (the ties)
+    ties = {(r.kernel, r.m) for r in records if r.ok and r.backend != "cublas"
+            and any(low is not None and low < 100 < high for low, high in
+                    ((r.pct_ci_low, r.pct_ci_high), (r.pct_best_ci_low, r.pct_best_ci_high)))}
+    assert {(k, p.m) for p, kernels in select(records, set(), 0.0).items() for k in kernels} == ties
 
 
 def test_failed_rows_are_not_replicated(records):

@@ -27,7 +27,9 @@ pytest.importorskip("psycopg2")
 pytest.importorskip("mlflow.server")
 
 SWEEP_TIMEOUT_S = 240
-STATUSES = {"ok", "no_gpu"}  # a GPU node runs the kernels; a CPU node says no_gpu
+# a GPU node runs the kernels; on a CPU node the first job says no_gpu and the sweep's jobs after
+# it are not run (recorded not_run, with no MLflow run of their own)
+STATUSES = {"ok", "no_gpu", "not_run"}
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +115,10 @@ def test_a_sweep_over_gpus_runs_under_slurm_and_nests_in_the_postgres_backed_ser
     # config's constraint selects
     sweeps, jobs = server_runs(engines["url"])
     sweep = next(run for run in sweeps if run.data.tags["sweep_dir"] == str(sweep_dir))
-    assert sweep.info.status == "FINISHED" and sweep.data.tags["jobs"] == "4"
+    ran = {name: r for name, r in records.items() if r["status"] != "not_run"}  # runs of their own
+    assert sweep.info.status == "FINISHED" and sweep.data.tags["jobs"] == str(len(ran))
     children = children_of(jobs, sweep)
-    by_run = {record["mlflow_run_id"]: record for record in records.values()}
+    by_run = {record["mlflow_run_id"]: record for record in ran.values()}
     assert sorted(run.info.run_id for run in children) == sorted(by_run)
     client = MlflowClient(engines["url"])
     for run in children:
@@ -142,7 +145,7 @@ def test_a_sweep_over_gpus_runs_under_slurm_and_nests_in_the_postgres_backed_ser
         with db.cursor() as cur:
             cur.execute("SELECT r.status, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
                         "WHERE t.key = 'mlflow.parentRunId' AND t.value = %s", (sweep.info.run_id,))
-            assert len(cur.fetchall()) == 4
+            assert len(cur.fetchall()) == len(ran)  # every job that ran, in the database itself
             cur.execute("SELECT artifact_uri FROM runs UNION SELECT artifact_location FROM experiments")
             locations = [row[0] for row in cur.fetchall()]
     assert locations and all(loc.startswith("mlflow-artifacts:/") for loc in locations), locations
@@ -227,5 +230,7 @@ def test_a_tuning_sweep_runs_its_trials_as_slurm_jobs(engines, tmp_path):
     sweep = next(run for run in sweeps if run.data.tags["sweep_dir"] == str(sweep_dir))
     assert sweep.info.status == "FINISHED" and sweep.data.tags["tune_measured"] == "3"
     trials = children_of(jobs, sweep)
-    assert len(trials) == 3 and all(run.data.tags["slurm_job_id"] for run in trials)
+    # every trial that ran is a run of its SLURM job; on a CPU node those after the first no_gpu
+    # one may be recorded not_run, without a run (trials start at once, so 1 to 3 ran)
+    assert 1 <= len(trials) <= 3 and all(run.data.tags["slurm_job_id"] for run in trials)
     assert {run.data.tags["status"] for run in trials} <= STATUSES

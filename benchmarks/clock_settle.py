@@ -1,6 +1,6 @@
 """Does a heavy job's figure depend on what ran before it, and does a timed warm-up fix that?
 
-`python3 benchmarks/clock_settle.py [--size 8192] [--settings 0:0.75,1000:0.75,1000:0.5] [--repeats 2]`
+`python -m benchmarks.clock_settle [--size 8192] [--settings 0:0.75,1000:0.75,1000:0.5] [--repeats 2]`
 
 1. The clock's course: cuBLAS TF32 at SIZE launched back to back for 2 s from an idle card, the
    SM clock of each launch (clock64 over %globaltimer, the runner's probe) in 100 ms windows.
@@ -15,17 +15,14 @@ Prints a table last.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from src.job.config import compose  # noqa: E402
-from src.job.cublas import CublasGemm  # noqa: E402
-from src.job.pipeline import run_job  # noqa: E402
-from src.job.prepare import prepare  # noqa: E402
-from src.job.timing import ClockProbe  # noqa: E402
+from src.job.config import compose
+from src.job.cublas import CublasGemm
+from src.job.pipeline import run_job
+from src.job.prepare import prepare
+from src.job.timing import ClockProbe
 
 
 def tf32_matmul(size: int):

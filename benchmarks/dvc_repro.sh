@@ -25,5 +25,23 @@ if [ "${1:-}" = "--check-force" ]; then
   rm -rf /tmp/first && cp -r results /tmp/first
   python3 -m dvc repro -f 2>&1 | tail -3
   tar czf "$out/dvc_results_forced.tgz" results dvc.lock
-  python3 benchmarks/compare_runs.py results/runs.csv /tmp/first/runs.csv --tolerance 3
+  # every (kernel, size) ok in both runs within 3% of GFLOP/s, and no status changed
+  python3 - results/runs.csv /tmp/first/runs.csv 3 <<'EOF'
+import sys
+import pandas as pd
+key = ["kernel", "m", "n", "k"]
+new, old = (pd.read_csv(p)[key + ["status", "gflops"]] for p in sys.argv[1:3])
+tolerance = float(sys.argv[3])
+both = new.merge(old, on=key, suffixes=("_new", "_old"))
+ok = both[(both.status_new == "ok") & (both.status_old == "ok")].copy()
+ok["change_pct"] = 100.0 * (ok.gflops_new / ok.gflops_old - 1.0)
+print(ok.sort_values("change_pct", key=abs, ascending=False).head(8).to_string(index=False))
+worst = ok.change_pct.abs().max()
+status_changed = both[both.status_new != both.status_old]
+print(f"{len(ok)} jobs ok in both, {len(status_changed)} changed status; "
+      f"largest |change| {worst:.2f}% (tolerance {tolerance}%)")
+within = worst <= tolerance and status_changed.empty and len(ok) == len(new)
+print("all ok rows reproduce within tolerance" if within else "NOT within tolerance")
+sys.exit(0 if within else 1)
+EOF
 fi

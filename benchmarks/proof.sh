@@ -4,19 +4,18 @@
 # CHAPTER is a conf/kernel name or its number (23 or 23_wgmma_3xtf32). In order:
 #   1. its GPU tests: pytest -m gpu -k CHAPTER (the every-kernel tests at its name, and the tests
 #      marked @pytest.mark.chapter(CHAPTER): its edge shapes, schedules, accuracy);
-#   2. its SASS for an H100 SXM at 4096 (benchmarks/sass.py): registers, FFMA/HMMA/HGMMA, the
+#   2. its SASS for an H100 SXM at 4096 (python -m benchmarks.sass): registers, FFMA/HMMA/HGMMA, the
 #      width of its loads and stores, no LDL/STL;
-#   3. benchmarks/variants.py at the published sizes 1024, 2048, 4096, 8192 against cuBLAS in one
+#   3. python -m benchmarks.variants at the published sizes 1024, 2048, 4096, 8192 against cuBLAS in one
 #      process, and verified at shapes off every tile with alpha = 0.5, beta = 3 (4095x4097x333,
 #      1000^3, 17x33x5);
 #   4. with --vary: variants.py at VARY_SIZES (default 4096,8192) over the crossed values, as
 #      variants.py crosses them (key is a kernel parameter or map.<matrix>.<field>);
-#   5. benchmarks/extra/CHAPTER.sh if it exists (chapter 23: its accuracy tables).
 # Logs go to $OUT/proof_CHAPTER (default /tmp/proof_CHAPTER). Prints a short table last; exits
 # non-zero when a step failed. The published figures themselves come from `dvc repro`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1  # python -m from the root: benchmarks/ and src/ import as packages
 
 usage() { echo "usage: bash benchmarks/proof.sh CHAPTER [--vary key=v1,v2 ...]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
@@ -46,7 +45,7 @@ tail -15 "$out/tests.log"
 row "GPU tests -k $chapter" "$(tail -1 "$out/tests.log" | tr -d '=' | sed 's/^ *//; s/ *$//')"
 
 echo "== 2. SASS"
-python3 benchmarks/sass.py "$chapter" >"$out/sass.log" 2>"$out/sass.err" || { failed=1; tail -5 "$out/sass.err"; }
+python3 -m benchmarks.sass "$chapter" >"$out/sass.log" 2>"$out/sass.err" || { failed=1; tail -5 "$out/sass.err"; }
 cat "$out/sass.log"
 row "SASS (h100_sxm, 4096)" "$(tail -1 "$out/sass.log" | awk '$2 ~ /^[0-9]+$/ {
   printf "regs %s, FFMA %s, HMMA %s, HGMMA %s;", $2, $3, $4, $5; for (i = 6; i <= NF; i++) printf " %s", $i; next }
@@ -55,7 +54,7 @@ row "SASS (h100_sxm, 4096)" "$(tail -1 "$out/sass.log" | awk '$2 ~ /^[0-9]+$/ {
 variants() {  # name, label, variants.py arguments...: runs it, prints its table, adds a row
   local name=$1 label=$2 ok bad; shift 2
   local log=$out/$name.log table=$out/$name.table
-  python3 benchmarks/variants.py "$chapter" "$@" >"$log" 2>&1 || failed=1
+  python3 -m benchmarks.variants "$chapter" "$@" >"$log" 2>&1 || failed=1
   sed -n "/^$chapter on /,\$p" "$log" | tee "$table"
   if [ ! -s "$table" ]; then tail -5 "$log"; failed=1; row "$label" "no table (see $name.log)"; return; fi
   ok=$(grep -cE '[0-9x] +ok ' "$table")  # a row: label, shape, status, text
@@ -69,12 +68,6 @@ variants published "variants at 1024-8192 and off-tile shapes" --sizes 1024,2048
 if [ ${#vary[@]} -gt 0 ]; then
   echo "== 4. variants ${vary[*]}"
   variants vary "variants ${vary[*]}" --sizes "${VARY_SIZES:-4096,8192}" "${vary[@]}"
-fi
-
-extra=benchmarks/extra/$chapter.sh
-if [ -f "$extra" ]; then
-  echo "== 5. $extra"
-  if bash "$extra" 2>&1 | tee "$out/extra.log"; then row "$extra" "ok"; else row "$extra" "FAILED"; failed=1; fi
 fi
 
 echo

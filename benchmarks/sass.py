@@ -2,11 +2,11 @@
 needed; nvcc and cuobjdump are), from exactly what a run prepares (src/job/prepare.py: the tuned
 parameters for that GPU and size, then the spec and source).
 
-  python benchmarks/sass.py [CHAPTER ...] [--gpu h100_sxm] [--size 4096]
+  python -m benchmarks.sass [CHAPTER ...] [--gpu h100_sxm] [--size 4096]
       one row per chapter (every chapter if none is named): registers, FFMA / HMMA / HGMMA
       counts, and the memory instructions by width (LDG.E.128, LDS.128, LDGSTS...128, TMA) and
       local-memory traffic (LDL / STL, which should be absent);
-  python benchmarks/sass.py --hist KERNEL [param=value ...] [--gpu h100_sxm] [--size M,N,K]
+  python -m benchmarks.sass --hist KERNEL [param=value ...] [--gpu h100_sxm] [--size M,N,K]
       the opcode histogram of one kernel at those parameters: how much of the code is FFMA.
 
 A chapter with a fixed target (`arch: sm_90a`) is built for it, the others for the GPU's own
@@ -24,15 +24,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from src.errors import LabError  # noqa: E402
-from src.job.config import kernel_config  # noqa: E402
-from src.job.gpu import known_specs  # noqa: E402
-from src.job.nvcc import compile_offline  # noqa: E402
-from src.job.prepare import PreparedJob, datasheet_target, prepare_kernel  # noqa: E402
-from src.job.problem import Problem  # noqa: E402
-from src.paths import CONF_DIR  # noqa: E402
+from src.errors import LabError
+from src.job.config import kernel_config
+from src.job.gpu import known_specs
+from src.job.nvcc import compile_offline
+from src.job.prepare import PreparedJob, datasheet_target, prepare_kernel
+from src.job.problem import Problem
+from src.paths import CONF_DIR
 
 # LDSM (ldmatrix) before LDS, or it would count as a plain LDS
 MEMORY_OPS = re.compile(r"\b((?:LDGSTS|LDG|STG|LDSM|LDS|STS|LDL|STL|UTMALDG|UTMASTG)(?:\.[A-Z0-9]+)*)")

@@ -3,7 +3,7 @@
 quick way to compare tile shapes or tensor-map settings on the GPU box before writing the winner
 into a config. Every variant is verified first; one that fails prints its error and is not timed.
 
-  python benchmarks/variants.py 20_wgmma_tf32 --sizes 4096,8192 \\
+  python -m benchmarks.variants 20_wgmma_tf32 --sizes 4096,8192 \\
       --vary bm=128,256 --vary stages=3,4 --vary map.a.element=f32,tf32
 
 `--vary key=v1,v2` crosses values: `key` is a parameter (kernel.params.<key>) or
@@ -20,19 +20,17 @@ import copy
 import itertools
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import OmegaConf
 
-from src.errors import LabError  # noqa: E402
-from src.job.baselines import Baselines  # noqa: E402
-from src.job.config import compose  # noqa: E402
-from src.job.gpu import known_specs, resolve_spec  # noqa: E402
-from src.job.measure import verify_and_time, verify_only  # noqa: E402
-from src.job.prepare import prepare_kernel, target  # noqa: E402
-from src.job.problem import Problem  # noqa: E402
-from src.records.record import new_record  # noqa: E402
+from src.errors import LabError
+from src.job.baselines import Baselines
+from src.job.config import compose
+from src.job.gpu import known_specs, resolve_spec
+from src.job.measure import verify_and_time, verify_only
+from src.job.prepare import prepare_kernel, target
+from src.job.problem import Problem
+from src.records.record import new_record
 
 
 def _value(text: str):

@@ -253,7 +253,7 @@ def test_3xtf32_error_within_twice_cublas_fp32(shape):
     TF32 product would give). At small K cuBLAS FP32's own error falls below 3xTF32's floor
     (~5e-7 at promote 2), so the ratio there can exceed 2 (130 x 260 x 1030 with alpha/beta:
     8.7e-7 against 1.8e-7 at promote 4, measured on the H100); the chapter's header says so."""
-    from benchmarks.accuracy_3xtf32 import rel_errors
+    from tests.accuracy_3xtf32 import rel_errors
     from src.job.problem import Problem
 
     errors = rel_errors(Problem(*shape, 0.5, 3.0), "uniform", seed=7)
@@ -268,7 +268,7 @@ def test_3xtf32_is_only_tf32_accurate_where_small_parts_underflow():
     normal FP32, but its small part (2^-11 .. 2^-22 of it) is below the normal range and the
     split flushes it, so A enters with TF32's 11 bits. cuBLAS FP32 keeps FP32's accuracy on the
     same inputs; 23's error is TF32-like: over 10x cuBLAS FP32's, near cuBLAS TF32's."""
-    from benchmarks.accuracy_3xtf32 import rel_errors
+    from tests.accuracy_3xtf32 import rel_errors
     from src.job.problem import Problem
 
     errors = rel_errors(Problem(512, 512, 2048, 1.0, 0.0), "tiny_a", seed=3)

@@ -555,38 +555,6 @@ def test_nvrtc_ptx_of_a_chapter():
     assert ".target sm_90" in ptx and ".entry" in ptx and "sgemm_vectorize" in ptx
 
 
-def test_mlflow_report_shows_the_newest_sweep(sweep, capsys):
-    """benchmarks/mlflow_report.py (for the GPU box) on the replayed sweep."""
-    import importlib.util
-
-    import mlflow
-
-    spec = importlib.util.spec_from_file_location("mlflow_report", ROOT / "benchmarks" / "mlflow_report.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    try:
-        assert script.main(["--tracking-uri", sweep["uri"]]) == 0
-        lines = capsys.readouterr().out.splitlines()
-        assert script.main(["--tracking-uri", sweep["uri"], "--experiment", "nothing-here"]) == 1
-        assert capsys.readouterr().out.startswith("no sweep in")
-    finally:
-        mlflow.set_tracking_uri(None)  # the script sets MLflow's global URI; put it back
-    name = sweep["client"].get_run(sweep["parent"].run_id).info.run_name
-    # its overrides, less where it is tracked (here the only one): the config's defaults
-    assert name == "(config defaults) (24 jobs: 19 ok, 5 failed)"
-    assert f"sweep run:  {sweep['parent'].run_id}  ({name}, FINISHED)" in lines
-    assert "jobs:       total 24, ok 19, failed 5, killed 0" in lines
-    rows = lines[lines.index("") + 2:]
-    assert len(rows) == len(sweep["records"])
-    for num, (row, record) in enumerate(zip(rows, sweep["records"])):
-        cells = row.split()
-        assert cells[:3] == [job_name(num, record), record.kernel, f"{record.m}x{record.n}x{record.k}"]
-        if record.ok:
-            assert cells[3] == f"{record.gflops:,.1f}" and cells[-2:] == ["FINISHED", "ok"]
-        else:
-            assert cells[-2:] == ["FAILED", record.status]
-
-
 def test_tuned_kernel_logs_the_tile_parameters_it_used(tracking_uri):
     """A tuned kernel's kernel.params.* are the values the job ran with (conf/tuned/ for the
     GPU, here an H100 SXM by name), logged with the result, plus where they came from."""

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from src.tune import space as tune
-from src.tune import tuned
+from src.job import tuned
 from src.errors import InvalidParams
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem

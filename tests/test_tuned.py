@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from src.tune import tuned
+from src.job import tuned
 from src.errors import ConfigError
 from src.job.config import tuned_config
 from src.job.gpu import known_specs, limits_from_spec

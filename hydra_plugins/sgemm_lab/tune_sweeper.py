@@ -252,7 +252,7 @@ class TuneSweeper(Sweeper):
     def _write_back(self, settings, data: dict, gpu_spec: str) -> None:
         from src.tune import space as tune
         from src.job.config import forget as forget_composed
-        from src.tune.tuned import tuned_file
+        from src.job.tuned import tuned_file
 
         if data["best"] is None:
             log.warning("nothing verified: conf/tuned/%s.yaml left as it was", gpu_spec)

@@ -23,7 +23,7 @@ from src.errors import StorageError
 from src.job import shapes  # noqa: F401  (registers ${shape_dim:}, used for m, n and k)
 from src.sweep import callbacks  # noqa: F401  (registers ${pid:}, used in hydra.sweep.dir)
 from src.sweep.tracking import Terminated, signals, TrackingUnavailable, hydra_job_run
-from src.tune.tuned import explicit_params
+from src.job.tuned import explicit_params
 from src.sweep.worker import refused, run_isolated
 
 log = logging.getLogger("sgemm")

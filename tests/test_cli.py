@@ -74,7 +74,7 @@ def run_single_in_process(tmp_path, *args: str) -> tuple[int, dict]:
     exits) and the record.json written to the run directory."""
     from src.run import fail_fast_on_bad_input
     from src.sweep.worker import run_isolated
-    from src.tune.tuned import explicit_params
+    from src.job.tuned import explicit_params
 
     cfg = compose_config(*args)
     run_dir = tmp_path / "run"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from src.tune import tuned
+from src.job import tuned
 from src.job.compile import expand_source
 from src.job.nvcc import compile_offline, nvcc_path
 from src.errors import CompileFailed

@@ -1,5 +1,5 @@
 """Shape suites (conf/suite/), `shape=MxNxK`, per-shape dispatch (kernel=best_fp32 / best_tf32,
-src/tune/dispatch.py) and the suite's publication (src/publish/suite.py), without a GPU."""
+src/job/dispatch.py) and the suite's publication (src/publish/suite.py), without a GPU."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from src.job.problem import Problem
 from src.publish.suite import publish, suite_frame, suites, summary
 from src.records import math_units
 from src.records.collect import read_runs
-from src.tune import dispatch
+from src.job import dispatch
 from tests.conftest import CONF_DIR, DATA_DIR
 from tests.runs_fixture import as_dispatched
 

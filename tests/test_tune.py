@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from src.tune import space as tune
-from src.tune import tuned
+from src.job import tuned
 from src.errors import InvalidParams
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
@@ -110,7 +110,7 @@ def test_write_back_replaces_its_size_class_and_keeps_the_rest(tmp_path):
     data = OmegaConf.to_container(OmegaConf.load(path))["kernels"]
     original = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "tuned" / "h100_sxm.yaml"))["kernels"]
     assert data["10_warptiling"] == [{"when": "True", "params": new,
-                                      "measured": "1 GFLOP/s at 4096; test"}]
+                                      "why": "1 GFLOP/s at 4096; test"}]
     assert {k: v for k, v in data.items() if k != "10_warptiling"} == \
         {k: v for k, v in original.items() if k != "10_warptiling"}
     # a new size class goes before the catch-all, and the lookup finds it for its sizes
@@ -124,7 +124,7 @@ def test_write_back_creates_a_file_for_a_new_gpu(tmp_path):
     path = tmp_path / "h200.yaml"
     tune.write_back(path, "10_warptiling", "True", {"bm": 128}, "x")
     assert OmegaConf.to_container(OmegaConf.load(path)) == {
-        "kernels": {"10_warptiling": [{"when": "True", "params": {"bm": 128}, "measured": "x"}]}}
+        "kernels": {"10_warptiling": [{"when": "True", "params": {"bm": 128}, "why": "x"}]}}
     assert path.read_text().startswith("# Tuned tile parameters for gpu spec h200")
 
 
@@ -207,3 +207,15 @@ def test_a_tuning_sweep_run_again_reuses_every_measurement(tmp_path, tracking_ur
     assert len(parents) == 2 and len(jobs) == a["measured"]  # reused trials are not re-logged
     cached = [json.loads(p.read_text()) for p in (tmp_path / "b" / "sweep").glob("*/record.json")]
     assert {r["mlflow_run_id"] for r in cached} == {job.info.run_id for job in jobs}
+
+
+def test_a_written_class_says_why_in_one_short_line():
+    """The sweeper's write-back gives the class a `why` that a tuned file allows: one line of at
+    most 100 characters naming the best figure, its size and the search."""
+    data = {"best": {"gflops": 44306.2, "pct_of_cublas_fp32": 85.37}, "m": 4096, "n": 4096,
+            "k": 4096, "strategy": "grid", "ok": 404}
+    note = tune.why_note(data, "True")
+    assert "\n" not in note and len(note) <= 100
+    assert "44,306 GFLOP/s at 4096" in note and "85% of cuBLAS FP32" in note and "404" in note
+    wide = dict(data, m=12345, n=67890, k=11111, strategy="tpe" * 30)
+    assert len(tune.why_note(wide, "True")) <= 100

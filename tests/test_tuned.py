@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from src.tune import tuned
+from src.job import tuned
 from src.errors import ConfigError
 from src.job.config import tuned_config
+from src.job.rules import first_rule
 from src.job.gpu import known_specs, limits_from_spec
 from src.job.pipeline import run_job
 from src.job.problem import Problem
@@ -132,3 +133,23 @@ def test_tuned_files_carry_one_line_whys_and_no_measured_prose():
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             if line.lstrip().startswith("why:"):
                 assert len(line) <= 100, f"{path.name}:{number} is {len(line)} characters"
+
+
+def test_first_rule_is_the_first_whose_when_holds():
+    rules = [{"when": "m > 100", "id": 0}, {"id": 1}, {"when": "k > 0", "id": 2}]
+    names = {"m": 64, "n": 64, "k": 64}
+    assert first_rule(rules, names, "x.yaml: size class k") == (1, rules[1])  # no `when`: always
+    assert first_rule(rules[:1], names, "x.yaml: size class k") is None
+    assert first_rule(rules[:1], {**names, "m": 128}, "x.yaml: size class k") == (0, rules[0])
+    assert first_rule([{"when": "ceil_div(m, 64) == 1"}], names, "w") == (0, {"when": "ceil_div(m, 64) == 1"})
+
+
+def test_first_rule_vets_rules_up_to_the_winner_and_names_a_bad_one():
+    seen = []
+    rules = [{"when": "False"}, {"when": "True"}, {"when": "m >"}]
+    assert first_rule(rules, {"m": 1}, "w", check=lambda i, rule: seen.append(i)) == (1, rules[1])
+    assert seen == [0, 1]  # the rules after the winner are not read
+    with pytest.raises(ConfigError) as error:
+        first_rule(rules[2:], {"m": 1}, "conf/tuned/h100_sxm.yaml: dispatch rule best_fp32")
+    assert str(error.value).startswith(
+        "conf/tuned/h100_sxm.yaml: dispatch rule best_fp32[0] has a bad `when` expression 'm >': ")

@@ -252,14 +252,14 @@ class TuneSweeper(Sweeper):
     def _write_back(self, settings, data: dict, gpu_spec: str) -> None:
         from src.tune import space as tune
         from src.job.config import forget as forget_composed
-        from src.tune.tuned import tuned_file
+        from src.job.tuned import tuned_file
 
         if data["best"] is None:
             log.warning("nothing verified: conf/tuned/%s.yaml left as it was", gpu_spec)
             return
         path = tuned_file(gpu_spec)
         tune.write_back(path, data["kernel"], settings.size_class, data["best"]["params"],
-                        tune.measured_note(data, settings.size_class))
+                        tune.why_note(data, settings.size_class))
         forget_composed()  # the next lookup composes the file as written
         data["written_to"] = str(path)
         log.info("best parameters for %s (when %s) written to %s", data["kernel"],

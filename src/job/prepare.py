@@ -25,7 +25,7 @@ from src.job.config import kernel_config
 from src.job.problem import Problem
 from src.job.protocol import check_bench
 from src.job.spec import KernelSpec, build_spec
-from src.tune import dispatch, tuned
+from src.job import dispatch, tuned
 
 log = logging.getLogger(__name__)
 

@@ -213,8 +213,9 @@ def summary_markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_back(path: Path, kernel: str, when: str, params: dict, measured: str) -> None:
-    """Put `params` for `kernel`'s size class `when` into a tuned file, keeping everything else
+def write_back(path: Path, kernel: str, when: str, params: dict, why: str) -> None:
+    """Put `params` for `kernel`'s size class `when`, with its one-line `why`, into a tuned file,
+    keeping everything else
     (comments included: ruamel.yaml round-trips the file). An existing entry with the same
     `when` is replaced; a new one goes before the kernel's catch-all ("True") entry."""
     from ruamel.yaml import YAML
@@ -238,7 +239,7 @@ def write_back(path: Path, kernel: str, when: str, params: dict, measured: str) 
     flow = CommentedMap(params)
     flow.fa.set_flow_style()
     entry = CommentedMap([("when", DoubleQuotedScalarString(when)), ("params", flow),
-                          ("measured", DoubleQuotedScalarString(measured))])
+                          ("why", DoubleQuotedScalarString(why))])
     for index, existing in enumerate(classes):
         if str(existing.get("when")) == when:
             entry["when"] = existing["when"]  # as it was written, quotes and all
@@ -254,12 +255,15 @@ def write_back(path: Path, kernel: str, when: str, params: dict, measured: str) 
     tmp.replace(path)
 
 
-def measured_note(data: dict, when: str) -> str:
+def why_note(data: dict, when: str) -> str:
+    """The written class's one-line `why` (at most 100 characters, as every `why` of a tuned file):
+    what the sweep found and when; the sweep's tune_summary.md holds every candidate."""
     best = data["best"]
     pct = best.get("pct_of_cublas_fp32")
     size = (str(data["m"]) if data["m"] == data["n"] == data["k"]
             else f"{data['m']}x{data['n']}x{data['k']}")
     day = datetime.now(timezone.utc).date().isoformat()
-    return (f"{best['gflops']:,.0f} GFLOP/s at {size}"
-            + (f" ({pct:.1f}% of cuBLAS FP32)" if pct is not None else "")
-            + f"; {data['strategy']} search, best of {data['ok']} measured, {day}")
+    note = (f"{data['strategy']} sweep {day}: {best['gflops']:,.0f} GFLOP/s at {size}"
+            + (f" ({pct:.0f}% of cuBLAS FP32)" if pct is not None else "")
+            + f", best of {data['ok']}")
+    return note[:100]

@@ -31,7 +31,7 @@ from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, check_reachable, client, context_tags,
     ensure_experiment, first_line, flatten, log_batch)
 from src.sweep.tracking.credentials import redact, redact_console
-from src.tune import tuned
+from src.job import tuned
 
 log = logging.getLogger("sgemm")
 
@@ -61,7 +61,7 @@ UNLOGGED = ("kernel.derived.", "kernel.launch.", "kernel.constraints", "kernel.s
 def job_params(cfg: DictConfig) -> dict[str, str]:
     """The composed config's values, flattened, plus `kernel` (the kernel's name) and `precision`
     for the runs table; without the formulas (UNLOGGED) and without a tuned kernel's
-    kernel.params.* (chosen in the job, see src/tune/tuned.py, and logged with the result)."""
+    kernel.params.* (chosen in the job, see src/job/tuned.py, and logged with the result)."""
     params = flatten(OmegaConf.to_container(cfg, resolve=True))
     params = {k: v for k, v in params.items() if not k.startswith(UNLOGGED)}
     if tuned.applies(cfg):  # decided in the job: logged with the result, as used

@@ -12,13 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simpleeval import SimpleEval
-
 from src.paths import CONF_DIR
-from src.errors import ConfigError
 from src.job.config import tuned_config
 from src.job.problem import Problem
-from src.job.spec import FUNCTIONS
+from src.job.rules import first_rule, when_text
 
 TUNED_DIR = CONF_DIR / "tuned"
 
@@ -49,16 +46,11 @@ def lookup(kernel: str, gpu_spec: str, problem: Problem, explicit: set[str] = fr
     if not classes:
         return TunedChoice()
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
-    for index, entry in enumerate(classes):
-        when = str(entry.get("when", "True"))
-        try:
-            applies = SimpleEval(names=names, functions=FUNCTIONS).eval(when)
-        except Exception as exc:
-            raise ConfigError(f"{path.name}: size class {kernel}[{index}] has a bad `when` "
-                              f"expression {when!r}: {exc}") from exc
-        if applies:
-            params = {k: v for k, v in (entry.get("params") or {}).items() if k not in explicit}
-            return TunedChoice(params, f"conf/tuned/{path.name}: {kernel}[{index}] (when {when})")
+    found = first_rule(classes, names, f"{path.name}: size class {kernel}")
+    if found is not None:
+        index, entry = found
+        params = {k: v for k, v in (entry.get("params") or {}).items() if k not in explicit}
+        return TunedChoice(params, f"conf/tuned/{path.name}: {kernel}[{index}] (when {when_text(entry)})")
     return TunedChoice()
 
 

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simpleeval import SimpleEval
-
 from src.errors import ConfigError
 from src.job.config import tuned_config
 from src.job.problem import Problem
-from src.job.spec import FUNCTIONS
+from src.job.rules import first_rule, when_text
 
 
 @dataclass(frozen=True)
@@ -42,21 +40,20 @@ def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem) -> DispatchChoice:
     name = str(kernel_cfg["name"])
     rules = ((tuned_config(gpu_spec) or {}).get("dispatch") or {}).get(name) or []
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
-    for index, rule in enumerate(rules):
-        when = str(rule.get("when", "True"))
+
+    def names_a_kernel(index: int, rule: dict) -> None:
         if not rule.get("kernel"):
             raise ConfigError(f"conf/tuned/{gpu_spec}.yaml: dispatch rule {name}[{index}] names "
                               f"no kernel (rule: every dispatch rule has `kernel:`).")
-        try:
-            holds = SimpleEval(names=names, functions=FUNCTIONS).eval(when)
-        except Exception as exc:
-            raise ConfigError(f"conf/tuned/{gpu_spec}.yaml: dispatch rule {name}[{index}] has a "
-                              f"bad `when` expression {when!r}: {exc}") from exc
-        if holds:
-            why = str(rule.get("why", "")).strip()
-            return DispatchChoice(str(rule["kernel"]), dict(rule.get("params") or {}),
-                                  f"conf/tuned/{gpu_spec}.yaml: {name}[{index}] (when {when})"
-                                  + (f": {why}" if why else ""))
+
+    found = first_rule(rules, names, f"conf/tuned/{gpu_spec}.yaml: dispatch rule {name}",
+                       check=names_a_kernel)
+    if found is not None:
+        index, rule = found
+        why = str(rule.get("why", "")).strip()
+        return DispatchChoice(str(rule["kernel"]), dict(rule.get("params") or {}),
+                              f"conf/tuned/{gpu_spec}.yaml: {name}[{index}] (when {when_text(rule)})"
+                              + (f": {why}" if why else ""))
     default = kernel_cfg.get("default")
     if not default:
         raise ConfigError(f"kernel {name} dispatches per shape but has no `default` chapter "

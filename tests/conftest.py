@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A shell without job control starts a background command (`bash .ci/run &`, nohup) with SIGINT
+# ignored, and every process it starts inherits that: the sweeps these tests interrupt with a
+# real Ctrl-C would never see it. An ignored SIGINT is set back to Python's handler here, so the
+# processes the tests start get the default disposition, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 CONF_DIR = ROOT / "conf"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 

@@ -275,7 +275,6 @@ runpy.run_module("src.run", run_name="__main__", alter_sys=True)
 """
 
 
-@pytest.mark.integration  # a real sweep signalled mid-job: timing-sensitive, kept off xdist
 def test_sigterm_mid_sweep_leaves_runs_killed_not_running(tmp_path, tracking_uri):
     """The launching process gets SIGTERM while its first job runs: that job's run and the
     sweep's run end KILLED, the rest of the sweep never starts, exit status 143. (Ctrl-C takes

@@ -188,7 +188,6 @@ def test_a_sweep_on_two_gpus_runs_them_at_once_with_records_and_runs_as_on_one(t
         assert sorted(job.data.tags["status"] for job in jobs) == sorted(statuses.values())
 
 
-@pytest.mark.integration  # a real sweep signalled mid-job: timing-sensitive, kept off xdist
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_an_interrupt_ends_every_gpus_job_killed_and_every_process(tmp_path, tracking_uri, signum, code):
     """Two GPUs, each in a two-minute job, when the launcher alone gets SIGTERM or SIGINT: both

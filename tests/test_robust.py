@@ -126,7 +126,6 @@ def test_a_reused_sweep_directory_is_refused_and_the_earlier_records_kept(tmp_pa
     assert record.read_text() == before and len(list((tmp_path / "sweep").glob("*/record.json"))) == 1
 
 
-@pytest.mark.integration  # a real sweep signalled mid-job: timing-sensitive, kept off xdist
 @pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM])
 def test_repeated_signals_leave_no_run_running(tmp_path, tracking_uri, first):
     """Ctrl-C pressed again and again (or SIGTERM repeated) while the sweep cleans up: the
@@ -302,7 +301,6 @@ def test_a_process_killed_while_creating_the_store_leaves_no_half_store(tmp_path
     assert not list(tmp_path.glob(".mlflow.db.*"))  # the killed one's leftovers are gone
 
 
-@pytest.mark.integration  # a real sweep SIGKILLed mid-job: timing-sensitive, kept off xdist
 def test_runs_left_running_by_a_killed_sweep_are_closed_by_the_next_one(tmp_path, tracking_uri):
     """SIGKILL (nothing can end its runs) while a job runs leaves the sweep's run and the job's
     RUNNING; the next sweep on the same store, here with resume=true in the same directory,

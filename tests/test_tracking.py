@@ -367,7 +367,6 @@ def test_a_job_without_a_record_is_failed(tracking_uri):
 
 # --- sweeps that stop early -----------------------------------------------------------------------
 
-@pytest.mark.integration  # a real sweep signalled mid-job: timing-sensitive, kept off xdist
 def test_an_interrupted_sweep_ends_killed_with_no_run_left_running(progression, tmp_path, tracking_uri):
     """Ctrl-C (a real SIGINT) in the second job: that job KILLED; a job whose process died without a word
     (SIGKILL) KILLED too; at exit (the atexit hook) the parent KILLED, with the counts."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from src.job.paired import FASTER, SLOWER, TIE, paired_ratio, verdict
+from src.job.paired import paired_ratio
+from src.records.verdicts import FASTER, SLOWER, TIE, verdict
 
 
 def _timings(n: int, median_ms: float, noise: float, seed: int, drift=None) -> np.ndarray:
@@ -106,6 +107,6 @@ def test_the_interval_is_widened_by_the_timer_resolution_for_short_kernels():
     ([(1.01, 1.02), (0.99, 1.01)], TIE),                 # one run could not tell
 ])
 def test_a_replicated_verdict_needs_every_run_on_the_same_side(intervals, expected):
-    from src.job.paired import replicated_verdict
+    from src.records.verdicts import replicated_verdict
 
     assert replicated_verdict(intervals) == expected

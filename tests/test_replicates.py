@@ -10,7 +10,7 @@ import copy
 import pandas as pd
 import pytest
 
-from src.job.paired import verdict
+from src.records.verdicts import verdict
 from src.publish.table import markdown, progression_frame
 from src.records.collect import read_runs, records_from_runs, write_runs
 from src.records.record import mark_failed

@@ -6,8 +6,8 @@ that the % column is exactly the kernel's GFLOP/s over the paired baseline GFLOP
 it. Its 95% confidence interval comes from a bootstrap over the pairs (one resampled index picks
 both samples of a pair, keeping the pairing), with a fixed RNG seed so the same samples always
 give the same interval. A kernel is called faster or slower only when the interval excludes 1.0;
-otherwise the two are a tie. The interval is widened by the timer's resolution (widen), and a
-row measured in several independent runs gets its verdict from all of them (replicated_verdict).
+otherwise the two are a tie (src/records/verdicts.py, which also combines several runs' verdicts).
+The interval is widened by the timer's resolution (widen).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from src.records.verdicts import verdict
+
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240518  # fixed: the interval is a function of the samples alone
 CONFIDENCE = 0.95
 
-FASTER, SLOWER, TIE = "faster", "slower", "tie"
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,6 @@ class PairedRatio:
     @property
     def verdict(self) -> str:
         return verdict(self.ci_low, self.ci_high)
-
-
-def verdict(ci_low: float, ci_high: float) -> str:
-    """faster / slower only when the interval excludes 1.0 (the tie rule)."""
-    if ci_low > 1.0:
-        return FASTER
-    if ci_high < 1.0:
-        return SLOWER
-    return TIE
 
 
 def paired_ratio(kernel_ms, baseline_ms, resamples: int = BOOTSTRAP_RESAMPLES,
@@ -73,11 +65,3 @@ def widen(ratio: PairedRatio, resolution_ms: float, kernel_median_ms: float,
         return ratio
     q = resolution_ms / kernel_median_ms + resolution_ms / baseline_median_ms
     return replace(ratio, ci_low=ratio.ci_low * (1 - q), ci_high=ratio.ci_high * (1 + q))
-
-
-def replicated_verdict(intervals) -> str:
-    """A row measured in several independent runs: faster / slower only when every run's
-    interval (low, high) is on that side of 1.0; otherwise a tie (the runs disagree, or one of
-    them could not tell)."""
-    verdicts = {verdict(low, high) for low, high in intervals}
-    return verdicts.pop() if len(verdicts) == 1 else TIE

@@ -9,7 +9,7 @@ combined into what the row publishes.
 - Beside it, the spread: the runs' lowest and highest %, the union of their 95% intervals, the
   number of runs and of distinct cards (the card's UUID; else host and PCI bus id).
 - The verdict is faster / slower only when every run's interval is on that side of 100%
-  (paired.replicated_verdict); otherwise a tie. A row of one run says so ("(1 run)").
+  (verdicts.replicated_verdict); otherwise a tie. A row of one run says so ("(1 run)").
 
 Two records of one row with the same replicate number are stale or repeated records, not
 replicates: refused (the table has one row per kernel and size).
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from src.job.paired import replicated_verdict
+from src.records.verdicts import replicated_verdict
 from src.records.record import Record
 
 

@@ -229,6 +229,11 @@ def run_jobs(args: list[str]) -> int:
     SIGTERM into exit status 130 and 143, and a failed single job into 1 (SystemExit)."""
     import runpy
 
+    # Hydra finds its plugins (the gpus launcher, the tuning sweeper) by scanning the path entries
+    # of the hydra_plugins package; an editable install reaches the clone through an import hook,
+    # which is no such entry. The clone's root goes first, as `python -m src.run` started in it has.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     sys.argv = ["sgemm-lab run", *args]
     runpy.run_module("src.run", run_name="__main__", alter_sys=True)
     return 0

@@ -49,3 +49,21 @@ def test_a_bad_input_is_refused_before_a_worker_or_mlflow_starts(tmp_path, args,
     assert not names & {"mlflow", "cupy", "pandas"}, sorted(names & {"mlflow", "cupy", "pandas"})
     assert f'"status": "{status}"' in (tmp_path / "run" / "record.json").read_text()
     assert not (tmp_path / "mlflow.db").exists()  # tracking on (the default), no store touched
+
+
+def test_the_installed_command_finds_the_labs_hydra_plugins(tmp_path):
+    """`sgemm-lab run` as installed (an editable install, started from any directory, with no
+    PYTHONPATH): Hydra's plugin scan finds the gpus launcher, so a sweep runs its job and
+    records it (without a GPU: no_gpu), as `python -m src.run` does in the clone."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = ("import sys; from src.cli import main; sys.exit(main(['run', '-m', 'kernel=01_naive', "
+            f"'size=64', 'mlflow.enabled=false', 'hydra.sweep.dir={tmp_path}/sweep']))")
+    found = subprocess.run([sys.executable, "-c", "import src.cli"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)
+    if found.returncode != 0:
+        pytest.skip("the package is not installed in this interpreter (pip install -e .)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert "Unknown plugin class" not in output and "Could not find" not in output, output
+    assert list((tmp_path / "sweep").glob("*/record.json")), output

@@ -18,25 +18,13 @@ environment or from NVML.
 # where dataclasses cannot resolve string annotations)
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
-from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 
 log = logging.getLogger("sgemm")
-
-
-@dataclass
-class GpuLauncherConf:
-    _target_: str = "hydra_plugins.sgemm_lab.gpu_launcher.GpuLauncher"
-    devices: Optional[List[int]] = None  # positions among the visible GPUs; null: all of them
-
-
-ConfigStore.instance().store(group="hydra/launcher", name="gpus", node=GpuLauncherConf,
-                             provider="sgemm_lab")
 
 
 class SlotLost(RuntimeError):

@@ -30,12 +30,10 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
@@ -43,15 +41,6 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger("sgemm")
 SUMMARY_JSON = "tune_summary.json"
 SUMMARY_MD = "tune_summary.md"
-
-
-@dataclass
-class TuneSweeperConf:
-    _target_: str = "hydra_plugins.sgemm_lab.tune_sweeper.TuneSweeper"
-
-
-ConfigStore.instance().store(group="hydra/sweeper", name="tune", node=TuneSweeperConf,
-                             provider="sgemm_lab")
 
 
 class TuneSweeper(Sweeper):

@@ -14,7 +14,6 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from urllib.parse import quote
 
 from src.paths import CONF_DIR, ROOT
 

@@ -15,7 +15,7 @@ from src.sweep.callbacks import MlflowSweep
 from src.job.compile import ResourceReport, expand_source
 from src.job.measure import JobOutputs
 from src.records.record import Record
-from src.job.spec import KERNELS_DIR
+from src.paths import KERNELS_DIR
 from tests.conftest import ROOT, compose_config
 
 

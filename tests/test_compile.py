@@ -14,7 +14,8 @@ from src.job.nvcc import compile_offline, nvcc_path
 from src.errors import CompileFailed
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
-from src.job.spec import KERNELS_DIR, KernelSpec, build_spec
+from src.job.spec import KernelSpec, build_spec
+from src.paths import KERNELS_DIR
 from src.paths import CHAPTERS_DIR, INCLUDE_DIR, LIBRARY_DIR
 from tests.conftest import CONF_DIR, SHAPE_LIMITED, chapter_shapes
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from src.job.compile import expand_source
-from src.job.spec import KERNELS_DIR
+from src.paths import KERNELS_DIR
 
 MAX_DEVICE_FUNCTION_LINES = 150
 _QUALIFIER = re.compile(r"\b__(device|global)__\b")

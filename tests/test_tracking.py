@@ -33,7 +33,7 @@ from src.errors import VerificationFailed  # noqa: E402
 from src.job.measure import JobOutputs  # noqa: E402
 from src.job.pipeline import run_job  # noqa: E402
 from src.records.record import mark_failed  # noqa: E402
-from src.job.spec import KERNELS_DIR  # noqa: E402
+from src.paths import KERNELS_DIR  # noqa: E402
 from tests.conftest import ROOT, compose_config, load_jsonl  # noqa: E402
 from tests.replay import (composed, all_runs, artifact, artifact_names, config_of,  # noqa: E402
                           job_name, outputs_of, replay_job, start_sweep)

@@ -33,7 +33,8 @@ from pathlib import Path
 from src.errors import CompileFailed, ConfigError, LaunchFailed, OutOfMemory
 from src.job.cubin_store import cubin_entry, store_cubin
 from src.job.directives import include_of, logical_lines
-from src.job.spec import KERNELS_DIR, KernelSpec
+from src.job.spec import KernelSpec
+from src.paths import KERNELS_DIR
 from src.paths import kernel_file
 
 NVRTC_OPTIONS = ("-std=c++17",)

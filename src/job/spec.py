@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 import simpleeval
 from simpleeval import SimpleEval
 
-from src.paths import KERNELS_DIR, kernel_file
+from src.paths import kernel_file
 from src.errors import ConfigError, InvalidParams, UnsupportedSize
 from src.job.problem import Problem
 from src.job.tensor_maps import TensorMapSpec, check as check_tensor_maps

@@ -119,11 +119,11 @@ def summary(frame: pd.DataFrame) -> dict:
                               "min_shape": low["shape"], "shapes_measured": int(len(values))}
         # which math the dispatch ran (best_fp32: FFMA or 3xTF32, both FP32-accurate)
         entry["by_math"] = {}
-        for math in math_units.ORDER if "math" in rows else ():
-            mine = rows[rows["math"] == math]
+        for kind in math_units.ORDER if "math" in rows else ():  # not `math`: the module's name
+            mine = rows[rows["math"] == kind]
             if len(mine):
                 measured = mine[mine.status == "ok"].ratio.dropna()
-                entry["by_math"][math] = {
+                entry["by_math"][kind] = {
                     "shapes": int(len(mine)),
                     "geomean_vs_default": round(geomean(measured), 4) if len(measured) else None}
         out[precision] = entry

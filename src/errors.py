@@ -38,6 +38,13 @@ class OutOfMemory(LabError):
     status = "out_of_memory"
 
 
+class PeerMissing(LabError):
+    """A peer baseline (conf/kernel/triton_*.yaml) whose package is not installed: the row is
+    skipped, not failed (the optional extra `.[peers]` installs it)."""
+
+    status = "skipped_missing_peer"
+
+
 class CompileFailed(LabError):
     status = "failed_compile"
 

@@ -51,6 +51,24 @@ class Baselines:
                 self._kernels[name] = None
         return self._kernels[name]
 
+    def peers(self, names, job: PreparedJob) -> tuple[list[Baseline], list[str]]:
+        """The peers `names` (conf/kernel/<name>.yaml, e.g. the Triton ones), ready to time
+        beside `job`, each built once per process; and "name: why" of each that cannot be
+        (its package missing: skipped_missing_peer). A missing peer never fails the job."""
+        built, skipped = [], []
+        for name in names:
+            if name not in self._kernels:
+                try:
+                    prepared = prepare_kernel(kernel_config(name), job.problem, job.target, job.bench)
+                    tolerance = float(job.bench["tolerance"][prepared.spec.precision])
+                    self._kernels[name] = Baseline(name, compile_kernel(prepared.spec), tolerance)
+                except LabError as exc:
+                    log.warning("peer %s is not available: %s", name, exc)
+                    self._kernels[name] = f"{name}: {exc.status}: {exc}"
+            peer = self._kernels[name]
+            (built if isinstance(peer, Baseline) else skipped).append(peer)
+        return built, skipped
+
     def gflops(self, name: str, problem: Problem, bench: dict, where: Target) -> float | None:
         """`name` timed alone at this shape (tools that want one figure; jobs are paired)."""
         prepared = prepare_kernel(kernel_config(name), problem, where, bench)

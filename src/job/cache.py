@@ -49,7 +49,18 @@ class Key:
 
 
 def _compiler(spec) -> dict | None:
-    """How NVRTC builds the chapter: its options and the toolkit header it may include."""
+    """How NVRTC builds the chapter: its options and the toolkit header it may include; for a
+    Triton peer, its kernel's source, tl.dot's input_precision and Triton's version."""
+    if spec.backend == "triton":
+        from importlib import metadata
+
+        source = Path(__file__).with_name("triton_matmul.py").read_bytes()
+        try:
+            version = metadata.version("triton")
+        except metadata.PackageNotFoundError:
+            version = None
+        return {"triton": version, "input_precision": spec.input_precision,
+                "source_sha256": hashlib.sha256(source).hexdigest()}
     if spec.backend != "nvrtc":
         return None
     header_sha = None

@@ -305,11 +305,16 @@ _loaded: dict[tuple, tuple] = {}
 
 
 def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
-    """Compile (or find cached) and load a chapter kernel, or build a cuBLAS baseline."""
+    """Compile (or find cached) and load a chapter kernel, or build a cuBLAS baseline or a
+    Triton peer (compiled and autotuned by Triton at its first launch per shape)."""
     if spec.backend == "cublas":
         from src.job.cublas import CublasGemm
 
         return CublasGemm(spec)
+    if spec.backend == "triton":
+        from src.job.triton_gemm import TritonGemm
+
+        return TritonGemm(spec)
 
     function, report = _built(spec, spec.entry, cache_dir)
     if spec.threads > report.max_threads_per_block:

@@ -164,20 +164,49 @@ def keep_pairing(record: Record, precision: str, baseline: str, result: Interlea
     record.kernel_time_ms = list(result.kept_ms[0])
 
 
-def _keep_best(record: Record, names: list[str], result: Interleaved, flops: int) -> None:
-    """Against the stronger of the paired baselines (cuBLAS's default heuristic and the
-    autotuned cuBLASLt): the one with the shorter median in these rounds."""
-    if not names:
+def _strongest(arms: list[tuple[int, str]], result: Interleaved) -> tuple[int, str]:
+    """(arm, name) of the arm with the shortest median in these rounds."""
+    return min(arms, key=lambda arm: result.timings[arm[0]].median_ms)
+
+
+def _keep_best(record: Record, arms: list[tuple[int, str]], result: Interleaved,
+               flops: int) -> None:
+    """Against the stronger of the paired cuBLAS arms ((arm index, name): cuBLAS's default
+    heuristic and the autotuned cuBLASLt): the one with the shorter median in these rounds."""
+    if not arms:
         return
-    medians = [t.median_ms for t in result.timings[1:]]
-    if "cublaslt" in names[-1]:
-        record.cublaslt_gflops = flops / (medians[-1] * 1e-3) / 1e9
-    best = 1 + min(range(len(medians)), key=medians.__getitem__)
+    for arm, name in arms:
+        if "cublaslt" in name:
+            record.cublaslt_gflops = flops / (result.timings[arm].median_ms * 1e-3) / 1e9
+    best, name = _strongest(arms, result)
     ratio = _widened(result, best)
-    record.best_cublas = names[best - 1]
+    record.best_cublas = name
     record.pct_of_best_cublas = 100 * ratio.ratio
     record.pct_best_ci_low, record.pct_best_ci_high = 100 * ratio.ci_low, 100 * ratio.ci_high
     record.verdict_best = ratio.verdict
+
+
+def keep_peer(record: Record, arms: list[tuple[int, "Baseline"]], result: Interleaved,
+              flops: int) -> None:
+    """Against the strongest peer ((arm index, Baseline)) timed in the same rounds, with its
+    paired interval, and that peer's compile + autotune (a Triton peer's `tuning`)."""
+    if not arms:
+        return
+    best, name = _strongest([(arm, peer.name) for arm, peer in arms], result)
+    ratio = _widened(result, best)
+    record.peer_name = name
+    record.peer_gflops = flops / (result.timings[best].median_ms * 1e-3) / 1e9
+    record.pct_of_peer = 100 * ratio.ratio
+    record.pct_peer_ci_low, record.pct_peer_ci_high = 100 * ratio.ci_low, 100 * ratio.ci_high
+    record.verdict_peer = ratio.verdict
+    keep_tuning(record, dict(arms)[best].kernel)
+
+
+def keep_tuning(record: Record, kernel) -> None:
+    """A Triton peer's compile + autotune at this shape (src/job/triton_gemm.py), if any."""
+    tuning = getattr(kernel, "tuning", None)  # only Triton peers compile at their first launch
+    if tuning is not None:
+        record.peer_compile_s, record.peer_config = tuning.seconds, tuning.config
 
 
 def _keep_ratio(record, precision, baseline, base_gflops, pct, low, high, verdict) -> None:
@@ -221,9 +250,10 @@ def verify_only(prepared: PreparedJob, record: Record, cache_dir: str = DEFAULT_
     return record.rel_err
 
 
-def _paired_inputs(baseline: Baseline | None, problem, inputs: Inputs, ref) -> Inputs | None:
+def _paired_inputs(baseline: Baseline | None, problem, inputs: Inputs, ref,
+                   refused: list[str] | None = None) -> Inputs | None:
     """The baseline's own C (same A, B, C0), after checking the baseline on them; None (and no
-    pairing) when there is no baseline or it fails its own check."""
+    pairing) when there is no baseline or it fails its own check (why: added to `refused`)."""
     if baseline is None:
         return None
     base_inputs = Inputs(inputs.a, inputs.b, inputs.c0.copy(), inputs.c0, inputs.seed)
@@ -232,8 +262,29 @@ def _paired_inputs(baseline: Baseline | None, problem, inputs: Inputs, ref) -> I
     except LabError as exc:
         log.warning("baseline %s failed its check, so %s is not paired with it: %s",
                     baseline.name, problem.label, exc)
+        if refused is not None:
+            refused.append(f"{baseline.name}: {exc.status}: {exc}")
         return None
     return base_inputs
+
+
+def _checked_peers(paired: list[tuple[Baseline, Inputs]], peers, ref,
+                   refused: list[str]) -> list[tuple[int, Baseline]]:
+    """(arm index, peer) of the peers whose last timed launch is right: a peer is held to the
+    check a kernel is, or left out of the comparison (why: added to `refused`)."""
+    kept = []
+    for arm, (baseline, base_inputs) in enumerate(paired, start=1):
+        if baseline not in peers:
+            continue
+        try:
+            check(base_inputs.c, ref, baseline.tolerance, baseline.name,
+                  "verification of the peer's last timed launch", TimedVerificationFailed)
+        except TimedVerificationFailed as exc:
+            log.warning("peer %s is not compared: %s", baseline.name, exc)
+            refused.append(f"{baseline.name}: {exc.status}: {exc}")
+            continue
+        kept.append((arm, baseline))
+    return kept
 
 
 def _check_timed(name: str, spot: SpotCheck, inputs: Inputs, ref, tolerance: float) -> float:
@@ -264,10 +315,11 @@ def _check_fresh(kernel, prepared: PreparedJob, tolerance: float) -> float:
 
 def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs | None = None,
                     progress=_no_progress, cache_dir: str = DEFAULT_CACHE_DIR,
-                    baseline: Baseline | None = None, stronger: Baseline | None = None) -> float:
-    """Compile, verify on fresh inputs, time (interleaved with `baseline`, and `stronger`, the
-    autotuned cuBLASLt, if given), check the timed output and a fresh-input launch, check
-    plausibility: fills `record`, returns GFLOP/s."""
+                    baseline: Baseline | None = None, stronger: Baseline | None = None,
+                    peers: tuple[Baseline, ...] = ()) -> float:
+    """Compile, verify on fresh inputs, time (interleaved with `baseline`, `stronger`, the
+    autotuned cuBLASLt, and `peers`, if given), check the timed output and a fresh-input launch,
+    check plausibility: fills `record`, returns GFLOP/s."""
     import cupy as cp
 
     spec, problem, bench = prepared.spec, prepared.problem, prepared.bench
@@ -282,18 +334,25 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         progress("compiled", record)
         ref = reference(problem, inputs)
         record.rel_err = verify(kernel, problem, inputs, tolerance, spec.name, ref=ref).rel_err
+        keep_tuning(record, kernel)  # a Triton peer compiled and autotuned in that first launch
         progress("verified", record)
-        paired = [(b, i) for b in (baseline, stronger)
-                  if (i := _paired_inputs(b, problem, inputs, ref)) is not None]
+        refused: list[str] = []
+        paired = [(b, i) for b in (baseline, stronger, *peers)
+                  if (i := _paired_inputs(b, problem, inputs, ref,
+                                          refused if b in peers else None)) is not None]
         spot = SpotCheck(inputs, problem.beta, int(bench["min_samples"]))
         result = _time(kernel, prepared, inputs, spot, device, paired)
-        arm_names = [b.name for b, _ in paired]
+        cublas_arms = [(arm, b.name) for arm, (b, _) in enumerate(paired, start=1)
+                       if b is baseline or b is stronger]
         keep_conditions(record, result)
         cp.cuda.get_current_stream().synchronize()
         record.checked_sample = spot.index
         checks_started = time.perf_counter()
         record.rel_err_timed = _check_timed(spec.name, spot, inputs, ref, tolerance)
+        peer_arms = _checked_peers(paired, peers, ref, refused)
         record.check_seconds = time.perf_counter() - checks_started
+        if refused:
+            record.peers_skipped = (record.peers_skipped or []) + refused
     except cp.cuda.runtime.CUDARuntimeError as exc:
         faulted.append(inputs)
         raise LaunchFailed(f"kernel {spec.name} faulted while being timed: {exc}") from exc
@@ -313,10 +372,10 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
     keep_timing(record, result.timings[0], problem.flops)
     record.timer = result.timer
     record.timer_resolution_ns = kernel_clock.RESOLUTION_NS.get(result.timer)
-    names = [b.name for b in (baseline, stronger) if b is not None and b.name in arm_names]
-    if names and names[0] == getattr(baseline, "name", None):
+    if cublas_arms and cublas_arms[0][1] == getattr(baseline, "name", None):
         keep_pairing(record, spec.precision, baseline.name, result, problem.flops)
-    _keep_best(record, names, result, problem.flops)
+    _keep_best(record, cublas_arms, result, problem.flops)
+    keep_peer(record, peer_arms, result, problem.flops)
     return record.gflops
 
 
@@ -341,8 +400,9 @@ def check_cached(prepared: PreparedJob, record: Record) -> None:
 def measure(prepared: PreparedJob, baselines, record: Record, outputs: JobOutputs | None = None,
             progress=_no_progress, cache_dir: str = DEFAULT_CACHE_DIR) -> Record:
     """Verify and time a prepared job interleaved with the cuBLAS baseline of its precision (from
-    `baselines`, a baselines.Baselines), the ratio and its interval in the record. A cuBLAS
-    baseline job is its own baseline: 100% by construction."""
+    `baselines`, a baselines.Baselines), the ratio and its interval in the record; a dispatching
+    job (best_*) also with the peers its config lists (`peers`: the strongest is compared). A
+    cuBLAS baseline job is its own baseline: 100% by construction."""
     spec = prepared.spec
     own = spec.backend == "cublas"
     name = PAIRED_BASELINE.get(spec.precision)
@@ -350,7 +410,10 @@ def measure(prepared: PreparedJob, baselines, record: Record, outputs: JobOutput
     stronger = None
     if prepared.bench.get("best_cublas") and not own and name is not None:
         stronger = baselines.autotuned(spec.precision, prepared)
-    gflops = verify_and_time(prepared, record, outputs, progress, cache_dir, baseline, stronger)
+    peers, skipped = baselines.peers(prepared.peers, prepared) if prepared.peers else ((), [])
+    record.peers_skipped = (skipped + list(prepared.peers_not_built)) or None
+    gflops = verify_and_time(prepared, record, outputs, progress, cache_dir, baseline, stronger,
+                             tuple(peers))
     progress("timed", record)
     if own:
         _keep_ratio(record, spec.precision, spec.name, gflops, 100.0, 100.0, 100.0, "tie")

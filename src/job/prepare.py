@@ -84,6 +84,8 @@ class PreparedJob:
     tuned_from: str | None = None     # which tuned size class supplied parameters, if any
     source: str | None = None         # the exact text handed to NVRTC (None: a cuBLAS baseline)
     dispatched: dispatch.DispatchChoice | None = None  # best_*: the chapter chosen for the shape
+    peers: tuple[str, ...] = ()       # best_*: the peer configs to time beside it (the strongest counts)
+    peers_not_built: tuple[str, ...] = ()  # best_*: "name: why" of peers the lab does not build
 
     @property
     def device(self) -> gpu_mod.Device | None:
@@ -111,6 +113,8 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dic
         check_bench(bench)  # the protocol's counts and limits, before any GPU work
     kcfg = OmegaConf.to_container(OmegaConf.create(kernel_cfg), resolve=True)
     dispatched = None
+    peers = tuple(str(name) for name in kcfg.get("peers") or ())
+    not_built = tuple(f"{p['name']}: {str(p['why']).strip()}" for p in kcfg.get("peers_not_built") or ())
     if dispatch.is_dispatcher(kcfg):
         dispatched = dispatch.choose(kcfg, where.gpu_spec_name, problem)
         kcfg = {**kernel_config(dispatched.kernel), "precision": kcfg["precision"]}
@@ -126,7 +130,7 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dic
     spec = build_spec(kcfg, problem, where.limits)
     source = expand_source(spec.source) if spec.source is not None else None
     return PreparedJob(problem, where, kcfg, spec, dict(bench or {}), tuned_from, source,
-                       dispatched)
+                       dispatched, peers, not_built)
 
 
 def check_inputs(cfg: DictConfig) -> None:

@@ -24,7 +24,9 @@ from src.job.problem import Problem
 from src.job.tensor_maps import TensorMapSpec, check as check_tensor_maps
 
 
-BACKENDS = ("nvrtc", "cublas")
+BACKENDS = ("nvrtc", "cublas", "triton")
+# tl.dot's input_precision for a Triton peer: ieee (FP32 FMA), tf32, tf32x3 (FP32-accurate)
+INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 PRECISIONS = ("fp32", "tf32")
 
 
@@ -77,7 +79,7 @@ OPERATORS = {**simpleeval.DEFAULT_OPERATORS, ast.Pow: _power, ast.Mult: _times,
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
-    backend: str                      # "nvrtc" (a kernels/*.cu chapter) or "cublas" (a baseline)
+    backend: str                      # "nvrtc" (a kernels/*.cu chapter), "cublas" (a baseline) or "triton" (a peer)
     precision: str                    # "fp32" or "tf32": picks the verification tolerance and peak
     params: dict[str, int] = field(default_factory=dict)
     derived: dict[str, int] = field(default_factory=dict)
@@ -91,6 +93,7 @@ class KernelSpec:
     arch: str | None = None           # a fixed target (e.g. sm_90a for wgmma); None: the device's
     tensor_maps: tuple[TensorMapSpec, ...] = ()  # TMA descriptors passed after C (tensor_maps.py)
     prepass: "Prepass | None" = None  # a kernel launched before the entry, on the same arguments
+    input_precision: str | None = None  # Triton peers only: tl.dot's input_precision
 
     @property
     def threads(self) -> int:
@@ -189,6 +192,8 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
     if backend == "cublas":
         return KernelSpec(name=name, backend=backend, precision=precision,
                           compute_type=cfg["compute_type"])
+    if backend == "triton":
+        return _triton_spec(cfg, name, precision)
 
     params = dict(cfg.get("params") or {})
     for key, value in params.items():
@@ -245,6 +250,17 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         tensor_maps=tensor_maps,
         prepass=_prepass(launch.get("prepass"), names, name, {**params, **derived}),
     )
+
+
+def _triton_spec(cfg: dict, name: str, precision: str) -> KernelSpec:
+    """A Triton peer: no launch geometry of its own (Triton's autotune picks the tiles per shape)."""
+    input_precision = cfg.get("input_precision")
+    if input_precision not in INPUT_PRECISIONS:
+        raise ConfigError(f"kernel {name}: input_precision must be one of {INPUT_PRECISIONS} "
+                          f"(tl.dot's input_precision), got {input_precision!r}.")
+    return KernelSpec(name=name, backend="triton", precision=precision,
+                      entry=f"triton matmul_kernel(input_precision={input_precision!r})",
+                      input_precision=input_precision)
 
 
 def _tensor_map(tm: dict, names: dict, name: str) -> TensorMapSpec:

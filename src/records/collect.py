@@ -28,7 +28,7 @@ from src.records import math_units
 from src.records.record import RECORD_FILE, REPLICATES_DIR, Record, read_record, record_paths
 
 _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms", "baseline_time_ms",
-                "throttle_reasons", "clock_range_mhz", "sustained_clock_mhz")
+                "throttle_reasons", "clock_range_mhz", "sustained_clock_mhz", "peers_skipped")
 _SPREAD_FIELDS = ("device", "bench")
 _RECORD_FIELDS = list(fields(Record))
 

@@ -86,6 +86,18 @@ class Record:
     pct_best_ci_low: float | None = None
     pct_best_ci_high: float | None = None
     verdict_best: str | None = None
+    # against the strongest peer a user would pick instead (best_*: its config's `peers`, timed
+    # in the same interleaved rounds): Triton, and why any other peer was not compared
+    peer_name: str | None = None           # the peer with the shortest median in these rounds
+    peer_gflops: float | None = None
+    pct_of_peer: float | None = None       # 100 x gflops / peer_gflops (ratio of the medians)
+    pct_peer_ci_low: float | None = None   # bootstrap 95% interval, over the pairs
+    pct_peer_ci_high: float | None = None
+    verdict_peer: str | None = None
+    peers_skipped: list | None = None      # "name: why" of each listed peer not compared
+    peer_compile_s: float | None = None    # a Triton peer's compile + autotune at this shape (the
+                                           # job's own, or best_*'s strongest peer's), untimed
+    peer_config: str | None = None         # the config Triton's autotune chose
     # checks of the timed launches (src/job/measure.py)
     checked_sample: int | None = None      # the timed sample whose output was checked (C poisoned first)
     rel_err_timed: float | None = None     # worst rel_err of that sample and of the last timed launch
@@ -220,7 +232,8 @@ FIGURES = ("gflops", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_iq
            "pct_of_cublas_fp32", "pct_of_cublas_tf32", "pct_of_peak", "cublas_fp32_gflops",
            "cublas_tf32_gflops", "baseline_gflops", "pct_of_cublas", "pct_ci_low", "pct_ci_high",
            "verdict", "kernel_time_ms", "baseline_time_ms", "cublaslt_gflops", "best_cublas",
-           "pct_of_best_cublas", "pct_best_ci_low", "pct_best_ci_high", "verdict_best")
+           "pct_of_best_cublas", "pct_best_ci_low", "pct_best_ci_high", "verdict_best",
+           "peer_gflops", "pct_of_peer", "pct_peer_ci_low", "pct_peer_ci_high", "verdict_peer")
 
 
 def mark_failed(record: Record, exc) -> None:

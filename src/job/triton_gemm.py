@@ -1,0 +1,92 @@
+"""Triton peers (conf/kernel/triton_*.yaml) behind the chapters' launch(a, b, c, alpha, beta)
+interface: the matmul a Python user would write (src/job/triton_matmul.py), tl.dot's
+input_precision from the config (ieee, tf32, tf32x3).
+
+Triton compiles and autotunes at the first launch of each shape; that launch is timed here,
+synchronised, and kept in `tuning` (seconds and the chosen config). The first launch of a job is
+its verification (measure.py), so the autotune has finished before any timed launch. CuPy arrays
+reach Triton as torch tensors through DLPack (no copy), and Triton launches on CuPy's current
+stream, so the timing step's events and flushes order with it.
+
+Without triton (or torch, which Triton's autotuner uses) a job is `skipped_missing_peer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+from src.errors import LaunchFailed, PeerMissing
+from src.job.spec import KernelSpec
+
+EXTRA = "pip install -e '.[peers]'"
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The compile + autotune of one shape: wall seconds of that first launch, and the config."""
+
+    seconds: float
+    config: str | None
+
+
+def missing_message(name: str, exc: BaseException) -> str:
+    return (f"peer {name} is skipped: Triton or torch cannot be imported ({type(exc).__name__}: "
+            f"{exc}) (rule: a Triton peer needs the optional extra `peers`, triton and torch; "
+            f"install it with {EXTRA}). The other kernels and baselines are not affected; the "
+            f"peer's rows and comparisons are left out.")
+
+
+class TritonGemm:
+    def __init__(self, spec: KernelSpec):
+        try:
+            import torch
+
+            from src.job import triton_matmul
+        except ImportError as exc:
+            raise PeerMissing(missing_message(spec.name, exc)) from None
+        self.spec = spec
+        self.report = None  # Triton compiles at the first launch: see `tuning`
+        self.tuning: Tuning | None = None
+        self.version = triton_matmul.version()
+        self._torch = torch
+        self._matmul = triton_matmul
+        self._tuned: dict[tuple, Tuning] = {}
+
+    def _stream(self):
+        """Triton launches on torch's current stream: make it CuPy's (a no-op on the default)."""
+        import cupy as cp
+
+        ptr = cp.cuda.get_current_stream().ptr
+        if not ptr:
+            return contextlib.nullcontext()
+        return self._torch.cuda.stream(self._torch.cuda.ExternalStream(ptr))
+
+    def _run(self, a, b, c, alpha: float, beta: float) -> None:
+        from_dlpack = self._torch.from_dlpack
+        with self._stream():
+            self._matmul.launch(from_dlpack(a), from_dlpack(b), from_dlpack(c), alpha, beta,
+                                self.spec.input_precision)
+
+    def launch(self, a, b, c, alpha: float, beta: float) -> None:
+        key = (a.shape, b.shape, beta != 0.0)
+        try:
+            if key in self._tuned:
+                self._run(a, b, c, alpha, beta)
+                self.tuning = self._tuned[key]
+                return
+            import cupy as cp
+
+            cp.cuda.get_current_stream().synchronize()
+            started = time.perf_counter()
+            self._run(a, b, c, alpha, beta)  # compiles and autotunes, then runs the chosen config
+            cp.cuda.get_current_stream().synchronize()
+            self.tuning = self._tuned[key] = Tuning(time.perf_counter() - started,
+                                                    self._matmul.chosen_config())
+        except LaunchFailed:
+            raise
+        except Exception as exc:  # Triton's CompilationError, OutOfResources, a CUDA error
+            raise LaunchFailed(f"Triton peer {self.spec.name} (input_precision="
+                               f"{self.spec.input_precision}) failed: {type(exc).__name__}: "
+                               f"{exc}") from exc

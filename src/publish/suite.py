@@ -38,6 +38,10 @@ COLUMNS = ["suite", "shape", "m", "n", "k", "alpha", "beta", "kernel", "chosen",
            "gflops", "baseline", "baseline_gflops", "ratio", "ratio_ci_low", "ratio_ci_high",
            "verdict", "cublaslt_gflops", "best_cublas", "ratio_best", "ratio_best_ci_low",
            "ratio_best_ci_high", "verdict_best", "rel_err", "error"]
+# After COLUMNS when any row has them: the strongest peer timed in the same rounds (the kernel
+# config's `peers`: Triton)
+PEER_COLUMNS = ["peer", "peer_gflops", "ratio_peer", "ratio_peer_ci_low", "ratio_peer_ci_high",
+                "verdict_peer"]
 
 
 def suites(conf_dir: Path = CONF_DIR) -> dict[str, str]:
@@ -86,14 +90,22 @@ def suite_frame(runs: pd.DataFrame, conf_dir: Path = CONF_DIR) -> pd.DataFrame:
             "ratio_best_ci_high": ratio("pct_best_ci_high"), "verdict_best": get("verdict_best"),
             "rel_err": _number(getattr(r, "rel_err", None), 10),
             "error": None if ok else getattr(r, "error", None),
+            "peer": _text(get("peer_name")), "peer_gflops": _number(get("peer_gflops"), 1),
+            "ratio_peer": ratio("pct_of_peer"), "ratio_peer_ci_low": ratio("pct_peer_ci_low"),
+            "ratio_peer_ci_high": ratio("pct_peer_ci_high"), "verdict_peer": _text(get("verdict_peer")),
             "gpu_spec": _text(getattr(r, "gpu_spec", None)) or "unknown"})
-    frame = pd.DataFrame(rows, columns=COLUMNS + ["gpu_spec"])
+    frame = pd.DataFrame(rows, columns=COLUMNS + PEER_COLUMNS + ["gpu_spec"])
     # a job refused before it reached the GPU (a shape its chapter does not run) records no GPU;
     # a sweep runs on one, so it is that sweep's
     specs = set(frame.gpu_spec) - {"unknown"}
     if len(specs) == 1:
         frame["gpu_spec"] = specs.pop()
     return frame.sort_values(["gpu_spec", "kernel", "suite", "m", "n", "k"], kind="stable")
+
+
+def has_peers(frame: pd.DataFrame) -> bool:
+    """Whether any row was compared with a peer (the peer columns are shown only then)."""
+    return "ratio_peer" in frame and bool(frame.ratio_peer.notna().any())
 
 
 def geomean(values) -> float | None:
@@ -111,8 +123,9 @@ def summary(frame: pd.DataFrame) -> dict:
             continue
         ok = rows[rows.status == "ok"]
         entry = {"kernel": kernel, "shapes": int(len(rows)), "failed": int(len(rows) - len(ok))}
-        for key, column in (("vs_default", "ratio"), ("vs_best", "ratio_best")):
-            values = ok[column].dropna()
+        for key, column in (("vs_default", "ratio"), ("vs_best", "ratio_best"),
+                            ("vs_peer", "ratio_peer")):
+            values = ok[column].dropna() if column in ok else ok.iloc[0:0]
             if len(values):
                 low = ok.loc[values.idxmin()]
                 entry[key] = {"geomean": round(geomean(values), 4), "min": round(float(values.min()), 4),
@@ -150,14 +163,18 @@ def _maths(counts: dict) -> str:
 def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=()) -> str:
     lines = [f"# Shape suite on {', '.join(gpus) or gpu_spec} ({gpu_spec})", ""]
     stats = summary(frame)
+    peers = has_peers(frame)
     lines += ["| precision | kernel | shapes (math) | failed | geomean / min vs cuBLAS | "
-              "geomean / min vs best cuBLAS |", "| --- | --- | --- | --- | --- | --- |"]
+              "geomean / min vs best cuBLAS |" + (" geomean / min vs strongest peer |" if peers else ""),
+              "| --- | --- | --- | --- | --- | --- |" + (" --- |" if peers else "")]
     for precision, s in stats.items():
-        d, b = s.get("vs_default", {}), s.get("vs_best", {})
+        d, b, p = s.get("vs_default", {}), s.get("vs_best", {}), s.get("vs_peer", {})
+        peer = (f"{p['geomean']} / {p['min']} ({p['min_shape']})"
+                + (" (below 1.0: the peer is faster)" if p["geomean"] < 1.0 else "")) if p else ""
         lines.append(f"| {precision} | {s['kernel']} | {s['shapes']} ({_maths(s['by_math'])}) | "
                      f"{s['failed']} | {d.get('geomean', '')} / {d.get('min', '')} "
                      f"({d.get('min_shape', '')}) | {b.get('geomean', '')} / {b.get('min', '')} "
-                     f"({b.get('min_shape', '')}) |")
+                     f"({b.get('min_shape', '')}) |" + (f" {peer} |" if peers else ""))
     notes = ["The math column says what each shape ran on: FFMA (FP32 on the SIMT cores), 3xTF32 "
              "(FP32-accurate: three TF32 products on the tensor cores, verified at the FP32 "
              "tolerance and paired with cuBLAS FP32, which runs FFMA) or TF32 (tensor cores, TF32 "
@@ -165,6 +182,11 @@ def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=())
              "Ratios are kernel speed / baseline speed, paired in the same job, with 95% "
              "intervals; `best cuBLAS` is the stronger of cuBLAS's default and autotuned "
              "cuBLASLt at that shape. faster / slower only when the interval excludes 1.0."]
+    if peers:
+        notes.append("`vs peer`: against the strongest peer a user would pick instead, timed in "
+                     "the same rounds (best_fp32: the FP32-accurate Triton matmuls, tf32x3 and "
+                     "ieee; best_tf32: Triton TF32), with the peer's name; empty where no peer "
+                     "ran (the rows' peers_skipped say why). Below 1.0 the peer is faster.")
     runs = sessions(timestamps)
     if len(runs) > 1:
         notes.append(f"The rows come from {len(runs)} measurement sessions (jobs more than an "
@@ -177,40 +199,54 @@ def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=())
         if rows.empty:
             continue
         lines += [f"## {kernel}", "", "| suite | shape | chosen | math | GFLOP/s | vs cuBLAS | "
-                  "vs best cuBLAS |", "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "vs best cuBLAS |" + (" vs peer |" if peers else ""),
+                  "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if peers else "")]
         for r in rows.itertuples(index=False):
             math = math_units.label(r.math) if isinstance(r.math, str) else ""
             if r.status != "ok":
-                lines.append(f"| {r.suite} | {r.shape} | {r.chosen or ''} | {math} | {r.status} | | |")
+                lines.append(f"| {r.suite} | {r.shape} | {r.chosen or ''} | {math} | {r.status} | | |"
+                             + (" |" if peers else ""))
                 continue
             best = "" if pd.isna(r.ratio_best) else f"{r.ratio_best:.3f} {r.verdict_best}"
             lines.append(f"| {r.suite} | {r.shape} | {r.chosen} | {math} | {r.gflops:,.1f} | "
-                         f"{r.ratio:.3f} {r.verdict} | {best} |")
+                         f"{r.ratio:.3f} {r.verdict} | {best} |" + (f" {_peer_cell(r)} |" if peers else ""))
         lines.append("")
     lines.append(f"Intervals and which cuBLAS was stronger: {gpu_spec}_wide.md and {gpu_spec}.csv.")
     return "\n".join(lines) + "\n"
 
 
+def _peer_cell(r, interval: bool = False) -> str:
+    """The ratio to the strongest peer, its verdict and the peer (empty where none ran)."""
+    if getattr(r, "ratio_peer", None) is None or pd.isna(r.ratio_peer):
+        return ""
+    span = f" [{r.ratio_peer_ci_low:.3f}, {r.ratio_peer_ci_high:.3f}]" if interval else ""
+    return f"{r.ratio_peer:.3f}{span} {r.verdict_peer} ({r.peer})"
+
+
 def markdown_wide(frame: pd.DataFrame, gpu_spec: str) -> str:
     """Every shape with both ratios' 95% intervals and which cuBLAS was the stronger."""
     lines = [f"# Shape suite on {gpu_spec}: intervals", ""]
+    peers = has_peers(frame)
     for kernel in DISPATCHERS:
         rows = frame[frame.kernel == kernel].sort_values("ratio", na_position="first")
         if rows.empty:
             continue
         lines += [f"## {kernel}", "", "| suite | shape | chosen | math | GFLOP/s | vs cuBLAS | "
-                  "vs best cuBLAS (which) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "vs best cuBLAS (which) |" + (" vs peer (which) |" if peers else ""),
+                  "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if peers else "")]
         for r in rows.itertuples(index=False):
             math = math_units.label(r.math) if isinstance(r.math, str) else ""
             if r.status != "ok":
-                lines.append(f"| {r.suite} | {r.shape} | {r.chosen or ''} | {math} | {r.status} | | |")
+                lines.append(f"| {r.suite} | {r.shape} | {r.chosen or ''} | {math} | {r.status} | | |"
+                             + (" |" if peers else ""))
                 continue
             best = "" if pd.isna(r.ratio_best) else (
                 f"{r.ratio_best:.3f} [{r.ratio_best_ci_low:.3f}, {r.ratio_best_ci_high:.3f}] "
                 f"{r.verdict_best} ({r.best_cublas})")
             lines.append(f"| {r.suite} | {r.shape} | {r.chosen} | {math} | {r.gflops:,.1f} | "
                          f"{r.ratio:.3f} [{r.ratio_ci_low:.3f}, {r.ratio_ci_high:.3f}] "
-                         f"{r.verdict} | {best} |")
+                         f"{r.verdict} | {best} |"
+                         + (f" {_peer_cell(r, interval=True)} |" if peers else ""))
         lines.append("")
     return "\n".join(lines)
 
@@ -279,7 +315,7 @@ def publish(runs_csv: Path, out_dir: Path, metrics_path: Path | None = None) -> 
     for gpu_spec, rows in frame.groupby("gpu_spec"):
         gpus = sorted(runs[(runs.get("gpu_spec") == gpu_spec)].gpu.dropna().unique()) \
             if "gpu_spec" in runs else []
-        rows = rows.drop(columns="gpu_spec")
+        rows = rows.drop(columns="gpu_spec" if has_peers(rows) else ["gpu_spec", *PEER_COLUMNS])
         rows.to_csv(out_dir / f"{gpu_spec}.csv", index=False)
         stamps = runs[runs.gpu_spec == gpu_spec].timestamp \
             if {"gpu_spec", "timestamp"} <= set(runs.columns) else []

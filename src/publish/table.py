@@ -44,6 +44,10 @@ CONTRACT_COLUMNS = ["kernel", "precision", "math", "m", "n", "k", "gflops", "pct
                     # the spread across independent runs (src/records/replicates.py) and the timer
                     "replicates", "machines", "pct_min", "pct_max", "pct_range_low",
                     "pct_range_high", "gflops_min", "gflops_max", "timer_resolution_ns"]
+# After the contract's columns when any row has them (runs with peers): best_*'s strongest peer in
+# the same rounds, and a Triton peer's compile + autotune
+PEER_COLUMNS = ["peer_name", "peer_gflops", "pct_of_peer", "pct_peer_ci_low", "pct_peer_ci_high",
+                "verdict_peer", "peer_compile_s"]
 BASELINE_BACKEND = "cublas"
 WIDE_FILE = "progression_wide.md"
 PROSE_WIDTH = 100
@@ -97,12 +101,25 @@ def progression_frame(records: list[Record]) -> pd.DataFrame:
             "gflops_min": _round(min(x.gflops for x in row.runs), 1) if r.ok else None,
             "gflops_max": _round(max(x.gflops for x in row.runs), 1) if r.ok else None,
             "timer_resolution_ns": r.timer_resolution_ns if r.ok else None,
+            "peer_name": r.peer_name if r.ok else None,
+            "peer_gflops": _round(r.peer_gflops, 1) if r.ok else None,
+            "pct_of_peer": _round(r.pct_of_peer, 2) if r.ok else None,
+            "pct_peer_ci_low": _round(r.pct_peer_ci_low, 2) if r.ok else None,
+            "pct_peer_ci_high": _round(r.pct_peer_ci_high, 2) if r.ok else None,
+            "verdict_peer": r.verdict_peer if r.ok else None,
+            "peer_compile_s": _round(r.peer_compile_s, 2) if r.ok else None,
             "backend": r.backend, "alpha": r.alpha, "beta": r.beta, "size": r.size_label,
         })
-    frame = pd.DataFrame(rows, columns=CONTRACT_COLUMNS + ["backend", "alpha", "beta", "size"])
+    frame = pd.DataFrame(rows, columns=CONTRACT_COLUMNS + PEER_COLUMNS
+                         + ["backend", "alpha", "beta", "size"])
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["backend"] == BASELINE_BACKEND,
                                                     rows[i]["kernel"], size_key(rows[i]["size"])))
     return frame.iloc[order].reset_index(drop=True)
+
+
+def published_columns(frame: pd.DataFrame) -> list[str]:
+    """CONTRACT_COLUMNS, then PEER_COLUMNS when any row has a peer figure."""
+    return CONTRACT_COLUMNS + (PEER_COLUMNS if frame[PEER_COLUMNS].notna().any().any() else [])
 
 
 def size_order(frame: pd.DataFrame) -> list[str]:
@@ -169,11 +186,13 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None,
     if wide:
         lines += ["", summary_table(shown, wide=True, rows=by_cell).to_markdown(disable_numparse=True)]
         lines += _against_best(rows)
+        lines += _against_peers(rows)
         return "\n".join(lines) + "\n"
     lines += ["", summary_table(shown, rows=by_cell).to_markdown(disable_numparse=True), "",
               textwrap.fill(f"{SHORT_TABLE_NOTE} Replicated rows show the median run; the paired "
                             f"cuBLAS figures, 95% intervals, the runs' range, verdicts and the "
                             f"stronger cuBLAS: {WIDE_FILE}.", PROSE_WIDTH)]
+    lines += _against_peers(rows)
     if failed:
         lines += ["", "Failed jobs (no figure anywhere):", ""]
         for label, r in zip(row_labels(records), records):
@@ -244,6 +263,32 @@ def _against_best(rows: list[tuple[str, Row]]) -> list[str]:
     return lines
 
 
+def _against_peers(rows: list[tuple[str, Row]]) -> list[str]:
+    """The dispatching kernels against the strongest peer timed beside them (their configs'
+    `peers`: Triton), and why any listed peer was not compared."""
+    mine = [(label, row.record) for label, row in rows
+            if row.record.ok and row.record.pct_of_peer is not None]
+    skipped = sorted({line for _, row in rows for line in (row.record.peers_skipped or [])})
+    if not mine and not skipped:
+        return []
+    lines = ["", "Against the strongest peer a user would pick instead, in the kernel's accuracy "
+             "(best_fp32: FP32-accurate peers, best_tf32: TF32), timed in the same interleaved "
+             "rounds; % with its 95% interval, `slower` where the peer wins."]
+    if mine:
+        sizes = sorted({r.size_label for _, r in mine}, key=size_key)
+        cells: dict[str, dict[str, str]] = {}
+        for label, r in mine:
+            cells.setdefault(label, {})[r.size_label] = (
+                f"{r.pct_of_peer:.1f}% of {r.peer_gflops:,.0f} [{r.pct_peer_ci_low:.1f}, "
+                f"{r.pct_peer_ci_high:.1f}] {r.verdict_peer} ({r.peer_name})")
+        lines += ["", "| kernel | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
+        for label, row in cells.items():
+            lines.append(f"| {label} | " + " | ".join(row.get(size, "") for size in sizes) + " |")
+    if skipped:
+        lines += ["", "Peers not compared:", ""] + [f"- {line}" for line in skipped]
+    return lines
+
+
 def metrics(frame: pd.DataFrame, ceilings: dict | None) -> dict:
     ok = frame[frame.status == "ok"]
     out: dict = {"jobs": {"total": len(frame), "ok": len(ok), "failed": len(frame) - len(ok)}}
@@ -301,7 +346,7 @@ def write_table(runs_path: Path, out_dir: Path, ceilings_path: Path | None = Non
     ceilings = load_ceilings(ceilings_path, records) if ceilings_path else None
     frame = progression_frame(records)
     with staged(out_dir) as new:  # every file replaces the published one, or none does
-        frame[CONTRACT_COLUMNS].to_csv(new("progression.csv"), index=False)
+        frame[published_columns(frame)].to_csv(new("progression.csv"), index=False)
         new("progression.md").write_text(markdown(records, runs, ceilings))
         new(WIDE_FILE).write_text(markdown(records, runs, ceilings, wide=True))
         new("metrics.json").write_text(json.dumps(metrics(frame, ceilings), indent=2) + "\n")

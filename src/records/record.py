@@ -86,18 +86,6 @@ class Record:
     pct_best_ci_low: float | None = None
     pct_best_ci_high: float | None = None
     verdict_best: str | None = None
-    # against the strongest peer a user would pick instead (best_*: its config's `peers`, timed
-    # in the same interleaved rounds): Triton, and why any other peer was not compared
-    peer_name: str | None = None           # the peer with the shortest median in these rounds
-    peer_gflops: float | None = None
-    pct_of_peer: float | None = None       # 100 x gflops / peer_gflops (ratio of the medians)
-    pct_peer_ci_low: float | None = None   # bootstrap 95% interval, over the pairs
-    pct_peer_ci_high: float | None = None
-    verdict_peer: str | None = None
-    peers_skipped: list | None = None      # "name: why" of each listed peer not compared
-    peer_compile_s: float | None = None    # a Triton peer's compile + autotune at this shape (the
-                                           # job's own, or best_*'s strongest peer's), untimed
-    peer_config: str | None = None         # the config Triton's autotune chose
     # checks of the timed launches (src/job/measure.py)
     checked_sample: int | None = None      # the timed sample whose output was checked (C poisoned first)
     rel_err_timed: float | None = None     # worst rel_err of that sample and of the last timed launch
@@ -120,6 +108,18 @@ class Record:
     replicate: int | None = None      # which independent run of this row (1: the sweep; 2...: src.sweep.replicate)
     from_cache: bool = False          # resume=true reused this verified measurement (same key)
     mlflow_run_id: str | None = None  # the MLflow run of the job that measured it
+    # against the strongest peer a user would pick instead (best_*: its config's `peers`, timed
+    # in the same interleaved rounds): Triton, and why any other peer was not compared
+    peer_name: str | None = None           # the peer with the shortest median in these rounds
+    peer_gflops: float | None = None
+    pct_of_peer: float | None = None       # 100 x gflops / peer_gflops (ratio of the medians)
+    pct_peer_ci_low: float | None = None   # bootstrap 95% interval, over the pairs
+    pct_peer_ci_high: float | None = None
+    verdict_peer: str | None = None
+    peers_skipped: list | None = None      # "name: why" of each listed peer not compared
+    peer_compile_s: float | None = None    # a Triton peer's compile + autotune at this shape (the
+                                           # job's own, or best_*'s strongest peer's), untimed
+    peer_config: str | None = None         # the config Triton's autotune chose
 
     @property
     def ok(self) -> bool:

@@ -354,3 +354,36 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
                              "beta=3.0", *QUICK, *pinned_inputs(shape)))
     assert record.status == "ok", record.error
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+
+
+PEERS = ["triton_fp32", "triton_tf32", "triton_tf32x3"]
+
+
+@pytest.mark.parametrize("peer", PEERS)
+@pytest.mark.parametrize("shape", [pytest.param((256, 256, 256), marks=pytest.mark.smoke),
+                                   (1000, 997, 333)], ids=["256", "unaligned"])
+def test_triton_peer_verified_with_its_autotune_recorded(compose, peer, shape):
+    """A Triton peer is verified like every kernel (its accuracy's tolerance, the timed launches
+    and a fresh-input launch), at an aligned and an unaligned shape with alpha and beta; its
+    compile + autotune happened before the timing and is recorded with the chosen config."""
+    pytest.importorskip("triton")
+    m, n, k = shape
+    record = run_job(compose(f"kernel={peer}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *QUICK))
+    assert record.status == "ok", record.error
+    assert record.tolerance == (1e-3 if peer == "triton_tf32" else 1e-5)
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.peer_compile_s > 0 and "BLOCK_M" in record.peer_config
+    assert record.pct_ci_low <= record.pct_of_cublas <= record.pct_ci_high
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("kernel", ["best_fp32", "best_tf32"])
+def test_best_is_paired_with_its_strongest_peer(compose, kernel):
+    pytest.importorskip("triton")
+    record = run_job(compose(f"kernel={kernel}", "size=512", *QUICK))
+    assert record.status == "ok", record.error
+    wanted = {"best_fp32": {"triton_tf32x3", "triton_fp32"}, "best_tf32": {"triton_tf32"}}[kernel]
+    assert record.peer_name in wanted, record.peers_skipped
+    assert record.pct_peer_ci_low <= record.pct_of_peer <= record.pct_peer_ci_high
+    assert record.pct_of_peer == pytest.approx(100 * record.gflops / record.peer_gflops)

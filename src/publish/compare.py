@@ -205,7 +205,7 @@ def suite_document(frame: pd.DataFrame, gpus: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _legend_handles(frame: pd.DataFrame, gpus: list[str]):
+def legend_handles(frame: pd.DataFrame, gpus: list[str]):
     from matplotlib.patches import Patch
 
     return [Patch(facecolor=GPU_COLOURS[i % len(GPU_COLOURS)] if measured(frame, gpu) else "none",
@@ -248,7 +248,7 @@ def progression_figure(frame: pd.DataFrame, gpus: list[str], path: Path) -> None
     for ax in axes:
         ax.grid(True, axis="x", alpha=0.3)
     fig.suptitle(f"SGEMM at {size} by GPU: {_gpus_line(frame, gpus)}", fontsize=10)
-    fig.legend(handles=_legend_handles(frame, gpus), loc="outside lower center", ncols=len(gpus),
+    fig.legend(handles=legend_handles(frame, gpus), loc="outside lower center", ncols=len(gpus),
                frameon=False)
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
@@ -286,7 +286,7 @@ def suite_figure(frame: pd.DataFrame, gpus: list[str], path: Path) -> None:
         ax.set_ylabel("speed / cuBLAS speed (log scale; 1x = cuBLAS)")
         ax.set_title(f"{kernel} against cuBLAS, by GPU", fontsize=10)
         ax.grid(True, which="major", axis="y", alpha=0.3)
-    fig.legend(handles=_legend_handles(frame, gpus), loc="outside lower center", ncols=len(gpus),
+    fig.legend(handles=legend_handles(frame, gpus), loc="outside lower center", ncols=len(gpus),
                frameon=False)
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)

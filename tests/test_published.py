@@ -36,6 +36,15 @@ def test_compare_files_are_made_from_the_published_tables(tmp_path):
         assert (tmp_path / name).read_text() == (ROOT / "results" / "compare" / name).read_text(), name
 
 
+def test_the_readme_shows_the_gpus_side_by_side_as_compare_wrote_them():
+    """The README's headline table is results/compare/headline.md as the stage wrote it: every
+    GPU of published.gpus, a GPU not measured saying so."""
+    headline = (ROOT / "results" / "compare" / "headline.md").read_text()
+    assert headline in (ROOT / "README.md").read_text()
+    for gpu in params()["published"]["gpus"]:
+        assert f"| {gpu} |" in headline
+
+
 def test_progression_files_are_made_from_the_published_runs(tmp_path):
     write_table(RESULTS / "runs.csv", tmp_path, RESULTS / "ceilings.json")
     for name in ("progression.md", "progression.csv", "metrics.json"):

@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from src.paths import CONF_DIR, ROOT
+from src.paths import COMPARE_DIR, CONF_DIR, ROOT, published_sets
 
 COMMANDS = ("run", "kernels", "results", "ui", "links")
 
@@ -128,13 +128,15 @@ def show_kernels() -> int:
 
 
 def show_results(root: Path | None = None, local: bool = False) -> int:
-    """The published table (results/progression.md); with `local`, the newest sweep's summary
-    under ./multirun instead (a local sweep without a GPU holds only failures)."""
+    """The published tables (results/<gpu>/progression.md, one per GPU measured); with `local`,
+    the newest sweep's summary under ./multirun instead (a local sweep without a GPU holds only
+    failures)."""
     root = Path.cwd() if root is None else root  # where the user runs it, not where it was imported
-    published = ROOT / "results" / "progression.md"
     if not local:
-        print(f"published results ({published}; your own sweeps: sgemm-lab results --local):\n")
-        print(published.read_text())
+        for published in (s / "progression.md" for s in published_sets()):
+            print(f"published results ({published}; your own sweeps: sgemm-lab results --local):\n")
+            print(published.read_text())
+        print(f"the GPUs side by side: {COMPARE_DIR / 'progression.md'}")
         return 0
     sweeps = sorted((root / "multirun").glob("*/*/summary.md"), key=lambda p: p.stat().st_mtime)
     if not sweeps:

@@ -16,6 +16,13 @@ INCLUDE_DIR = KERNELS_DIR / "include"     # the headers both include (the tile v
 TEST_KERNELS_DIR = ROOT / "tests" / "kernels"  # the test-only broken kernels (tests/conf/kernel/)
 KERNEL_DIRS = (KERNELS_DIR, TEST_KERNELS_DIR)
 SOURCE_SUFFIXES = (".cu", ".cuh")
+RESULTS_DIR = ROOT / "results"            # one published set per GPU spec: results/<gpu>/
+COMPARE_DIR = RESULTS_DIR / "compare"     # the GPUs side by side (dvc.yaml: compare)
+
+
+def published_sets(results: Path = RESULTS_DIR) -> list[Path]:
+    """The published per-GPU sets, results/<gpu>/ with a runs.csv, by spec name."""
+    return sorted(p.parent for p in results.glob("*/runs.csv") if p.parent != COMPARE_DIR)
 
 
 def kernel_file(path: Path | str, kernel: str = "?") -> Path:

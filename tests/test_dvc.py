@@ -2,8 +2,9 @@
 git repository holding a copy of the pipeline's files and drives the `dvc` command line.
 
 The GPU half of `bench` (ceilings, timings) is the GPU box's; here its sweep runs with no GPU
-visible, which still expands and checks every job, and `table` and `plots` run through
-`dvc repro` on the recorded H100 runs.
+visible, which still expands and checks every job, and `table`, `plots`, `suite_table` and
+`compare` run through `dvc repro` on the recorded H100 runs. The per-GPU stages are `foreach`
+stages over params.yaml's published.gpus (bench@h100_sxm, ...).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 from pathlib import Path
 import sys
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -38,6 +40,30 @@ def params() -> dict:
     return yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
+def _substitute(node, item: str):
+    if isinstance(node, str):
+        return node.replace("${item}", item)
+    if isinstance(node, list):
+        return [_substitute(x, item) for x in node]
+    if isinstance(node, dict):
+        return {_substitute(k, item): _substitute(v, item) for k, v in node.items()}
+    return node
+
+
+def stages() -> dict:
+    """dvc.yaml's stages as DVC names them, a `foreach` stage once per GPU (`bench@h100_sxm`),
+    with ${item} filled in (the other ${...} left as written)."""
+    out = {}
+    for name, stage in dvc_yaml()["stages"].items():
+        if "foreach" in stage:
+            assert stage["foreach"] == "${published.gpus}", name
+            for gpu in params()["published"]["gpus"]:
+                out[f"{name}@{gpu}"] = _substitute(stage["do"], gpu)
+        else:
+            out[name] = stage
+    return out
+
+
 # --- dvc.yaml and params.yaml as files --------------------------------------------------------
 
 def test_params_are_the_published_set():
@@ -54,7 +80,7 @@ def test_no_list_is_written_twice():
     text = (ROOT / "dvc.yaml").read_text()
     for name in params()["progression"]["kernels"].split(",") + str(params()["progression"]["sizes"]).split(","):
         assert not re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", text), name
-    bench = dvc_yaml()["stages"]["bench"]
+    bench = stages()["bench@h100_sxm"]
     assert set(bench["params"]) == {"progression", "ceilings"}
     run = next(c for c in bench["cmd"] if "src.run" in c)
     assert "kernel=${progression.kernels}" in run and "size=${progression.sizes}" in run
@@ -99,7 +125,7 @@ def test_each_stage_depends_on_exactly_the_code_it_runs():
     imported file lies under a listed dependency, and every listed folder or file holds one."""
     hydra_targets = {t.rsplit(".", 1)[0] for t in
                      re.findall(r"_target_:\s*(src\.[\w.]+)", (CONF_DIR / "config.yaml").read_text())}
-    for name, stage in dvc_yaml()["stages"].items():
+    for name, stage in stages().items():
         cmds = stage["cmd"] if isinstance(stage["cmd"], list) else [stage["cmd"]]
         entries = {m for cmd in cmds for m in re.findall(r"python -m (src\.[\w.]+)", cmd)}
         if "src.run" in entries:
@@ -116,7 +142,7 @@ def test_each_stage_depends_on_exactly_the_code_it_runs():
 
 
 def test_outputs_are_in_git_not_in_the_dvc_cache():
-    for name, stage in dvc_yaml()["stages"].items():
+    for name, stage in stages().items():
         for entry in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):
             (path, options), = entry.items()
             assert path.startswith("results/") and options.get("cache") is False, (name, path)
@@ -125,8 +151,10 @@ def test_outputs_are_in_git_not_in_the_dvc_cache():
             # interpreter); the suite's per-GPU files also because one GPU's run must not
             # delete another's
             assert options.get("persist") is True, (name, path)
-    ignored = subprocess.run(["git", "check-ignore", "-q", "results/progression.csv"], cwd=ROOT)
+    ignored = subprocess.run(["git", "check-ignore", "-q", "results/h200/progression.csv"], cwd=ROOT)
     assert ignored.returncode == 1  # results/ is not ignored
+    staging = subprocess.run(["git", "check-ignore", "-q", "results/h200/.runs.csv.new"], cwd=ROOT)
+    assert staging.returncode == 0  # a stage's half-written files are not
     swept = subprocess.run(["git", "check-ignore", "-q", "sweeps/progression/x"], cwd=ROOT)
     assert swept.returncode == 0  # the bench sweep's job dirs are
 
@@ -177,55 +205,113 @@ def repo(tmp_path):
     return work, dvc, run
 
 
+def test_every_dependency_exists_or_is_another_stages_output():
+    """DVC refuses to run a stage whose dependency is missing, so every dep is in the repository
+    or made by a stage before it; and every output lies in its GPU's set or in results/compare/."""
+    all_stages = stages()
+    made = {path for stage in all_stages.values()
+            for entry in stage.get("outs", []) + stage.get("metrics", []) for path in entry}
+    for name, stage in all_stages.items():
+        for dep in stage["deps"]:
+            assert (ROOT / dep).exists() or dep in made, (name, dep)
+        gpu = name.partition("@")[2]
+        for entry in stage.get("outs", []) + stage.get("metrics", []):
+            (path,) = entry
+            assert path.startswith(f"results/{gpu}/" if gpu else "results/compare/"), (name, path)
+
+
+def test_compare_depends_on_the_tables_of_every_published_gpu():
+    """compare's data dependencies are exactly the progression and suite tables of the GPUs of
+    published.gpus that have a published set: a GPU's first set makes this fail until its two
+    lines are added to dvc.yaml (DVC cannot depend on a file that does not exist yet)."""
+    gpus = params()["published"]["gpus"]
+    assert len(gpus) == len(set(gpus)) >= 2
+    assert all((CONF_DIR / "gpu" / f"{gpu}.yaml").is_file() for gpu in gpus)
+    published = [gpu for gpu in gpus if (ROOT / "results" / gpu / "runs.csv").is_file()]
+    assert "h100_sxm" in published
+    data = {d for d in stages()["compare"]["deps"] if d.startswith("results/")}
+    assert data == {f"results/{gpu}/{name}" for gpu in published
+                    for name in ("progression.csv", "suite.csv")}
+    assert "${published}" in stages()["compare"]["cmd"] and stages()["compare"]["params"] == ["published"]
+
+
+def test_every_measuring_stage_is_guarded_to_its_gpu():
+    """A stage that times (runs src.run) starts with the guard of its own GPU and checks the
+    collected runs with it before moving them into its set."""
+    for name, stage in stages().items():
+        cmds = stage["cmd"] if isinstance(stage["cmd"], list) else [stage["cmd"]]
+        if not any("python -m src.run " in cmd for cmd in cmds):
+            continue
+        gpu = name.partition("@")[2]
+        assert gpu and cmds[0] == f"python -m src.job.gpu_guard {gpu}", name
+        moves = [i for i, cmd in enumerate(cmds) if cmd.startswith("mv ")]
+        checks = [i for i, cmd in enumerate(cmds)
+                  if cmd.startswith(f"python -m src.job.gpu_guard {gpu} --runs results/{gpu}/.")]
+        assert moves and checks and max(checks) < min(moves), name
+        collected = [c for c in cmds if "src.records.collect" in c]
+        assert all(f"results/{gpu}/." in c for c in collected), collected
+
+
+H100 = "results/h100_sxm"
+
+
 @pytest.mark.integration  # the dvc command line runs the stages
 def test_dag_and_status_are_valid(repo):
     work, dvc, _ = repo
     dot = dvc("dag", "--dot").stdout
-    edges = set(re.findall(r'"(\w+)"\s*->\s*"(\w+)"', dot))
-    assert edges == {("bench", "table"), ("bench", "plots"), ("suite", "suite_table")}
+    edges = set(re.findall(r'"([\w@]+)"\s*->\s*"([\w@]+)"', dot))
+    gpus = params()["published"]["gpus"]
+    assert edges == {edge for gpu in gpus for edge in (
+        (f"bench@{gpu}", f"table@{gpu}"), (f"bench@{gpu}", f"plots@{gpu}"),
+        (f"suite@{gpu}", f"suite_table@{gpu}"))} | {
+        ("table@h100_sxm", "compare"), ("suite_table@h100_sxm", "compare")}
     status = dvc("status").stdout
-    for stage in ("bench", "table", "plots", "suite", "suite_table"):
-        assert f"{stage}:" in status  # never run here: every stage is out of date
+    for gpu in gpus:
+        for stage in ("bench", "table", "plots", "suite", "suite_table"):
+            assert f"{stage}@{gpu}:" in status  # never run here: every stage is out of date
+    assert "compare:" in status
 
 
 @pytest.mark.integration  # the dvc command line runs the stages
 def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
-    """The bench stage's commands after the ceilings (which need a GPU), exactly as DVC renders
-    them, run here with no GPU: every kernel x size job is composed, its parameters and size
-    recorded: the first no_gpu, the rest not_run (a sweep stops at the first job that finds no
-    GPU); runs.csv has one row each.
+    """The bench stage's commands after the guard and the ceilings (which need a GPU), exactly
+    as DVC renders them, run here with no GPU: every kernel x size job is composed, its
+    parameters and size recorded: the first no_gpu, the rest not_run (a sweep stops at the first
+    job that finds no GPU); runs.csv has one row each.
     (The sweep is tracked, as every sweep is: into a store of this test's own.)"""
     work, dvc, run = repo
     proc = run(sys.executable, "-c", "from dvc.repo import Repo\n"
                "import json\n"
-               "stage = Repo('.').stage.collect('bench')[0]\n"
+               "stage = Repo('.').stage.collect('bench@h100_sxm')[0]\n"
                "print(json.dumps(stage.cmd))")
     cmds = json.loads(proc.stdout)
-    assert cmds[0].startswith("python -m src.job.ceilings -o results/.ceilings.json.new ")
-    assert cmds[1:] == [
-        "rm -rf sweeps/progression",
+    assert cmds[0] == "python -m src.job.gpu_guard h100_sxm"
+    assert cmds[1].startswith(f"python -m src.job.ceilings -o {H100}/.ceilings.json.new ")
+    assert cmds[2:] == [
+        "rm -rf sweeps/progression/h100_sxm",
         "python -m src.run -m 'kernel=" + params()["progression"]["kernels"] + "' 'size="
         + str(params()["progression"]["sizes"]) + "' bench=default bench.best_cublas=true "
-        "hydra.sweep.dir=sweeps/progression",
-        "python -m src.sweep.replicate sweeps/progression --runs "
+        "hydra.sweep.dir=sweeps/progression/h100_sxm",
+        "python -m src.sweep.replicate sweeps/progression/h100_sxm --runs "
         + str(params()["progression"]["replicate"]["runs"]) + " --headline '"
         + params()["progression"]["replicate"]["headline"] + "' --within "
         + str(params()["progression"]["replicate"]["within_pct"])
         + " -- bench=default bench.best_cublas=true",
-        "python -m src.records.collect sweeps/progression -o results/.runs.csv.new",
-        "mv results/.ceilings.json.new results/ceilings.json",
-        "mv results/.runs.csv.new results/runs.csv",
+        f"python -m src.records.collect sweeps/progression/h100_sxm -o {H100}/.runs.csv.new",
+        f"python -m src.job.gpu_guard h100_sxm --runs {H100}/.runs.csv.new",
+        f"mv {H100}/.ceilings.json.new {H100}/ceilings.json",
+        f"mv {H100}/.runs.csv.new {H100}/runs.csv",
     ]
-    stale = work / "sweeps" / "progression" / "99_stale_job"
+    stale = work / "sweeps" / "progression" / "h100_sxm" / "99_stale_job"
     stale.mkdir(parents=True)
     (stale / "record.json").write_text("{}")
-    run("bash", "-c", cmds[1])
-    swept = run("bash", "-c", cmds[2], check=False)  # no GPU: no job succeeds, exit status 1
+    run("bash", "-c", cmds[2])
+    swept = run("bash", "-c", cmds[3], check=False)  # no GPU: no job succeeds, exit status 1
     assert swept.returncode == 1 and "no_job_succeeded" in swept.stdout + swept.stderr
-    replicated = run("bash", "-c", cmds[3])  # no ok row: nothing to replicate
+    replicated = run("bash", "-c", cmds[4])  # no ok row: nothing to replicate
     assert "replicating 0 rows" in replicated.stdout
-    run("bash", "-c", cmds[4])
-    runs = read_runs(work / "results" / ".runs.csv.new")
+    run("bash", "-c", cmds[5])
+    runs = read_runs(work / H100 / ".runs.csv.new")
     kernels = params()["progression"]["kernels"].split(",")
     sizes = [int(s) for s in str(params()["progression"]["sizes"]).split(",")]
     assert sorted(zip(runs.kernel, runs.m)) == sorted((k, s) for k in kernels for s in sizes)
@@ -236,37 +322,65 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
 
 @pytest.mark.integration  # the dvc command line runs the stages
 def test_bench_without_a_gpu_leaves_the_published_results_alone(repo):
-    """`dvc repro bench` where no GPU is visible fails (its ceilings need one) and the
+    """`dvc repro bench@h100_sxm` where no GPU is visible is refused by its guard and the
     published runs.csv and ceilings.json are exactly as they were: DVC does not delete them
     first (persist), and the stage writes its new ones beside them, moved in only at the end."""
     work, dvc, run = repo
-    results = work / "results"
-    results.mkdir()
+    results = work / H100
+    results.mkdir(parents=True)
     shutil.copy2(RUNS_FIXTURE, results / "runs.csv")
     shutil.copy2(DATA_DIR / "ceilings_fixture_not_measured.json", results / "ceilings.json")
     before = {name: (results / name).read_bytes() for name in ("runs.csv", "ceilings.json")}
-    proc = dvc("repro", "bench", check=False)
+    proc = dvc("repro", "bench@h100_sxm", check=False)
     assert proc.returncode != 0, proc.stdout
+    assert "refusing to measure results/h100_sxm/ without a h100_sxm GPU" in proc.stdout + proc.stderr
     assert {name: (results / name).read_bytes() for name in before} == before
     assert not (results / ".runs.csv.new").exists()
 
 
+FAKE_DEVICE = """# the device query of CuPy, answering as the recorded runs' GPU did (a test double)
+import types
+runtime = types.SimpleNamespace(getDeviceCount=lambda: 1,
+                                getDeviceProperties=lambda index: {{"name": {name!r}}})
+cuda = types.SimpleNamespace(runtime=runtime)
+"""
+
+
+@pytest.mark.integration  # the dvc command line runs the stages
+def test_a_gpus_stages_refuse_to_measure_on_another_gpu(repo):
+    """On a machine whose GPU is an H100 (the recorded runs' device name, through a stand-in
+    for CuPy's device query), `dvc repro bench@h200` and `suite@h200` are refused by the guard
+    before anything is timed or written under results/h200/; the H100's own guard passes."""
+    work, dvc, run = repo
+    h100 = read_runs(RUNS_FIXTURE).gpu.dropna().unique()[0]
+    (work / "cupy").mkdir()
+    (work / "cupy" / "__init__.py").write_text(FAKE_DEVICE.format(name=h100.encode()))
+    for stage in ("bench@h200", "suite@h200"):
+        proc = dvc("repro", stage, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "refusing to measure results/h200/" in out, out
+        assert f"{h100!r} (spec h100_sxm)" in out and "ceilings" not in out.split("refusing")[0]
+    assert not (work / "results" / "h200").exists()
+    assert not (work / "sweeps").exists()  # no sweep started
+    assert run("python", "-m", "src.job.gpu_guard", "h100_sxm").returncode == 0
+
+
 @pytest.mark.integration  # the dvc command line runs the stages
 def test_a_failed_table_or_plots_run_leaves_the_published_files(repo, tmp_path):
-    """`dvc repro -f -s table` (and plots) with an interpreter that cannot start (the README's CPU-only
-    path): both stages fail and every published file is byte for byte as it was."""
+    """`dvc repro -f -s table@h100_sxm` (and plots) with an interpreter that cannot start (the
+    README's CPU-only path): both stages fail and every published file is byte for byte as it was."""
     work, dvc, run = repo
-    results = work / "results"
-    results.mkdir()
+    results = work / H100
+    results.mkdir(parents=True)
     shutil.copy2(RUNS_FIXTURE, results / "runs.csv")
     shutil.copy2(DATA_DIR / "ceilings_fixture_not_measured.json", results / "ceilings.json")
-    dvc("commit", "-f", "bench")
-    dvc("repro", "table", "plots")
+    dvc("commit", "-f", "bench@h100_sxm")
+    dvc("repro", "table@h100_sxm", "plots@h100_sxm")
     published = sorted(p for p in results.rglob("*") if p.is_file())
     assert len(published) == 2 + 4 + 6, published  # inputs, table (with the wide table), plots
     before = {p: p.read_bytes() for p in published}
     (tmp_path / "bin" / "python").write_text("#!/bin/sh\necho 'python: broken' >&2\nexit 1\n")
-    for stage in ("table", "plots"):
+    for stage in ("table@h100_sxm", "plots@h100_sxm"):
         failed = dvc("repro", "-f", "-s", stage, check=False)  # this stage alone
         assert failed.returncode != 0 and "python: broken" in failed.stderr + failed.stdout
     assert sorted(p for p in results.rglob("*") if p.is_file()) == published
@@ -274,46 +388,57 @@ def test_a_failed_table_or_plots_run_leaves_the_published_files(repo, tmp_path):
 
 
 @pytest.mark.integration  # the dvc command line runs the stages
-def test_table_and_plots_stages_run_on_recorded_runs(repo):
-    """With bench's outputs in place (the recorded H100 runs and the stand-in ceilings, marked
-    as bench's by `dvc commit`), `dvc repro` runs table and plots only; metrics, params and
-    plots can be shown; a size change in params.yaml makes bench, and after it table and plots,
-    out of date."""
+def test_publishing_stages_and_compare_run_on_recorded_runs(repo):
+    """With the H100's measured outputs in place (the recorded H100 runs and the stand-in
+    ceilings, and the recorded suite runs, marked as bench's and suite's by `dvc commit`),
+    `dvc repro compare` on this CPU machine runs the H100's table and suite_table and compare,
+    and never an H200 stage: the H200 shows as not measured. Metrics, params and plots can be
+    shown; a size change in params.yaml makes bench, and after it table and plots, out of date."""
     work, dvc, run = repo
-    results = work / "results"
-    results.mkdir()
+    results = work / H100
+    results.mkdir(parents=True)
     shutil.copy2(RUNS_FIXTURE, results / "runs.csv")
     shutil.copy2(DATA_DIR / "ceilings_fixture_not_measured.json", results / "ceilings.json")
-    dvc("commit", "-f", "bench")
+    dvc("commit", "-f", "bench@h100_sxm")
     shutil.copy2(as_dispatched(work), results / "suite_runs.csv")  # recorded H100 suite runs
-    dvc("commit", "-f", "suite")
-    out = dvc("repro").stdout
-    assert "Running stage 'table'" in out and "Running stage 'plots'" in out
-    assert "Running stage 'suite_table'" in out
-    assert "Running stage 'bench'" not in out and "Running stage 'suite'" not in out
-    assert sorted(p.name for p in (results / "suite").iterdir()) == \
-        ["h100_sxm.csv", "h100_sxm.md", "h100_sxm.png", "h100_sxm_wide.md"]
-    assert "up to date" in dvc("status").stdout
+    dvc("commit", "-f", "suite@h100_sxm")
+    out = dvc("repro", "compare").stdout
+    ran = set(re.findall(r"Running stage '([\w@]+)'", out))
+    assert ran == {"table@h100_sxm", "suite_table@h100_sxm", "compare"}, out
+    out = dvc("repro", "plots@h100_sxm").stdout
+    assert set(re.findall(r"Running stage '([\w@]+)'", out)) == {"plots@h100_sxm"}
+    assert sorted(p.name for p in results.glob("suite*")) == \
+        ["suite.csv", "suite.md", "suite.png", "suite_metrics.json", "suite_runs.csv", "suite_wide.md"]
+    assert not (work / "results" / "h200").exists()
+    compared = pd.read_csv(work / "results" / "compare" / "progression.csv")
+    assert set(compared.gpu_spec) == {"h100_sxm", "h200"}
+    assert set(compared[compared.gpu_spec == "h200"].status) == {"not measured"}
+    assert "h200 (not measured)" in (work / "results" / "compare" / "suite.md").read_text()
+    status = dvc("status", "compare", "plots@h100_sxm", "--with-deps").stdout
+    assert "up to date" in status, status
     for name in ("progression.csv", "progression.md", "metrics.json", "plots/gflops_vs_size.png",
                  "plots/pct_of_cublas.png", "plots/roofline.png"):
         assert (results / name).is_file(), name
     # the published outputs are for git (cache: false); whatever DVC keeps in .dvc/cache is not
     untracked = run("git", "status", "--porcelain", "--untracked-files=all").stdout
-    assert "results/progression.csv" in untracked and "results/plots/roofline.png" in untracked
+    assert f"{H100}/progression.csv" in untracked and f"{H100}/plots/roofline.png" in untracked
+    assert "results/compare/progression.png" in untracked
     assert ".dvc/cache" not in untracked and "sweeps/" not in untracked
     lock = yaml.safe_load((work / "dvc.lock").read_text())
-    assert set(lock["stages"]) == {"bench", "table", "plots", "suite", "suite_table"}
+    assert set(lock["stages"]) == {f"{s}@h100_sxm" for s in ("bench", "table", "plots", "suite",
+                                                             "suite_table")} | {"compare"}
 
     metrics = json.loads(dvc("metrics", "show", "--json").stdout)
-    suite = metrics[""]["data"]["results/suite_metrics.json"]["data"]["h100_sxm"]
+    suite = metrics[""]["data"][f"{H100}/suite_metrics.json"]["data"]["h100_sxm"]
     assert suite["fp32"]["shapes"] == 48 and 0 < suite["fp32"]["vs_default"]["min"] < 1
-    shown = metrics[""]["data"]["results/metrics.json"]["data"]
+    shown = metrics[""]["data"][f"{H100}/metrics.json"]["data"]
     assert shown["size_4096"]["best_kernel"] == "06_vectorize"
     assert shown["jobs"] == {"total": 18, "ok": 16, "failed": 2}
     plots = json.loads(dvc("plots", "show", "--json").stdout)
     assert not plots.get("errors")
-    assert set(plots["data"]) == {"results/plots/gflops_vs_size.png", "results/plots/pct_of_cublas.png",
-                                  "results/plots/roofline.png", "gflops_vs_size",
+    assert set(plots["data"]) == {f"{H100}/plots/gflops_vs_size.png", f"{H100}/plots/pct_of_cublas.png",
+                                  f"{H100}/plots/roofline.png", "results/compare/progression.png",
+                                  "results/compare/suite.png", "gflops_vs_size",
                                   "pct_of_cublas_fp32", "roofline"}
     points = plots["data"]["gflops_vs_size"][0]["content"]["data"]["values"]
     assert len(points) == 16 and not any(p["size"] == "1000" for p in points)  # failed: absent
@@ -325,12 +450,12 @@ def test_table_and_plots_stages_run_on_recorded_runs(repo):
     diff = dvc("params", "diff").stdout
     assert "progression.sizes" in diff and "1024,2048,4096,8192,16384" in diff
     status = dvc("status").stdout
-    assert "bench:" in status and "table:" not in status  # table and plots follow bench's outputs
-    assert "Running stage 'bench'" in dvc("repro", "--dry", "bench").stdout
+    assert "bench@h100_sxm:" in status and "table@h100_sxm:" not in status  # they follow bench's outputs
+    assert "Running stage 'bench@h100_sxm'" in dvc("repro", "--dry", "bench@h100_sxm").stdout
     # what a bench rerun does to its output (one more size in runs.csv) puts both after it out of date
     with (results / "runs.csv").open("a") as f:
         f.write((results / "runs.csv").read_text().splitlines()[1] + "\n")
     status = dvc("status").stdout
-    assert "table:" in status and "plots:" in status and "results/runs.csv" in status
+    assert "table@h100_sxm:" in status and "plots@h100_sxm:" in status and f"{H100}/runs.csv" in status
     metrics_diff = dvc("metrics", "diff", "--json")
     assert metrics_diff.returncode == 0

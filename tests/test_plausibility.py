@@ -27,7 +27,7 @@ def h100():
 
 @pytest.fixture
 def measured():
-    data = plausibility.load_measured(H100, ROOT / "results" / "ceilings.json")
+    data = plausibility.load_measured(H100, ROOT / "results" / "h100_sxm" / "ceilings.json")
     assert data is not None and data["ffma_gflops"] > 0
     return data
 
@@ -49,7 +49,7 @@ def test_the_published_cheater_is_implausible(h100, measured):
 def test_every_recorded_h100_result_is_plausible(h100, measured):
     """The jobs of the published sweep (results/runs.csv), each against the ceiling of the math
     that ran: the chapter's own, or for best_* the chosen library kernel's (dispatched_to)."""
-    records = [r for r in records_from_runs(read_runs(ROOT / "results" / "runs.csv")) if r.ok]
+    records = [r for r in records_from_runs(read_runs(ROOT / "results" / "h100_sxm" / "runs.csv")) if r.ok]
     assert len(records) > 50 and any(r.dispatched_to for r in records)
     for r in records:
         path = CONF_DIR / "kernel" / f"{r.dispatched_to or r.kernel}.yaml"
@@ -84,7 +84,7 @@ def test_a_kernel_faster_than_its_bytes_can_move_is_implausible(h100, measured):
 
 def test_without_measured_ceilings_the_datasheet_bounds_fp32(h100):
     assert plausibility.load_measured(H100, DATA_DIR / "ceilings_fixture_not_measured.json") is None
-    assert plausibility.load_measured("another GPU", ROOT / "results" / "ceilings.json") is None
+    assert plausibility.load_measured("another GPU", ROOT / "results" / "h100_sxm" / "ceilings.json") is None
     bound = plausibility.ceiling("fp32", None, h100, None)
     assert bound.math_gflops == pytest.approx(66_900) and bound.math_source == "datasheet FP32 peak"
 

@@ -18,7 +18,7 @@ from tests.test_table import CEILINGS_FIXTURE
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # the published H100 run (dvc repro): every chapter, both precisions
-PUBLISHED_RUNS = Path(__file__).resolve().parent.parent / "results" / "runs.csv"
+PUBLISHED_RUNS = Path(__file__).resolve().parent.parent / "results" / "h100_sxm" / "runs.csv"
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""The published files are exactly what the publication steps make of the published runs:
-results/progression.md, .csv and metrics.json from results/runs.csv, and the shape suite's
-tables and metrics from results/suite_runs.csv. A hand edit, or runs and tables from different
+"""The published files are exactly what the publication steps make of the published runs: each
+GPU's results/<gpu>/progression.md, .csv and metrics.json from its runs.csv, and its shape suite's
+tables and metrics from its suite_runs.csv; results/compare/ from those tables. A hand edit, or runs and tables from different
 runs, fails here. And every claim the tables make against the stronger cuBLAS is the paired
 figure of its record."""
 
@@ -11,13 +11,38 @@ import json
 import pandas as pd
 import pytest
 
+from src.publish.compare import write_compare
 from src.publish.suite import publish
 from src.publish.table import write_table
 from src.records.collect import read_runs
-from tests.conftest import ROOT
+from tests.conftest import CONF_DIR, ROOT
 from tests.test_dvc import params
 
-RESULTS = ROOT / "results"
+RESULTS = ROOT / "results" / "h100_sxm"
+
+
+def test_every_published_set_is_a_gpu_of_the_list():
+    """results/ holds one set per GPU spec of params.yaml's published.gpus, and the compare."""
+    gpus = params()["published"]["gpus"]
+    sets = {p.name for p in (ROOT / "results").iterdir() if p.is_dir()}
+    assert sets - {"compare"} <= set(gpus) and "h100_sxm" in sets
+    assert all((CONF_DIR / "gpu" / f"{gpu}.yaml").is_file() for gpu in gpus)
+
+
+def test_compare_files_are_made_from_the_published_tables(tmp_path):
+    published = params()["published"]
+    write_compare(ROOT / "results", published["gpus"], tmp_path, published["headline"])
+    for name in ("progression.csv", "progression.md", "headline.md", "suite.csv", "suite.md"):
+        assert (tmp_path / name).read_text() == (ROOT / "results" / "compare" / name).read_text(), name
+
+
+def test_the_readme_shows_the_gpus_side_by_side_as_compare_wrote_them():
+    """The README's headline table is results/compare/headline.md as the stage wrote it: every
+    GPU of published.gpus, a GPU not measured saying so."""
+    headline = (ROOT / "results" / "compare" / "headline.md").read_text()
+    assert headline in (ROOT / "README.md").read_text()
+    for gpu in params()["published"]["gpus"]:
+        assert f"| {gpu} |" in headline
 
 
 def test_progression_files_are_made_from_the_published_runs(tmp_path):
@@ -45,13 +70,11 @@ def test_every_published_run_is_paired_with_the_stronger_cublas_and_timed_by_cup
 
 
 def test_suite_files_are_made_from_the_published_suite_runs(tmp_path):
-    metrics = publish(RESULTS / "suite_runs.csv", tmp_path, tmp_path / "suite_metrics.json")
+    metrics = publish(RESULTS / "suite_runs.csv", tmp_path, "h100_sxm")
     assert metrics == json.loads((RESULTS / "suite_metrics.json").read_text())
-    for gpu in metrics:
-        for suffix in (".csv", ".md"):
-            assert (tmp_path / f"{gpu}{suffix}").read_text() == \
-                (RESULTS / "suite" / f"{gpu}{suffix}").read_text(), gpu + suffix
-    table = pd.read_csv(RESULTS / "suite" / "h100_sxm.csv")
+    for name in ("suite.csv", "suite.md", "suite_wide.md", "suite_metrics.json"):
+        assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), name
+    table = pd.read_csv(RESULTS / "suite.csv")
     ok = table[table.status == "ok"]
     # each ratio is the kernel's GFLOP/s over its paired baseline's, to the rounding
     assert (abs(ok.ratio - ok.gflops / ok.baseline_gflops) < 1e-3).all()
@@ -63,7 +86,7 @@ def test_suite_files_are_made_from_the_published_suite_runs(tmp_path):
 def test_suite_metrics_are_the_geometric_mean_and_minimum_of_the_table(precision):
     import math
 
-    table = pd.read_csv(RESULTS / "suite" / "h100_sxm.csv")
+    table = pd.read_csv(RESULTS / "suite.csv")
     rows = table[(table.kernel == f"best_{precision}") & (table.status == "ok")]
     stats = json.loads((RESULTS / "suite_metrics.json").read_text())["h100_sxm"][precision]
     for key, column in (("vs_default", "ratio"), ("vs_best", "ratio_best")):

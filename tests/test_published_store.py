@@ -22,7 +22,7 @@ from src.publish import store as published
 from src.sweep.tracking.views import SHARED_VIEW_PREFIX, VIEWS
 from tests.conftest import ROOT
 
-SOURCES = [ROOT / "results" / "runs.csv", ROOT / "results" / "suite_runs.csv"]
+SOURCES = [ROOT / "results" / "h100_sxm" / "runs.csv", ROOT / "results" / "h100_sxm" / "suite_runs.csv"]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def rows_of(source) -> pd.DataFrame:
 
 def job_runs(built, source) -> dict[str, object]:
     """The store's job runs from `source`, by the CSV's job column."""
-    prefix = f"results/{source.name}:"
+    prefix = f"results/h100_sxm/{source.name}:"
     return {r.data.tags["source"][len(prefix):]: r for r in built["jobs"]
             if r.data.tags["source"].startswith(prefix)}
 
@@ -53,7 +53,7 @@ def test_every_row_is_a_run_under_its_sources_parent(built, source):
     rows = rows_of(source)
     runs = job_runs(built, source)
     assert sorted(runs) == sorted(rows["job"])
-    [parent] = [r for r in built["sweeps"] if r.data.tags["source"] == f"results/{source.name}"]
+    [parent] = [r for r in built["sweeps"] if r.data.tags["source"] == f"results/h100_sxm/{source.name}"]
     assert {r.data.tags["mlflow.parentRunId"] for r in runs.values()} == {parent.info.run_id}
     failed = int((rows["status"] != "ok").sum())
     assert parent.data.metrics == {"jobs": len(rows), "jobs_ok": len(rows) - failed,

@@ -19,7 +19,7 @@ HEADLINE = {"20_wgmma_tf32", "cublas_tf32"}
 
 @pytest.fixture(scope="module")
 def records():
-    return records_from_runs(read_runs(ROOT / "results" / "runs.csv"))
+    return records_from_runs(read_runs(ROOT / "results" / "h100_sxm" / "runs.csv"))
 
 
 def test_headline_rows_and_close_verdicts_are_selected(records):

@@ -17,7 +17,7 @@ from src.records.record import mark_failed
 from src.errors import LabError
 from tests.conftest import ROOT
 
-RUNS = ROOT / "results" / "runs.csv"
+RUNS = ROOT / "results" / "h100_sxm" / "runs.csv"
 
 
 @pytest.fixture(scope="module")

@@ -198,11 +198,11 @@ def test_bad_dispatch_rules_are_config_errors(monkeypatch):
 
 
 def test_suite_publication_from_recorded_h100_runs(tmp_path):
-    metrics = publish(as_dispatched(tmp_path), tmp_path / "out")
+    metrics = publish(as_dispatched(tmp_path), tmp_path / "out", "h100_sxm")
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["h100_sxm.csv", "h100_sxm.md", "h100_sxm.png",
-                                                    "h100_sxm_wide.md", "metrics.json"]
-    table = pd.read_csv(out / "h100_sxm.csv")
+    assert sorted(p.name for p in out.iterdir()) == ["suite.csv", "suite.md", "suite.png",
+                                                    "suite_metrics.json", "suite_wide.md"]
+    table = pd.read_csv(out / "suite.csv")
     fp32 = table[table.kernel == "best_fp32"]
     assert len(fp32) == 48 and (fp32.status == "ok").all()
     # the geometric mean and the minimum, recomputed from the published ratios
@@ -217,13 +217,21 @@ def test_suite_publication_from_recorded_h100_runs(tmp_path):
     refused = tf32[tf32.status != "ok"]
     assert len(refused) == metrics["h100_sxm"]["tf32"]["failed"] > 0
     assert refused.ratio.isna().all() and refused.gflops.isna().all()
-    text = (out / "h100_sxm.md").read_text()
+    text = (out / "suite.md").read_text()
     maths = metrics["h100_sxm"]["fp32"]["by_math"]
     assert sum(m["shapes"] for m in maths.values()) == 48 and set(maths) <= {"ffma", "3xtf32"}
     assert set(table.loc[table.kernel == "best_fp32", "math"]) == set(maths)
     counts = ", ".join(f"{math_units.label(m)} {c['shapes']}" for m, c in maths.items())
     assert f"| fp32 | best_fp32 | 48 ({counts}) | 0 |" in text and "4096x1x4096" in text
-    assert json.loads((out / "metrics.json").read_text()) == metrics
+    assert json.loads((out / "suite_metrics.json").read_text()) == metrics
+
+
+def test_a_gpu_set_refuses_another_gpus_suite_runs(tmp_path):
+    """The recorded H100 suite runs cannot become the H200's published suite: nothing is written."""
+    out = tmp_path / "h200"
+    with pytest.raises(ValueError, match="measured on h100_sxm, not h200"):
+        publish(as_dispatched(tmp_path), out, "h200")
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_summary_ignores_non_dispatching_kernels():

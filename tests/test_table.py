@@ -143,14 +143,14 @@ def test_ceilings_of_another_gpu_are_refused(tmp_path):
 def test_the_protocol_line_names_the_timed_warm_up(tmp_path, warmup_ms, says):
     """progression.md's protocol line says how long jobs warmed up when they did (bench.warmup_ms;
     runs recorded before it have no such column)."""
-    runs = pd.read_csv(ROOT / "results" / "runs.csv")
+    runs = pd.read_csv(ROOT / "results" / "h100_sxm" / "runs.csv")
     assert (runs["bench.warmup"] == 3).all()
     if warmup_ms is None:
         runs = runs.drop(columns=["bench.warmup_ms"])
     else:
         runs["bench.warmup_ms"] = warmup_ms
     runs.to_csv(tmp_path / "runs.csv", index=False)
-    write_table(tmp_path / "runs.csv", tmp_path / "out", ROOT / "results" / "ceilings.json")
+    write_table(tmp_path / "runs.csv", tmp_path / "out", ROOT / "results" / "h100_sxm" / "ceilings.json")
     assert says in (tmp_path / "out" / "progression.md").read_text()
 
 

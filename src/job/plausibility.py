@@ -3,7 +3,7 @@ it fails as implausible and is never published.
 
 Two bounds, both for the precision and math units the kernel uses:
 - the math ceiling: FP32 on the SIMT cores is bounded by the measured FFMA throughput
-  (results/ceilings.json, when measured on this GPU; else the datasheet FP32 peak); TF32 on
+  (results/<gpu>/ceilings.json, when measured on a GPU of this name; else the datasheet FP32 peak); TF32 on
   tensor cores by the datasheet dense TF32 peak; FP32 as three TF32 products (3xTF32, kernel
   config `math: 3xtf32`) by a third of it;
 - the memory floor: with the L2 flushed before every timed launch, A, B and C (read too when
@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from src.errors import Implausible
-from src.paths import ROOT
+from src.paths import published_sets
 
-CEILINGS_FILE = ROOT / "results" / "ceilings.json"
 DEFAULT_MARGIN = 1.05
 
 
@@ -34,15 +33,18 @@ class Ceiling:
     bandwidth_gbs: float | None  # device-memory bandwidth for the memory floor
 
 
-def load_measured(device_name: str | None, path: Path = CEILINGS_FILE) -> dict | None:
-    """ceilings.json, if measured on a GPU of this name (else None: datasheet figures are used)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    if not data.get("measured") or not device_name or data.get("gpu") != device_name:
-        return None
-    return data
+def load_measured(device_name: str | None, path: Path | None = None) -> dict | None:
+    """The ceilings measured on a GPU of this name: `path`, or the published set's that names it
+    (results/<gpu>/ceilings.json); None when there are none (datasheet figures are used)."""
+    paths = [Path(path)] if path is not None else [s / "ceilings.json" for s in published_sets()]
+    for candidate in paths:
+        try:
+            data = json.loads(candidate.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("measured") and device_name and data.get("gpu") == device_name:
+            return data
+    return None
 
 
 def ceiling(precision: str, math: str | None, gpu_spec, measured: dict | None) -> Ceiling:

@@ -1,9 +1,9 @@
-"""Published store step: the published runs (results/runs.csv, results/suite_runs.csv) -> an MLflow
+"""Published store step: the published runs (every GPU's results/<gpu>/runs.csv and suite_runs.csv) -> an MLflow
 store that anyone can open, with or without a GPU (`sgemm-lab ui --published`).
 
 `python -m src.publish.store [RUNS.csv ...] [-o .sgemm_cache/published/mlflow.db]`
 
-One experiment, `sgemm-lab/published`; per CSV a parent run (the progression, the suite) and per
+One experiment, `sgemm-lab/published`; per CSV a parent run (a GPU's progression, its suite) and per
 row a job run nested under it, logged as the job logged itself on the GPU (src/sweep/tracking/
 job_run.py: params, rounded metrics, tags, the description: figures, or the error of a failed
 job) and saying where it comes from (the CSV, its job, the GPU and date). Nothing is measured
@@ -29,11 +29,13 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from src.paths import ROOT
+from src.paths import ROOT, published_sets
 from src.records.record import Record
 
 EXPERIMENT = "sgemm-lab/published"
-DEFAULT_SOURCES = (ROOT / "results" / "runs.csv", ROOT / "results" / "suite_runs.csv")
+# every published GPU's progression and suite runs (a set measured without a suite has no suite_runs.csv)
+DEFAULT_SOURCES = tuple(path for s in published_sets() for path in (s / "runs.csv", s / "suite_runs.csv")
+                        if path.is_file())
 DEFAULT_STORE = ROOT / ".sgemm_cache" / "published" / "mlflow.db"
 TITLES = {"runs.csv": "progression", "suite_runs.csv": "shape suite"}  # a parent run's name, by file
 STAMP_TAG = "sgemm_lab.published_from"
@@ -200,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m src.publish.store",
                                      description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("sources", nargs="*", type=Path, default=list(DEFAULT_SOURCES),
-                        help="runs CSVs written by src.records.collect (default: the published two)")
+                        help="runs CSVs written by src.records.collect (default: every published "
+                             "GPU's runs.csv and suite_runs.csv)")
     parser.add_argument("-o", "--out", type=Path, default=DEFAULT_STORE, help="the sqlite store")
     args = parser.parse_args(argv)
     try:

@@ -1,18 +1,19 @@
-"""Suite step: the shape suite's runs (conf/suite/, kernel=best_fp32 and best_tf32) -> results/suite/.
+"""Suite step: one GPU's shape suite runs (conf/suite/, kernel=best_fp32 and best_tf32) -> its
+published set, results/<gpu>/.
 
-`python -m src.publish.suite results/suite/runs.csv --out-dir results/suite`
+`python -m src.publish.suite results/h100_sxm/suite_runs.csv --gpu h100_sxm --out-dir results/h100_sxm`
 
-Per GPU spec (h100_sxm, h200, ...), from the records of that GPU:
-- <gpu>.csv: one row per dispatching kernel and shape: the suite it belongs to, the chapter the
+For the GPU spec named (h100_sxm, h200, ...; its runs only):
+- suite.csv: one row per dispatching kernel and shape: the suite it belongs to, the chapter the
   dispatch chose and the rule that chose it, GFLOP/s, the ratio to cuBLAS's default (paired, with
   its 95% interval and verdict) and to the stronger of cuBLAS default and autotuned cuBLASLt.
-- <gpu>.md: the same as a table per precision, sorted by ratio, headed by the summary (shapes
+- suite.md: the same as a table per precision, sorted by ratio, headed by the summary (shapes
   per math, and the measurement sessions the rows come from).
-- <gpu>.png: the ratio per shape, sorted, log scale, 1.0 marked, one panel per precision,
+- suite.png: the ratio per shape, sorted, log scale, 1.0 marked, one panel per precision,
   each point coloured by its math (FFMA, 3xTF32 or TF32).
-- <gpu>_wide.md: the tables with both ratios' 95% intervals and which cuBLAS was stronger.
-and metrics.json (dvc.yaml: results/suite_metrics.json): per GPU and precision, the geometric mean and minimum of both ratios over the
-shapes that ran, the number of shapes and of failed ones. A failed job has no ratio anywhere: it
+- suite_wide.md: the tables with both ratios' 95% intervals and which cuBLAS was stronger.
+and suite_metrics.json: keyed by the GPU spec, per precision, the geometric mean and minimum of
+both ratios over the shapes that ran, the number of shapes and of failed ones. A failed job has no ratio anywhere: it
 is counted as failed, and a goal over "every shape" is not met while any failed.
 """
 
@@ -29,6 +30,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from src.paths import CONF_DIR
+from src.publish.staged import staged
 from src.records import math_units
 from src.records.collect import read_runs
 
@@ -211,7 +213,7 @@ def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=())
             lines.append(f"| {r.suite} | {r.shape} | {r.chosen} | {math} | {r.gflops:,.1f} | "
                          f"{r.ratio:.3f} {r.verdict} | {best} |" + (f" {_peer_cell(r)} |" if peers else ""))
         lines.append("")
-    lines.append(f"Intervals and which cuBLAS was stronger: {gpu_spec}_wide.md and {gpu_spec}.csv.")
+    lines.append(f"Intervals and which cuBLAS was stronger: {PREFIX}_wide.md and {PREFIX}.csv.")
     return "\n".join(lines) + "\n"
 
 
@@ -302,43 +304,48 @@ def figure(frame: pd.DataFrame, gpu_spec: str):
     return fig
 
 
-def publish(runs_csv: Path, out_dir: Path, metrics_path: Path | None = None) -> dict:
-    """Write the per-GPU files into out_dir; the metrics of every GPU published there (this
-    run's and earlier ones', read back from their CSVs) to metrics_path (default
-    out_dir/metrics.json). Returns the metrics."""
+PREFIX = "suite"  # results/<gpu>/suite.csv, suite.md, suite_wide.md, suite.png
+METRICS_FILE = "suite_metrics.json"
+
+
+def publish(runs_csv: Path, out_dir: Path, gpu_spec: str) -> dict:
+    """Write one GPU's suite files and its metrics (keyed by the spec) into its published set
+    out_dir (results/<gpu_spec>/), all replacing the published ones together or none
+    (staged.py). Rows of another GPU spec are refused: a set holds one GPU's figures only.
+    Returns the metrics."""
     frame = suite_frame(read_runs(runs_csv))
     if frame.empty:
         raise ValueError(f"{runs_csv} has no best_fp32 / best_tf32 jobs: nothing to publish")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    others = sorted(set(frame.gpu_spec) - {gpu_spec, "unknown"})
+    if others:
+        raise ValueError(f"{runs_csv} holds jobs measured on {', '.join(others)}, not {gpu_spec}: "
+                         f"results/{gpu_spec}/ is {gpu_spec}'s published set and takes only its "
+                         f"jobs (rule: one published set per GPU spec)")
     runs = read_runs(runs_csv)
-    metrics = {}
-    for gpu_spec, rows in frame.groupby("gpu_spec"):
-        gpus = sorted(runs[(runs.get("gpu_spec") == gpu_spec)].gpu.dropna().unique()) \
-            if "gpu_spec" in runs else []
-        rows = rows.drop(columns="gpu_spec" if has_peers(rows) else ["gpu_spec", *PEER_COLUMNS])
-        rows.to_csv(out_dir / f"{gpu_spec}.csv", index=False)
-        stamps = runs[runs.gpu_spec == gpu_spec].timestamp \
-            if {"gpu_spec", "timestamp"} <= set(runs.columns) else []
-        (out_dir / f"{gpu_spec}.md").write_text(markdown(rows, gpu_spec, gpus, stamps))
-        (out_dir / f"{gpu_spec}_wide.md").write_text(markdown_wide(rows, gpu_spec))
-        fig = figure(rows, gpu_spec)
-        fig.savefig(out_dir / f"{gpu_spec}.png", dpi=110)
-    for path in sorted(out_dir.glob("*.csv")):  # every GPU published so far, this one re-read too
-        metrics[path.stem] = summary(pd.read_csv(path))
-    target = metrics_path or out_dir / "metrics.json"
-    target.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    mine = runs[runs.gpu_spec == gpu_spec] if "gpu_spec" in runs else runs.iloc[:0]
+    gpus = sorted(mine.gpu.dropna().unique()) if "gpu" in mine else []
+    stamps = mine.timestamp if "timestamp" in mine else []
+    rows = frame.drop(columns="gpu_spec" if has_peers(frame) else ["gpu_spec", *PEER_COLUMNS])
+    metrics = {gpu_spec: summary(rows)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with staged(out_dir) as new:
+        rows.to_csv(new(f"{PREFIX}.csv"), index=False)
+        new(f"{PREFIX}.md").write_text(markdown(rows, gpu_spec, gpus, stamps))
+        new(f"{PREFIX}_wide.md").write_text(markdown_wide(rows, gpu_spec))
+        figure(rows, gpu_spec).savefig(new(f"{PREFIX}.png"), dpi=110)
+        new(METRICS_FILE).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, help="runs CSV of the suite sweeps (src.records.collect)")
-    parser.add_argument("--out-dir", type=Path, required=True)
-    parser.add_argument("--metrics", type=Path, default=None,
-                        help="where metrics.json goes (default: OUT_DIR/metrics.json)")
+    parser.add_argument("--gpu", required=True,
+                        help="the GPU spec (conf/gpu/<name>.yaml) whose published set this is")
+    parser.add_argument("--out-dir", type=Path, required=True, help="its set: results/<gpu>/")
     args = parser.parse_args(argv)
     try:
-        metrics = publish(args.runs, args.out_dir, args.metrics)
+        metrics = publish(args.runs, args.out_dir, args.gpu)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from src.job import dispatch
 from src.job.problem import Problem
-from src.tune import evidence, fit
+from src.tune import evidence, explain, fit
 
 BIG = json.dumps({"bm": 256, "bn": 128}, sort_keys=True)
 SMALL = json.dumps({"bm": 64, "bn": 64}, sort_keys=True)
@@ -151,3 +151,94 @@ def test_no_candidate_that_ran_everywhere_means_no_catch_all():
     assert all("min(m, n) <= 32" in r["when"] for r in rules)
     # a shape no rule covers runs the dispatcher's default
     assert choose(rules, (4096, 4096, 4096)).kernel == "17_flagship"
+
+
+def use_rules(monkeypatch, rules: dict):
+    """The dispatch and tuned lookups read `rules` as the tuned file of gpu spec `synthetic`."""
+    import src.job.dispatch as d
+    import src.job.tuned as t
+
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"dispatch": rules} if gpu == "synthetic" else None)
+    monkeypatch.setattr(t, "tuned_config", lambda gpu: None)
+
+
+def test_fit_only_refits_from_the_csv_and_explain_shows_the_rule_and_nearest_evidence(
+        tmp_path, monkeypatch, capsys):
+    from src.cli import main as cli
+
+    rows = synthetic_rows()
+    csv_path = tmp_path / "synthetic.csv"
+    evidence.write(rows, csv_path)
+    tuned = tmp_path / "synthetic.yaml"
+    assert cli(["tune", "--fit-only", "--gpu", "synthetic", "--csv", str(csv_path),
+                "--tuned", str(tuned)]) == 0
+    written = OmegaConf.to_container(OmegaConf.load(tuned))["dispatch"]
+    assert set(written) == {"best_tf32"} and written["best_tf32"][-1]["when"] == "True"
+    use_rules(monkeypatch, written)
+    capsys.readouterr()
+    shape = (3000, 2000, 900)   # not a training shape: C is large, so the big tile
+    assert cli(["explain", "3000x2000x900", "--gpu", "synthetic", "--precision", "tf32",
+                "--csv", str(csv_path)]) == 0
+    out = capsys.readouterr().out
+    assert '"bm": 256' in out.splitlines()[1] and "chosen by conf/tuned/synthetic.yaml: best_tf32[" in out
+    near = fit.table(rows, "best_tf32").shapes
+    closest = min(near, key=lambda s: (explain.distance(s, shape), s))
+    assert f"measured at {'x'.join(map(str, closest))}" in out
+    assert out.count("measured at ") == 3 and "<- the rule's choice" in out
+    # without an evidence file it says so, and still names the rule
+    assert cli(["explain", "3000x2000x900", "--gpu", "synthetic", "--precision", "tf32",
+                "--csv", str(tmp_path / "none.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "no evidence file" in out and "chosen by" in out
+
+
+def test_fit_only_without_evidence_is_one_clear_error(tmp_path, capsys):
+    from src.cli import main as cli
+
+    assert cli(["tune", "--fit-only", "--gpu", "synthetic", "--csv", str(tmp_path / "x.csv")]) == 1
+    assert "--fit-only needs the evidence file" in capsys.readouterr().err
+
+
+def test_evidence_rows_from_a_sweep_give_every_built_candidate_a_row(tmp_path):
+    """SYNTHETIC records (no GPU figure) written as the tuning sweeper writes them: the evidence
+    holds each measured one, and each candidate that is the same kernel as a measured one at
+    that shape gets its figures with `same_as`."""
+    from src.records.record import Record
+    from src.tune import distribution, plan as plan_mod
+    from src.tune import space as tune
+
+    settings = plan_mod.load_settings()
+    shape = distribution.Shape(8, 4096, 4096, "skinny")
+    planned = plan_mod.build("h100_sxm", [shape], settings)
+    sweep = next(s for s in planned.sweeps if s.kernel == "gemm_ffma_skinny"
+                 and s.dispatcher == "best_fp32")
+    cfg = plan_mod.candidate_config(sweep.kernel, sweep.precision)
+    pruning = tune.prune(cfg, tune.grid(sweep.space), Problem(8, 4096, 4096, 0.5, 3.0),
+                         __import__("src.job.gpu", fromlist=["x"]).limits_from_spec("h100_sxm"))
+    assert sweep.jobs == len(pruning.valid) and pruning.same_as
+    for i, (params, spec) in enumerate(pruning.valid):
+        Record(kernel=sweep.kernel, precision="fp32", backend="nvrtc", m=8, n=4096, k=4096,
+               alpha=0.5, beta=3.0, params=spec.params, gflops=1000.0 + i,
+               pct_of_best_cublas=100.0 + i, pct_best_ci_low=99.0 + i, pct_best_ci_high=101.0 + i,
+               pct_of_cublas=100.0 + i).write(tmp_path / sweep.name / f"{i}_job")
+    rows = evidence.sweep_rows(sweep, tmp_path, "h100_sxm", settings)
+    assert len(rows) == len(pruning.valid) + len(pruning.same_as)
+    copies = [r for r in rows if r["same_as"]]
+    assert len(copies) == len(pruning.same_as)
+    measured = {r["params"]: r for r in rows if not r["same_as"]}
+    for r in copies:
+        assert r["ratio_best"] == measured[r["same_as"]]["ratio_best"]
+    path = evidence.write(rows, tmp_path / "e.csv")
+    assert [r["params"] for r in evidence.read(path)] == \
+        [r["params"] for r in sorted(rows, key=evidence.sort_key)]
+
+
+def test_a_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):
+    from src.cli import main as cli
+
+    assert cli(["tune", "--gpu", "h100_sxm", "--shapes", "3", "--dry-run",
+                "--sweep-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "tuning plan for h100_sxm: 3 training shapes" in out
+    assert "best_tf32_gemm_tf32" in out and "best_fp32_gemm_3xtf32" in out
+    assert not list(tmp_path.iterdir())

@@ -6,6 +6,8 @@
     sgemm-lab ui [--port N]          MLflow's UI on this directory's store, with ready links
     sgemm-lab ui --published         ... on the published runs (no GPU needed; built once)
     sgemm-lab links [--published]    only the links
+    sgemm-lab tune [--gpu SPEC] [--shapes N] [--budget S] [--fit-only]   learn this GPU's dispatch
+    sgemm-lab explain MxNxK [--gpu SPEC] [--precision fp32|tf32]       which rule chose what, and why
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from src.paths import COMPARE_DIR, CONF_DIR, ROOT, published_sets
 
-COMMANDS = ("run", "kernels", "results", "ui", "links")
+COMMANDS = ("run", "kernels", "results", "ui", "links", "tune", "explain")
 
 
 def kernel_rows() -> list[dict]:
@@ -247,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
             print(run_help())
             return 0
         return run_jobs(argv[1:])
+    if argv and argv[0] == "tune":  # its own options (src/tune/command.py)
+        from src.tune.command import main as tune_main
+
+        return tune_main(argv[1:])
+    if argv and argv[0] == "explain":
+        from src.tune.explain import main as explain_main
+
+        return explain_main(argv[1:])
     parser = argparse.ArgumentParser(prog="sgemm-lab", description=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=COMMANDS)

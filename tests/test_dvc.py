@@ -267,7 +267,7 @@ def test_dag_and_status_are_valid(repo):
         ("table@h100_sxm", "compare"), ("suite_table@h100_sxm", "compare")}
     status = dvc("status").stdout
     for gpu in gpus:
-        for stage in ("bench", "table", "plots", "suite", "suite_table"):
+        for stage in ("bench", "table", "plots", "suite", "suite_table", "heldout"):
             assert f"{stage}@{gpu}:" in status  # never run here: every stage is out of date
     assert "compare:" in status
 
@@ -402,6 +402,11 @@ def test_publishing_stages_and_compare_run_on_recorded_runs(repo):
     dvc("commit", "-f", "bench@h100_sxm")
     shutil.copy2(as_dispatched(work), results / "suite_runs.csv")  # recorded H100 suite runs
     dvc("commit", "-f", "suite@h100_sxm")
+    from src.publish.heldout import publish as publish_heldout  # recorded rows, as the GPU stage would
+
+    publish_heldout(as_dispatched(work), results, "h100_sxm")
+    shutil.copy2(as_dispatched(work), results / "heldout_runs.csv")
+    dvc("commit", "-f", "heldout@h100_sxm")
     out = dvc("repro", "compare").stdout
     ran = set(re.findall(r"Running stage '([\w@]+)'", out))
     assert ran == {"table@h100_sxm", "suite_table@h100_sxm", "compare"}, out
@@ -426,7 +431,7 @@ def test_publishing_stages_and_compare_run_on_recorded_runs(repo):
     assert ".dvc/cache" not in untracked and "sweeps/" not in untracked
     lock = yaml.safe_load((work / "dvc.lock").read_text())
     assert set(lock["stages"]) == {f"{s}@h100_sxm" for s in ("bench", "table", "plots", "suite",
-                                                             "suite_table")} | {"compare"}
+                                                             "suite_table", "heldout")} | {"compare"}
 
     metrics = json.loads(dvc("metrics", "show", "--json").stdout)
     suite = metrics[""]["data"][f"{H100}/suite_metrics.json"]["data"]["h100_sxm"]

@@ -219,3 +219,36 @@ def test_a_written_class_says_why_in_one_short_line():
     assert "44,306 GFLOP/s at 4096" in note and "85% of cuBLAS FP32" in note and "404" in note
     wide = dict(data, m=12345, n=67890, k=11111, strategy="tpe" * 30)
     assert len(tune.why_note(wide, "True")) <= 100
+
+
+@pytest.mark.parametrize("name", ["gemm_tf32", "gemm_3xtf32", "gemm_ffma_skinny"])
+def test_library_spaces_prune_by_the_rules_and_measure_each_kernel_once(name):
+    """The dispatch's candidate kernels' grids: at a shape, every candidate is valid, pruned under
+    the rule it breaks, or the same kernel and launch as an earlier valid one (measured once);
+    the kept ones are pairwise different kernels or launches."""
+    settings = tune.Settings.from_cfg(tune_cfg(name))
+    kernel = kernel_cfg(name)
+    rules = {item["rule"] for item in kernel["constraints"] + kernel["size_constraints"]}
+    for shape in [(4096, 4096, 4096), (8, 4096, 4096), (4096, 1, 4096), (511, 513, 8191),
+                  (4095, 4097, 333)]:
+        problem = Problem(*shape, 0.5, 3.0)
+        candidates = tune.grid(settings.space)
+        pruning = tune.prune(kernel, candidates, problem, H100)
+        assert len(pruning.valid) + pruning.pruned_total == len(candidates)
+        assert set(pruning.pruned) <= rules | {tune.SAME_KERNEL}
+        identities = [tune.kernel_identity(spec) for _, spec in pruning.valid]
+        assert len(identities) == len(set(identities))
+        valid = {tune.params_key(p): spec for p, spec in pruning.valid}
+        assert pruning.pruned[tune.SAME_KERNEL] == len(pruning.same_as)
+        for dup, first in pruning.same_as.items():
+            spec = tune.check(kernel, json.loads(dup), problem, H100)
+            assert tune.kernel_identity(spec) == tune.kernel_identity(valid[first])
+    # the skinny kernel is pruned whole where C has more than 32 rows and columns
+    if name == "gemm_ffma_skinny":
+        wide = tune.prune(kernel, tune.grid(settings.space), Problem(64, 64, 64, 1, 0), H100)
+        assert not wide.valid and "min(m, n) <= 32" in wide.pruned
+    else:  # the grid holds the committed H100 choices' values, so it can find what they found
+        for entry in OmegaConf.to_container(OmegaConf.load(
+                CONF_DIR / "tuned" / "h100_sxm.yaml"))["kernels"][name]:
+            for key, value in (entry.get("params") or {}).items():
+                assert value in settings.space[key], (entry, key)

@@ -47,10 +47,15 @@ PEER_COLUMNS = ["peer", "peer_gflops", "ratio_peer", "ratio_peer_ci_low", "ratio
 
 
 def suites(conf_dir: Path = CONF_DIR) -> dict[str, str]:
-    """Shape "MxNxK" -> the suite that lists it (conf/suite/*.yaml, hydra.sweeper.params.shape)."""
+    """Shape "MxNxK" -> the suite that lists it (conf/suite/*.yaml, hydra.sweeper.params.shape).
+    The hand-written suites only: the generated shape sets (training, heldout; their files say
+    `generated_from`) are not the published suite."""
     found = {}
     for path in sorted((conf_dir / "suite").glob("*.yaml")):
-        shapes = OmegaConf.load(path).hydra.sweeper.params.shape
+        data = OmegaConf.load(path)
+        if "generated_from" in data:
+            continue
+        shapes = data.hydra.sweeper.params.shape
         for shape in str(shapes).split(","):
             found.setdefault(shape.strip(), path.stem)
     return found

@@ -77,12 +77,19 @@ def space_size(space: dict[str, list]) -> int:
     return total
 
 
+# A candidate whose parameters build the very kernel and launch of an earlier one at this shape
+# (a parameter that acts only on some shapes, e.g. a K-slice length where no K slices are cut)
+SAME_KERNEL = "same kernel and launch as an earlier candidate at this shape: measured once"
+
+
 @dataclass
 class Pruning:
-    """The verdict on candidates before compiling: a spec for each valid one, a count per rule."""
+    """The verdict on candidates before compiling: a spec for each valid one, a count per rule,
+    and for each candidate that builds the same kernel as an earlier one, that one's key."""
 
     valid: list[tuple[dict, KernelSpec]] = field(default_factory=list)
     pruned: Counter = field(default_factory=Counter)
+    same_as: dict[str, str] = field(default_factory=dict)
 
     @property
     def pruned_total(self) -> int:
@@ -98,11 +105,28 @@ def check(kernel_cfg: dict, params: dict, problem: Problem, limits: dict) -> Ker
         return getattr(exc, "rule", None) or str(exc).split(":", 1)[0]
 
 
+def kernel_identity(spec: KernelSpec) -> str:
+    """What one launch of the candidate runs: its compiled entry and every launch setting (the
+    measurement cache's key holds the same, src/job/cache.py); the parameters' names are not part
+    of it."""
+    return repr((spec.entry, spec.grid, spec.block, spec.dynamic_smem_bytes, spec.workspace_bytes,
+                 spec.arch, spec.tensor_maps, spec.prepass))
+
+
 def prune(kernel_cfg: dict, candidates: list[dict], problem: Problem, limits: dict) -> Pruning:
+    """Each candidate checked against the kernel's rules at this problem; of those that build the
+    same kernel and launch, the first is kept and the others counted under SAME_KERNEL."""
     result = Pruning()
+    first: dict[str, str] = {}
     for params in candidates:
         verdict = check(kernel_cfg, params, problem, limits)
         if isinstance(verdict, KernelSpec):
+            identity = kernel_identity(verdict)
+            if identity in first:
+                result.pruned[SAME_KERNEL] += 1
+                result.same_as[params_key(params)] = first[identity]
+                continue
+            first[identity] = params_key(params)
             result.valid.append((params, verdict))
         else:
             result.pruned[verdict] += 1

@@ -1,0 +1,119 @@
+"""Held-out step: best_fp32 / best_tf32 on the held-out shapes (conf/suite/heldout.yaml, never
+used in tuning) -> results/<gpu>/heldout.csv and heldout.md: per precision the geometric mean and
+minimum of the ratio to the stronger cuBLAS (cuBLAS's default where cuBLASLt was not measured),
+the failed count, issue 39's goals, and the worst five shapes.
+
+`python -m src.publish.heldout RUNS_CSV --gpu GPU --out-dir results/GPU`
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from src.publish.staged import staged
+from src.publish.suite import geomean, suite_frame
+from src.records.collect import read_runs
+
+# Issue 39's bar on shapes the dispatch never saw, against the stronger cuBLAS: (geomean, min)
+GOALS = {"fp32": (1.5, 0.95), "tf32": (1.05, 0.90)}
+KERNELS = {"fp32": "best_fp32", "tf32": "best_tf32"}
+
+
+def heldout_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """The dispatching kernels' rows, with `value` the ratio the report uses."""
+    frame = suite_frame(runs).copy()
+    frame["suite"] = "heldout"
+    frame["value"] = frame.ratio_best.where(frame.ratio_best.notna(), frame.ratio)
+    frame["against"] = ["best cuBLAS" if pd.notna(b) else "cuBLAS" for b in frame.ratio_best]
+    return frame
+
+
+def summary(frame: pd.DataFrame) -> dict:
+    out = {}
+    for precision, kernel in KERNELS.items():
+        rows = frame[frame.kernel == kernel]
+        if rows.empty:
+            continue
+        ok = rows[(rows.status == "ok") & rows.value.notna()]
+        entry = {"kernel": kernel, "shapes": int(len(rows)), "failed": int(len(rows) - len(ok))}
+        if len(ok):
+            low = ok.loc[ok.value.idxmin()]
+            entry.update(geomean=round(geomean(ok.value), 4), min=round(float(low.value), 4),
+                         min_shape=low["shape"])
+            goal_geo, goal_min = GOALS[precision]
+            entry["goal_met"] = bool(entry["failed"] == 0 and entry["geomean"] >= goal_geo
+                                     and entry["min"] >= goal_min)
+            worst = ok.sort_values(["value", "shape"]).head(5)
+            entry["worst"] = [{"shape": r["shape"], "chosen": r["chosen"], "ratio": round(float(r.value), 4),
+                               "against": r["against"]} for _, r in worst.iterrows()]
+        out[precision] = entry
+    return out
+
+
+def markdown(frame: pd.DataFrame, gpu_spec: str) -> str:
+    stats = summary(frame)
+    lines = [f"# Held-out shapes on {gpu_spec}", "",
+             "Shapes drawn from conf/shapes/distribution.yaml with the held-out seed, never used in "
+             "tuning (conf/suite/heldout.yaml). Ratio: speed / the stronger cuBLAS (paired).", "",
+             "| precision | kernel | shapes | failed | geomean | min (shape) | goal (geomean / min) | met |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for precision, s in stats.items():
+        goal = GOALS[precision]
+        lines.append(f"| {precision} | {s['kernel']} | {s['shapes']} | {s['failed']} | "
+                     f"{s.get('geomean', '')} | {s.get('min', '')} ({s.get('min_shape', '')}) | "
+                     f"{goal[0]} / {goal[1]} | {'yes' if s.get('goal_met') else 'no'} |")
+    for precision, s in stats.items():
+        lines += ["", f"## {s['kernel']}: the worst five", "", "| shape | chosen | ratio |",
+                  "| --- | --- | --- |"]
+        lines += [f"| {w['shape']} | {w['chosen']} | {w['ratio']:.3f} ({w['against']}) |"
+                  for w in s.get("worst", [])]
+        failed = frame[(frame.kernel == s["kernel"]) & (frame.status != "ok")]
+        lines += [f"| {r['shape']} | {r['chosen'] or ''} | {r['status']} |" for _, r in failed.iterrows()]
+    return "\n".join(lines) + "\n"
+
+
+PREFIX = "heldout"  # results/<gpu>/heldout.csv, heldout.md
+
+
+def publish(runs_csv: Path, out_dir: Path, gpu_spec: str) -> dict:
+    """Write one GPU's held-out report into its published set out_dir (results/<gpu_spec>/),
+    both files replacing the published ones together or neither (staged.py). Rows of another
+    GPU spec are refused: a set holds one GPU's figures only. Returns the metrics."""
+    frame = heldout_frame(read_runs(runs_csv))
+    if frame.empty:
+        raise ValueError(f"{runs_csv} has no best_fp32 / best_tf32 jobs: nothing to publish")
+    others = sorted(set(frame.gpu_spec) - {gpu_spec, "unknown"})
+    if others:
+        raise ValueError(f"{runs_csv} holds jobs measured on {', '.join(others)}, not {gpu_spec}: "
+                         f"results/{gpu_spec}/ is {gpu_spec}'s published set and takes only its "
+                         f"jobs (rule: one published set per GPU spec)")
+    rows = frame.drop(columns="gpu_spec")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with staged(out_dir) as new:
+        rows.to_csv(new(f"{PREFIX}.csv"), index=False)
+        new(f"{PREFIX}.md").write_text(markdown(rows, gpu_spec))
+    return {gpu_spec: summary(rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path, help="runs CSV of the held-out sweep (src.records.collect)")
+    parser.add_argument("--gpu", required=True,
+                        help="the GPU spec (conf/gpu/<name>.yaml) whose published set this is")
+    parser.add_argument("--out-dir", type=Path, required=True, help="its set: results/<gpu>/")
+    args = parser.parse_args(argv)
+    try:
+        publish(args.runs, args.out_dir, args.gpu)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print((args.out_dir / f"{PREFIX}.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

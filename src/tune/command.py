@@ -1,0 +1,139 @@
+"""`sgemm-lab tune`: plan (src/tune/plan.py) -> the tuning sweeps, one `python -m src.run -m
++tune=<kernel> shape=...` each (every GPU of the node, cached, resumable) -> the evidence file
+results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/tuned/<gpu>.yaml
+(src/tune/fit.py). `--fit-only` re-fits from an existing evidence file, no GPU needed.
+
+    sgemm-lab tune [--gpu SPEC] [--shapes N] [--budget SECONDS] [--protocol quick] [--dry-run]
+    sgemm-lab tune --fit-only --gpu h100_sxm
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from src.errors import ConfigError, LabError
+from src.paths import ROOT
+
+EVIDENCE_DIR = ROOT / "results" / "tuning"
+SWEEP_DIR = ROOT / "sweeps" / "tuning"
+
+
+def evidence_path(gpu_spec: str) -> Path:
+    return EVIDENCE_DIR / f"{gpu_spec}.csv"
+
+
+def detected_spec() -> str:
+    from src.job import gpu as gpu_mod
+
+    device = gpu_mod.detect()  # NoGPU with its message
+    spec = gpu_mod.spec_for_device_name(device.name)
+    if spec is None:
+        raise ConfigError(f"no conf/gpu/ spec matches the device {device.name!r} (rule: the tuner "
+                          f"writes conf/tuned/<spec>.yaml for a known spec); pass --gpu SPEC.")
+    return spec.name
+
+
+def visible_gpus() -> int:
+    from src.sweep.devices import sweep_gpus
+
+    try:
+        return max(1, len(sweep_gpus()))
+    except Exception:  # no NVML here: the estimate assumes one
+        return 1
+
+
+def guards(settings: dict) -> dict[str, str | None]:
+    from src.job.config import kernel_config
+    from src.tune import fit
+
+    kernels = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+    if settings.get("fallback"):
+        kernels.add(settings["fallback"]["kernel"])
+    return {k: fit.guard_of(kernel_config(k)) for k in sorted(kernels)}
+
+
+def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None = None) -> dict:
+    """The dispatch fitted from `csv_path`, written into conf/tuned/<gpu>.yaml (or tuned_path)."""
+    from src.job.tuned import tuned_file
+    from src.tune import evidence, fit
+
+    rows = evidence.read(csv_path)
+    if not rows:
+        raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
+    cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
+    dispatch = fit.fit(rows, guards(settings), settings.get("fit") or {}, cited)
+    fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited)
+    return dispatch
+
+
+def run_sweeps(plan, settings: dict, sweep_dir: Path, extra: list[str]) -> int:
+    """Each sweep as its own `python -m src.run` (Hydra runs one app a process); the count of
+    sweeps that failed. A sweep directory is cleared first: its records come back from the cache."""
+    failed = 0
+    for sweep in plan.sweeps:
+        target = sweep_dir / sweep.name
+        if target.exists():
+            shutil.rmtree(target)
+        args = [sys.executable, "-m", "src.run", *sweep.overrides(settings, sweep_dir, extra)]
+        print(f"== {sweep.name}: {len(sweep.shapes)} shapes, {sweep.jobs} jobs", flush=True)
+        if subprocess.run(args, cwd=ROOT).returncode != 0:
+            failed += 1
+            print(f"   {sweep.name} exited with an error; its measured jobs are kept", flush=True)
+    return failed
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="sgemm-lab tune", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", help="the GPU spec (default: the detected device's)")
+    parser.add_argument("--shapes", type=int, default=None,
+                        help="the first N training shapes, round-robin over their classes")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds of wall time: fewer shapes until the estimate fits")
+    parser.add_argument("--protocol", default=None, help="conf/bench/ file (default: the plan's)")
+    parser.add_argument("--fit-only", action="store_true", help="re-fit from the evidence file")
+    parser.add_argument("--csv", type=Path, default=None, help="the evidence file (default "
+                        "results/tuning/<gpu>.csv)")
+    parser.add_argument("--tuned", type=Path, default=None,
+                        help="where the fitted dispatch goes (default conf/tuned/<gpu>.yaml)")
+    parser.add_argument("--sweep-dir", type=Path, default=SWEEP_DIR)
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument("overrides", nargs="*", help="more overrides for every sweep (after --)")
+    args = parser.parse_args(argv)
+    from src.tune import distribution, evidence, plan as plan_mod
+
+    try:
+        settings = plan_mod.load_settings()
+        if args.protocol:
+            settings["protocol"] = args.protocol
+        gpu_spec = args.gpu or detected_spec()
+        csv_path = args.csv or evidence_path(gpu_spec)
+        if args.fit_only:
+            if not csv_path.is_file():
+                raise ConfigError(f"--fit-only needs the evidence file {csv_path}; run "
+                                  f"`sgemm-lab tune` on a {gpu_spec} first.")
+            dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
+            print(f"fitted {sum(len(r) for r in dispatch.values())} rules from {csv_path}")
+            return 0
+        gpus = visible_gpus()
+        per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
+        plan = plan_mod.within_budget(gpu_spec, distribution.training(), args.budget,
+                                      args.shapes, per_job, gpus, settings)
+        print(plan.describe(per_job, gpus), flush=True)
+        if args.dry_run:
+            return 0
+        failed = run_sweeps(plan, settings, args.sweep_dir, args.overrides)
+        rows = [r for s in plan.sweeps
+                for r in evidence.sweep_rows(s, args.sweep_dir, gpu_spec, settings)]
+        evidence.write(rows, csv_path)
+        print(f"{len(rows)} rows -> {csv_path}")
+        dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
+        print(f"fitted {sum(len(r) for r in dispatch.values())} rules -> "
+              f"{args.tuned or 'conf/tuned/' + gpu_spec + '.yaml'}")
+        return 1 if failed else 0
+    except LabError as exc:
+        print(f"error [{exc.status}]: {exc}", file=sys.stderr)
+        return 1

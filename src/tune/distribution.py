@@ -1,0 +1,317 @@
+"""Shape distributions: the shapes the dispatch is tuned on (TRAINING: the hand-written suites plus
+seeded random draws) and judged on (HELD-OUT: drawn from the same classes with another seed,
+disjoint from training and from the suites), from the data in conf/shapes/distribution.yaml.
+
+    python -m src.tune.distribution            # what each set holds, per class
+    python -m src.tune.distribution --write    # conf/suite/training.yaml and heldout.yaml
+    python -m src.tune.distribution --check    # exit 1 when those files are not the generator's
+
+Deterministic: each class draws from its own generator, seeded with "<seed>/<class>" (Python's
+Mersenne Twister seeded from a string through SHA-512, the same on every machine and run), and
+uses only `random()`, whose stream Python keeps stable; a class added later leaves the others'
+draws as they were. The written suites run like the hand-written ones
+(`python -m src.run -m +suite=heldout kernel=best_tf32`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from src.errors import ConfigError
+from src.paths import CONF_DIR
+
+DISTRIBUTION_FILE = CONF_DIR / "shapes" / "distribution.yaml"
+SUITE_DIR = CONF_DIR / "suite"
+GENERATED_KEY = "generated_from"   # a suite file holding it is written here, not by hand
+SETS = ("training", "heldout")
+SUITE_CLASS_PREFIX = "suite:"      # a training shape from a hand-written suite: "suite:llm"
+
+
+@dataclass(frozen=True)
+class Shape:
+    m: int
+    n: int
+    k: int
+    cls: str = ""   # the class it was drawn from ("suite:<name>" for a hand-written suite's)
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    @property
+    def label(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    name: str
+    why: str
+    weight: float
+    m: tuple[int, int]
+    n: tuple[int, int] | None = None
+    k: tuple[int, int] | None = None
+    square: bool = False
+    swap_mn: bool = False
+    unaligned: bool = False
+    multiple: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Distribution:
+    classes: tuple[ShapeClass, ...]
+    training_seed: int
+    training_random: int
+    heldout_seed: int
+    heldout_count: int
+    max_operand_elements: int
+    max_flop: int
+    source: str = "conf/shapes/distribution.yaml"
+
+
+def _bad(rule: str) -> ConfigError:
+    return ConfigError(f"{DISTRIBUTION_FILE.relative_to(CONF_DIR.parent)}: {rule}")
+
+
+def _range(entry: dict, key: str, name: str) -> tuple[int, int] | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, int) for v in value)
+            or not 1 <= value[0] <= value[1]):
+        raise _bad(f"class {name}: `{key}` must be [low, high], integers with 1 <= low <= high "
+                   f"(rule: each dimension is drawn between two positive bounds), got {value!r}.")
+    return (value[0], value[1])
+
+
+def load(path: Path = DISTRIBUTION_FILE) -> Distribution:
+    """The distribution file, checked: each class has a name, a one-line `why`, a positive weight
+    and its dimensions' bounds."""
+    data = yaml.safe_load(path.read_text()) or {}
+    classes = []
+    for entry in data.get("classes") or []:
+        name = str(entry.get("name", ""))
+        why = str(entry.get("why", "")).strip()
+        if not name or not why or "\n" in why:
+            raise _bad(f"class {name or '?'} needs a name and a one-line `why` (rule: every "
+                       f"class of shapes says what users run it for).")
+        weight = entry.get("weight", 1)
+        if not isinstance(weight, (int, float)) or weight <= 0:
+            raise _bad(f"class {name}: weight must be a positive number, got {weight!r}.")
+        square = bool(entry.get("square", False))
+        ranges = {key: _range(entry, key, name) for key in ("m", "n", "k")}
+        if ranges["m"] is None or (not square and (ranges["n"] is None or ranges["k"] is None)):
+            raise _bad(f"class {name} needs m, n and k bounds (or m with `square: true`).")
+        multiple = tuple(sorted((str(d), int(v)) for d, v in (entry.get("multiple") or {}).items()))
+        classes.append(ShapeClass(name, why, float(weight), ranges["m"], ranges["n"], ranges["k"],
+                                  square, bool(entry.get("swap_mn", False)),
+                                  bool(entry.get("unaligned", False)), multiple))
+    if not classes or len({c.name for c in classes}) != len(classes):
+        raise _bad("`classes` must list at least one class, each name once.")
+    limits = data.get("limits") or {}
+    return Distribution(tuple(classes), int(data["training"]["seed"]),
+                        int(data["training"]["random"]), int(data["heldout"]["seed"]),
+                        int(data["heldout"]["count"]), int(limits["max_operand_elements"]),
+                        int(limits["max_flop"]))
+
+
+def _log_uniform(rng: random.Random, low: int, high: int) -> int:
+    """An integer in [low, high], log-uniform (each factor of two about equally likely)."""
+    value = math.exp(math.log(low) + rng.random() * (math.log(high + 1) - math.log(low)))
+    return min(high, max(low, int(value)))
+
+
+def _round_to_multiple(value: int, multiple: int, high: int) -> int:
+    up = -(-value // multiple) * multiple
+    return up if up <= high else max(multiple, high // multiple * multiple)
+
+
+def draw_one(cls: ShapeClass, rng: random.Random) -> Shape:
+    m = _log_uniform(rng, *cls.m)
+    if cls.square:
+        return Shape(m, m, m, cls.name)
+    n, k = _log_uniform(rng, *cls.n), _log_uniform(rng, *cls.k)
+    bounds = {"m": cls.m, "n": cls.n, "k": cls.k}
+    dims = {"m": m, "n": n, "k": k}
+    for dim, multiple in cls.multiple:
+        dims[dim] = _round_to_multiple(dims[dim], multiple, bounds[dim][1])
+    if cls.unaligned and dims["n"] % 4 == 0 and dims["k"] % 4 == 0:
+        dim = "n" if rng.random() < 0.5 else "k"
+        step = 1 + int(rng.random() * 3)
+        dims[dim] = dims[dim] + step if dims[dim] + step <= bounds[dim][1] else dims[dim] - step
+    if cls.swap_mn and rng.random() < 0.5:
+        dims["m"], dims["n"] = dims["n"], dims["m"]
+    return Shape(dims["m"], dims["n"], dims["k"], cls.name)
+
+
+def within_limits(shape: Shape, dist: Distribution) -> bool:
+    m, n, k = shape.dims
+    return (max(m * k, k * n, m * n) <= dist.max_operand_elements
+            and 2 * m * n * k <= dist.max_flop)
+
+
+def allocate(classes, count: int) -> list[int]:
+    """`count` shapes shared among the classes by weight (largest remainder, ties to the earlier
+    class): the same counts for the same weights."""
+    total = sum(c.weight for c in classes)
+    exact = [count * c.weight / total for c in classes]
+    counts = [int(e) for e in exact]
+    order = sorted(range(len(classes)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[:count - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def draw(dist: Distribution, count: int, seed: int, exclude: set[tuple[int, int, int]]) -> list[Shape]:
+    """`count` distinct shapes from the classes by weight, none in `exclude`, within the limits."""
+    found: list[Shape] = []
+    taken = set(exclude)
+    for cls, wanted in zip(dist.classes, allocate(dist.classes, count)):
+        rng = random.Random(f"{seed}/{cls.name}")
+        mine = 0
+        for _ in range(1000 * max(wanted, 1)):
+            if mine == wanted:
+                break
+            shape = draw_one(cls, rng)
+            if shape.dims in taken or not within_limits(shape, dist):
+                continue
+            taken.add(shape.dims)
+            found.append(shape)
+            mine += 1
+        else:
+            raise _bad(f"class {cls.name}: could not draw {wanted} distinct shapes within the "
+                       f"limits (rule: a class's bounds must hold enough distinct shapes).")
+    return found
+
+
+def suite_shapes(suite_dir: Path = SUITE_DIR) -> list[Shape]:
+    """The hand-written suites' shapes (conf/suite/*.yaml without `generated_from`), each once,
+    in file and list order."""
+    from src.job.shapes import parse
+
+    found: dict[tuple[int, int, int], Shape] = {}
+    for path in sorted(suite_dir.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        if GENERATED_KEY in data:
+            continue
+        for text in str(data["hydra"]["sweeper"]["params"]["shape"]).split(","):
+            dims = parse(text)
+            if dims is not None and dims not in found:
+                found[dims] = Shape(*dims, cls=SUITE_CLASS_PREFIX + path.stem)
+    return list(found.values())
+
+
+def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
+    """The suites' shapes, then `training.random` draws with `training.seed`, none repeated."""
+    dist = dist or load()
+    suite = suite_shapes(suite_dir)
+    return suite + draw(dist, dist.training_random, dist.training_seed, {s.dims for s in suite})
+
+
+def heldout(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
+    """`heldout.count` draws with `heldout.seed`, disjoint from training (and so the suites)."""
+    dist = dist or load()
+    if dist.heldout_seed == dist.training_seed:
+        raise _bad("heldout.seed must differ from training.seed (rule: the held-out set is drawn "
+                   "independently of the training set).")
+    train = training(dist, suite_dir)
+    shapes = draw(dist, dist.heldout_count, dist.heldout_seed, {s.dims for s in train})
+    overlap = {s.dims for s in shapes} & {s.dims for s in train}
+    assert not overlap, f"held-out shapes in the training set: {sorted(overlap)}"
+    return shapes
+
+
+def stratified(shapes: list[Shape], count: int | None) -> list[Shape]:
+    """The first `count` shapes taken round-robin over the classes (in the order each class first
+    appears), so a small run still covers every class; all of them when count is None."""
+    if count is None or count >= len(shapes):
+        return list(shapes)
+    by_class: dict[str, list[Shape]] = {}
+    for shape in shapes:
+        by_class.setdefault(shape.cls, []).append(shape)
+    picked: list[Shape] = []
+    depth = 0
+    while len(picked) < count:
+        for members in by_class.values():
+            if depth < len(members) and len(picked) < count:
+                picked.append(members[depth])
+        depth += 1
+    return picked
+
+
+def suite_file_text(name: str, shapes: list[Shape], dist: Distribution) -> str:
+    """A conf/suite/ file for one generated set (alpha 0.5, beta 3 as the hand-written suites)."""
+    counts: dict[str, int] = {}
+    for shape in shapes:
+        counts[shape.cls] = counts.get(shape.cls, 0) + 1
+    seed = dist.training_seed if name == "training" else dist.heldout_seed
+    what = ("the hand-written suites' shapes plus random draws: the dispatch is tuned on these"
+            if name == "training" else
+            "random draws never trained on (disjoint from training and the suites): the tuned "
+            "dispatch is judged on these")
+    header = (f"GENERATED by `python -m src.tune.distribution --write` from {dist.source} (seed "
+              f"{seed}); do not edit: change the distribution and write again (a test checks "
+              f"this file). Shape set `{name}`: {what}. Why: issue 39, a dispatch learned per GPU "
+              f"and judged on shapes it never saw. Shapes per class: "
+              + ", ".join(f"{cls} {n}" for cls, n in counts.items()) + ".")
+    lines = [
+        "# @package _global_",
+        *textwrap.wrap(header, 98, initial_indent="# ", subsequent_indent="# "),
+        f"suite: {name}",
+        f"{GENERATED_KEY}: {dist.source}",
+        "alpha: 0.5",
+        "beta: 3.0",
+        "hydra:",
+        "  sweeper:",
+        "    params:",
+        "      shape: " + ",".join(s.label for s in shapes),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def generated_files(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> dict[Path, str]:
+    dist = dist or load()
+    return {suite_dir / "training.yaml": suite_file_text("training", training(dist, suite_dir), dist),
+            suite_dir / "heldout.yaml": suite_file_text("heldout", heldout(dist, suite_dir), dist)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write conf/suite/training.yaml and heldout.yaml")
+    parser.add_argument("--check", action="store_true", help="exit 1 if those files differ from the generator's")
+    args = parser.parse_args(argv)
+    try:
+        files = generated_files()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    stale = [path for path, text in files.items()
+             if not path.is_file() or path.read_text() != text]
+    if args.write:
+        for path, text in files.items():
+            path.write_text(text)
+            print(f"wrote {path}")
+        return 0
+    if args.check:
+        for path in stale:
+            print(f"{path} is not what the generator writes: python -m src.tune.distribution --write",
+                  file=sys.stderr)
+        return 1 if stale else 0
+    for name, shapes in (("training", training()), ("heldout", heldout())):
+        counts: dict[str, int] = {}
+        for shape in shapes:
+            counts[shape.cls] = counts.get(shape.cls, 0) + 1
+        print(f"{name}: {len(shapes)} shapes: " + ", ".join(f"{c} {n}" for c, n in counts.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

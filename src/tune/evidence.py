@@ -1,0 +1,105 @@
+"""Tuning evidence: the tuning sweeps' records -> results/tuning/<gpu>.csv, one row per training
+shape x candidate measured (status, GFLOP/s, ratio to the stronger cuBLAS with its 95% interval),
+and back. A candidate that builds the same kernel and launch as a measured one at that shape
+(src/tune/space.py, SAME_KERNEL) gets that one's figures with `same_as` naming it, so every
+candidate of the grid has a row where it builds. The fit (src/tune/fit.py) and `sgemm-lab
+explain` read the file; nothing else is needed to re-fit.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from src.records.record import Record, load_records
+
+COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",
+           "params", "status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
+           "best_cublas", "ratio", "baseline", "same_as", "from_cache", "timestamp", "error"]
+
+
+def _ratio(pct) -> float | None:
+    return None if pct is None else round(float(pct) / 100, 4)
+
+
+def row(record: Record, gpu_spec: str, dispatcher: str, precision: str) -> dict:
+    ok = record.ok
+    return {
+        "gpu_spec": gpu_spec, "dispatcher": dispatcher, "precision": precision,
+        "shape": f"{record.m}x{record.n}x{record.k}", "m": record.m, "n": record.n, "k": record.k,
+        "aligned": int(record.n % 4 == 0 and record.k % 4 == 0), "kernel": record.kernel,
+        "params": json.dumps(record.params, sort_keys=True), "status": record.status,
+        "gflops": round(record.gflops, 1) if ok and record.gflops is not None else None,
+        "ratio_best": _ratio(record.pct_of_best_cublas) if ok else None,
+        "ratio_best_ci_low": _ratio(record.pct_best_ci_low) if ok else None,
+        "ratio_best_ci_high": _ratio(record.pct_best_ci_high) if ok else None,
+        "best_cublas": record.best_cublas if ok else None,
+        "ratio": _ratio(record.pct_of_cublas) if ok else None,
+        "baseline": record.baseline, "same_as": None, "from_cache": int(bool(record.from_cache)),
+        "timestamp": record.timestamp,
+        "error": None if ok else (record.error or "").splitlines()[0][:200] if record.error else None,
+    }
+
+
+def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict) -> list[dict]:
+    """The rows of one planned sweep (src/tune/plan.Sweep): its records, and a row for each
+    candidate that is the same kernel as a measured one at a shape."""
+    from src.job.gpu import limits_from_spec
+    from src.job.problem import Problem
+    from src.tune import plan
+    from src.tune import space as tune
+
+    records = load_records(sweep_dir / sweep.name) if (sweep_dir / sweep.name).is_dir() else []
+    measured = {}
+    rows = []
+    for record in records:
+        r = row(record, gpu_spec, sweep.dispatcher, sweep.precision)
+        measured[(r["shape"], r["params"])] = r
+        rows.append(r)
+    cfg = plan.candidate_config(sweep.kernel, sweep.precision)
+    limits = limits_from_spec(gpu_spec)
+    for shape in sweep.shapes:
+        pruning = tune.prune(cfg, tune.grid(sweep.space), Problem(*shape.dims, settings["alpha"],
+                                                                   settings["beta"]), limits)
+        for dup, first in pruning.same_as.items():
+            source = measured.get((shape.label, json.dumps(json.loads(first), sort_keys=True)))
+            if source is not None:
+                rows.append({**source, "params": json.dumps(json.loads(dup), sort_keys=True),
+                             "same_as": source["params"]})
+    return rows
+
+
+def sort_key(r: dict):
+    return (r["dispatcher"], int(r["m"]), int(r["n"]), int(r["k"]), r["kernel"], r["params"])
+
+
+def write(rows: list[dict], path: Path) -> Path:
+    """Written whole or not at all (a temporary file renamed over the old one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in sorted(rows, key=sort_key):
+            writer.writerow({c: r.get(c) for c in COLUMNS})
+    tmp.replace(path)
+    return path
+
+
+def read(path: Path) -> list[dict]:
+    """The rows of an evidence file, numbers as numbers (empty cells None)."""
+    def number(text, kind):
+        return None if text in ("", None) else kind(text)
+
+    rows = []
+    with path.open(newline="") as handle:
+        for r in csv.DictReader(handle):
+            for c in ("m", "n", "k", "aligned", "from_cache"):
+                r[c] = number(r[c], int)
+            for c in ("gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high", "ratio"):
+                r[c] = number(r[c], float)
+            for c in ("same_as", "error", "best_cublas", "baseline", "timestamp"):
+                r[c] = r[c] or None
+            rows.append(r)
+    return rows

@@ -1,0 +1,96 @@
+"""`sgemm-lab explain MxNxK [--gpu SPEC] [--precision fp32|tf32]`: which dispatch rule of
+conf/tuned/<gpu>.yaml chooses what for a shape (kernel, parameters, the rule's `why`), and the
+measured alternatives at the training shapes nearest to it in log-shape space, from the evidence
+file results/tuning/<gpu>.csv (or a plain note that there is none). Reads files only: no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+DISPATCHERS = {"fp32": "best_fp32", "tf32": "best_tf32"}
+
+
+def distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """Euclidean distance of log2 dimensions: 2x in one side is 1."""
+    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b)))
+
+
+def nearest(rows: list[dict], dispatcher: str, shape, count: int = 3) -> list[tuple]:
+    """The `count` measured training shapes nearest to `shape` (ties by the shape)."""
+    shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows if r["dispatcher"] == dispatcher})
+    return sorted(shapes, key=lambda s: (distance(s, shape), s))[:count]
+
+
+def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: list[dict] | None,
+           evidence_name: str, top: int = 5) -> str:
+    from src.job import dispatch, tuned
+    from src.job.config import kernel_config
+    from src.job.problem import Problem
+
+    dispatcher = DISPATCHERS[precision]
+    problem = Problem(*shape, 0.5, 3.0)
+    choice = dispatch.choose(kernel_config(dispatcher), gpu_spec, problem)
+    under = tuned.lookup(choice.kernel, gpu_spec, problem, explicit=set(choice.params))
+    params = {**(kernel_config(choice.kernel).get("params") or {}), **under.params, **choice.params}
+    lines = [f"{dispatcher} at {'x'.join(map(str, shape))} on {gpu_spec}:",
+             f"  runs {choice.kernel} {json.dumps(params, sort_keys=True)}",
+             f"  chosen by {choice.rule}"]
+    if under.source and under.params:
+        lines.append(f"  parameters not set by the rule from {under.source}")
+    if rows is None:
+        lines.append(f"no evidence file {evidence_name}: no measured alternatives to show "
+                     f"(sgemm-lab tune on a {gpu_spec} writes it)")
+        return "\n".join(lines) + "\n"
+    def is_choice(row: dict) -> bool:  # the row's candidate is what the rule runs
+        return row["kernel"] == choice.kernel and all(
+            params.get(k) == v for k, v in json.loads(row["params"]).items())
+
+    for near in nearest(rows, dispatcher, shape):
+        mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
+        ok = sorted((r for r in mine if r["status"] == "ok"),
+                    key=lambda r: -(r["ratio_best"] if r["ratio_best"] is not None else r["ratio"] or 0))
+        failed = len(mine) - len(ok)
+        lines.append(f"measured at {'x'.join(map(str, near))} (log2 distance "
+                     f"{distance(near, shape):.2f}; {len(ok)} ok, {failed} failed) from {evidence_name}:")
+        for rank, r in enumerate(ok[:top], start=1):
+            value = r["ratio_best"] if r["ratio_best"] is not None else r["ratio"]
+            interval = ("" if r["ratio_best_ci_low"] is None else
+                        f" [{r['ratio_best_ci_low']:.3f}, {r['ratio_best_ci_high']:.3f}]")
+            mark = "  <- the rule's choice" if is_choice(r) else ""
+            lines.append(f"  {rank}. {value:.3f}x{interval} {r['gflops']:,.0f} GFLOP/s "
+                         f"{r['kernel']} {r['params']}{mark}")
+    if not nearest(rows, dispatcher, shape):
+        lines.append(f"{evidence_name} has no {dispatcher} rows")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    from src.errors import LabError
+    from src.job.shapes import parse
+    from src.tune import evidence
+    from src.tune.command import detected_spec, evidence_path
+
+    parser = argparse.ArgumentParser(prog="sgemm-lab explain", description=__doc__.split("\n\n")[0])
+    parser.add_argument("shape", help="MxNxK, e.g. 2500x3500x900")
+    parser.add_argument("--gpu", help="the GPU spec (default: the detected device's)")
+    parser.add_argument("--precision", choices=sorted(DISPATCHERS), default="fp32")
+    parser.add_argument("--csv", type=Path, default=None, help="the evidence file")
+    args = parser.parse_args(argv)
+    dims = parse(args.shape)
+    if dims is None:
+        parser.error(f"shape must be MxNxK, three positive integers joined by x (got {args.shape!r})")
+    try:
+        gpu_spec = args.gpu or detected_spec()
+        path = args.csv or evidence_path(gpu_spec)
+        rows = evidence.read(path) if path.is_file() else None
+        print(report(dims, gpu_spec, args.precision, rows, str(path)), end="")
+    except LabError as exc:
+        print(f"error [{exc.status}]: {exc}", file=sys.stderr)
+        return 1
+    return 0
+

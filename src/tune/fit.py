@@ -1,0 +1,292 @@
+"""Dispatch fit: the tuning evidence (results/tuning/<gpu>.csv) -> per dispatching kernel, short
+rules from (m, n, k, alignment) to (kernel, parameters), written as the `dispatch:` lists of
+conf/tuned/<gpu>.yaml (src/job/dispatch.py reads them). Pure Python, deterministic.
+
+The model (docs/tuning.md says why): a small decision tree over the training shapes. A node's
+choice is the candidate (kernel + every parameter) with the best geometric mean of the ratio to
+the stronger cuBLAS over the node's shapes, among candidates that ran (status ok) at every one
+of them. A node splits at a power of two of m, n, k or m * n (or on 16-byte alignment) when that
+raises the geometric mean over its shapes by at least `min_gain`, each side keeping at least
+`min_shapes`, down to `max_depth`; ties go to the first split and the first candidate in a fixed
+order. Sibling leaves that choose the same candidate merge. Each leaf is a rule (its path's
+conditions); leaves choosing the catch-all are left out (their shapes reach it anyway); the last
+rule, `True`, is the catch-all: the best candidate that ran at every training shape.
+
+A kernel that runs only some shapes (its size constraints over m, n, k: gemm_ffma_skinny's
+min(m, n) <= 32) carries them in its rule's `when`: a shape outside them falls through to the
+catch-all, and the fit scores it there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+ALIGNED = "n % 4 == 0 and k % 4 == 0"
+UNALIGNED = "n % 4 != 0 or k % 4 != 0"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kernel: str
+    params: str   # JSON, sorted keys
+
+    def label(self) -> str:
+        return f"{self.kernel} {self.params}"
+
+
+@dataclass
+class Leaf:
+    conditions: list[str]
+    shapes: list[tuple[int, int, int]]
+    choice: Candidate | None
+    score: float                          # sum of log ratios over the shapes
+    runner_up: tuple[Candidate, float] | None = None
+
+
+@dataclass
+class Table:
+    """What one dispatching kernel's evidence holds: ratio[(shape, candidate)] for ok runs."""
+
+    shapes: list[tuple[int, int, int]]
+    candidates: list[Candidate]
+    ratio: dict = field(default_factory=dict)
+    failed: set = field(default_factory=set)
+
+
+def score_of(row: dict) -> float | None:
+    """A row's ratio: to the stronger cuBLAS where it was measured, else to cuBLAS's default."""
+    value = row.get("ratio_best")
+    if value is None:
+        value = row.get("ratio")
+    return None if value is None or value <= 0 else float(value)
+
+
+def table(rows: list[dict], dispatcher: str) -> Table:
+    mine = [r for r in rows if r["dispatcher"] == dispatcher]
+    shapes = sorted({(int(r["m"]), int(r["n"]), int(r["k"])) for r in mine})
+    cands = sorted({Candidate(r["kernel"], r["params"]) for r in mine},
+                   key=lambda c: (c.kernel, c.params))
+    out = Table(shapes, cands)
+    for r in mine:
+        key = ((int(r["m"]), int(r["n"]), int(r["k"])), Candidate(r["kernel"], r["params"]))
+        value = score_of(r) if r["status"] == "ok" else None
+        if value is None:
+            out.failed.add(key)
+        else:
+            out.ratio[key] = value
+    return out
+
+
+def holds(expr: str | None, shape: tuple[int, int, int]) -> bool:
+    if not expr:
+        return True
+    from simpleeval import SimpleEval
+
+    from src.job.spec import FUNCTIONS
+
+    m, n, k = shape
+    return bool(SimpleEval(names={"m": m, "n": n, "k": k}, functions=FUNCTIONS).eval(expr))
+
+
+def feature(name: str, shape: tuple[int, int, int]) -> int:
+    m, n, k = shape
+    return {"m": m, "n": n, "k": k, "m * n": m * n}[name]
+
+
+class Fitter:
+    def __init__(self, tab: Table, guards: dict[str, str | None], settings: dict):
+        self.tab = tab
+        self.guards = guards
+        self.max_depth = int(settings.get("max_depth", 4))
+        self.min_shapes = int(settings.get("min_shapes", 4))
+        self.min_gain = math.log(1 + float(settings.get("min_gain", 0.01)))
+        self.features = list(settings.get("features", ["m", "n", "k", "m * n"]))
+        self.catch_all = self._catch_all()
+
+    def _catch_all(self) -> Candidate | None:
+        """The best candidate (geomean) that ran at every training shape and has no guard."""
+        best = None
+        for c in self.tab.candidates:
+            if self.guards.get(c.kernel):
+                continue
+            values = [self.tab.ratio.get((s, c)) for s in self.tab.shapes]
+            if any(v is None for v in values):
+                continue
+            total = sum(math.log(v) for v in values)
+            if best is None or total > best[1]:
+                best = (c, total)
+        return None if best is None else best[0]
+
+    def value(self, c: Candidate, shape) -> float | None:
+        """log ratio that choosing `c` for `shape` gives: its own, or the catch-all's where its
+        guard sends the shape on; None where it would fail or was not measured."""
+        guard = self.guards.get(c.kernel)
+        if guard and not holds(guard, shape):
+            if self.catch_all is None:
+                return None
+            v = self.tab.ratio.get((shape, self.catch_all))
+            return None if v is None else math.log(v)
+        v = self.tab.ratio.get((shape, c))
+        return None if v is None else math.log(v)
+
+    def ranked(self, shapes) -> list[tuple[Candidate, float]]:
+        """Candidates eligible at every shape, best first (sum of log ratios; ties by order)."""
+        out = []
+        for c in self.tab.candidates:
+            values = [self.value(c, s) for s in shapes]
+            if all(v is not None for v in values):
+                out.append((c, sum(values)))
+        out.sort(key=lambda item: -item[1])  # stable: ties keep the candidates' fixed order
+        return out
+
+    def leaf(self, conditions, shapes) -> Leaf:
+        ranked = self.ranked(shapes)
+        if not ranked:
+            return Leaf(conditions, shapes, None, float("-inf"))
+        return Leaf(conditions, shapes, ranked[0][0], ranked[0][1],
+                    ranked[1] if len(ranked) > 1 else None)
+
+    def splits(self, shapes):
+        """(left conditions, right conditions, left shapes, right shapes) for each allowed split."""
+        for name in self.features:
+            values = sorted({feature(name, s) for s in shapes})
+            for power in range(0, 64):
+                t = 2 ** power
+                if t < values[0]:
+                    continue
+                if t >= values[-1]:
+                    break
+                left = [s for s in shapes if feature(name, s) <= t]
+                right = [s for s in shapes if feature(name, s) > t]
+                yield f"{name} <= {t}", f"{name} > {t}", left, right
+        left = [s for s in shapes if s[1] % 4 == 0 and s[2] % 4 == 0]
+        right = [s for s in shapes if not (s[1] % 4 == 0 and s[2] % 4 == 0)]
+        yield ALIGNED, UNALIGNED, left, right
+
+    def grow(self, conditions: list[str], shapes, depth: int) -> list[Leaf]:
+        here = self.leaf(conditions, shapes)
+        if depth >= self.max_depth or len(shapes) < 2 * self.min_shapes:
+            return [here]
+        best = None
+        for lc, rc, left, right in self.splits(shapes):
+            if len(left) < self.min_shapes or len(right) < self.min_shapes:
+                continue
+            a, b = self.leaf(conditions + [lc], left), self.leaf(conditions + [rc], right)
+            if a.choice is None or b.choice is None:
+                continue
+            gain = (a.score + b.score - here.score) / len(shapes)
+            if best is None or gain > best[0]:
+                best = (gain, lc, rc, left, right)
+        if best is None or (here.choice is not None and best[0] < self.min_gain):
+            return [here]
+        _, lc, rc, left, right = best
+        leaves = (self.grow(conditions + [lc], left, depth + 1)
+                  + self.grow(conditions + [rc], right, depth + 1))
+        if here.choice is not None and all(l.choice == here.choice for l in leaves):
+            return [here]  # the subtree agrees: one rule
+        return leaves
+
+    def fit(self) -> list[Leaf]:
+        return self.grow([], list(self.tab.shapes), 0)
+
+
+def _stats(fitter: Fitter, c: Candidate, shapes) -> tuple[float, float, tuple]:
+    values = [(math.exp(fitter.value(c, s)), s) for s in shapes]
+    geo = math.exp(sum(math.log(v) for v, _ in values) / len(values))
+    low = min(values)
+    return geo, low[0], low[1]
+
+
+def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None], settings: dict,
+              evidence: str) -> list[dict]:
+    """The dispatch rules for one dispatching kernel, in order, each with a one-line `why`
+    citing the evidence file."""
+    fitter = Fitter(table(rows, dispatcher), guards, settings)
+    rules = []
+    for leaf in fitter.fit():
+        if leaf.choice is None or (leaf.choice == fitter.catch_all and leaf.conditions):
+            continue
+        if not leaf.conditions and leaf.choice == fitter.catch_all:
+            continue  # the whole set is one class: the catch-all below says it
+        when = " and ".join(f"({c})" if " or " in c else c for c in leaf.conditions) or "True"
+        guard = guards.get(leaf.choice.kernel)
+        if guard:
+            when = f"({when}) and ({guard})" if when != "True" else guard
+        geo, low, where = _stats(fitter, leaf.choice, leaf.shapes)
+        runner = ""
+        if leaf.runner_up is not None:
+            runner = f"; next {math.exp(leaf.runner_up[1] / len(leaf.shapes)):.3f}x"
+        rules.append({"when": when, "kernel": leaf.choice.kernel,
+                      "params": json.loads(leaf.choice.params),
+                      "why": f"{evidence}: {len(leaf.shapes)} shapes, geomean {geo:.3f}x (min "
+                             f"{low:.3f}x at {'x'.join(map(str, where))}) of best cuBLAS{runner}"})
+    if fitter.catch_all is not None:
+        geo, low, where = _stats(fitter, fitter.catch_all, fitter.tab.shapes)
+        rules.append({"when": "True", "kernel": fitter.catch_all.kernel,
+                      "params": json.loads(fitter.catch_all.params),
+                      "why": f"{evidence}: ran at all {len(fitter.tab.shapes)} shapes, geomean "
+                             f"{geo:.3f}x (min {low:.3f}x at {'x'.join(map(str, where))})"})
+    return rules
+
+
+def fit(rows: list[dict], guards: dict[str, str | None], settings: dict, evidence: str) -> dict:
+    """{dispatcher: rules} for every dispatching kernel in the evidence, in name order."""
+    return {d: rules_for(rows, d, guards, settings, evidence)
+            for d in sorted({r["dispatcher"] for r in rows})}
+
+
+def guard_of(kernel_cfg: dict) -> str | None:
+    """A kernel's size constraints that read only m, n and k, joined: the shapes it runs."""
+    import ast
+
+    def names(expr: str) -> set[str]:
+        return {node.id for node in ast.walk(ast.parse(expr, mode="eval"))
+                if isinstance(node, ast.Name)}
+
+    parts = [str(c["rule"]) for c in kernel_cfg.get("size_constraints") or []
+             if names(str(c["rule"])) <= {"m", "n", "k", "min", "max", "ceil_div"}]
+    return " and ".join(f"({p})" if len(parts) > 1 else p for p in parts) or None
+
+
+HEADER = ("Per-shape dispatch written by `sgemm-lab tune` (src/tune/fit.py) from {evidence}:\n"
+          "rules in order, the first whose `when` holds names the kernel and all its parameters;\n"
+          "each `why` cites the training shapes of its class. Re-fit: sgemm-lab tune --fit-only.")
+
+
+def write(path, dispatch: dict, evidence: str) -> None:
+    """Replace the file's `dispatch:` lists with `dispatch` (the rest, comments included, stays;
+    a new file gets a header)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    yaml = YAML()
+    yaml.width = 400
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    data = yaml.load(path.read_text()) if path.is_file() else None
+    new = data is None
+    if new:
+        data = CommentedMap()
+        data.yaml_set_start_comment(HEADER.format(evidence=evidence))
+    table_node = CommentedMap()
+    for dispatcher, rules in dispatch.items():
+        seq = CommentedSeq()
+        for rule in rules:
+            params = CommentedMap(sorted(rule["params"].items()))
+            params.fa.set_flow_style()
+            seq.append(CommentedMap([("when", DoubleQuotedScalarString(rule["when"])),
+                                     ("kernel", rule["kernel"]), ("params", params),
+                                     ("why", DoubleQuotedScalarString(rule["why"]))]))
+        table_node[dispatcher] = seq
+    had = "dispatch" in data
+    data["dispatch"] = table_node
+    if not had and not new:  # once: a re-fit replaces the lists and leaves the comment as it is
+        data.yaml_set_comment_before_after_key("dispatch", before=HEADER.format(evidence=evidence))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".yaml.tmp")
+    with tmp.open("w") as handle:
+        yaml.dump(data, handle)
+    tmp.replace(path)

@@ -1,0 +1,106 @@
+"""Shape distributions (conf/shapes/distribution.yaml, src/tune/distribution.py): the training
+and held-out sets are deterministic, disjoint, drawn from the classes' bounds, and written as
+suites that run like the hand-written ones."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from src.errors import ConfigError
+from src.publish.suite import suites
+from src.tune import distribution as dist_mod
+from tests.conftest import CONF_DIR
+
+
+@pytest.fixture(scope="module")
+def dist():
+    return dist_mod.load()
+
+
+@pytest.fixture(scope="module")
+def sets(dist):
+    return dist_mod.training(dist), dist_mod.heldout(dist)
+
+
+def test_same_seed_same_shapes_other_seed_other_shapes(dist, sets):
+    train, held = sets
+    assert dist_mod.training(dist) == train and dist_mod.heldout(dist) == held
+    other = dataclasses.replace(dist, heldout_seed=dist.heldout_seed + 100)
+    assert dist_mod.heldout(other) != held
+    assert len(dist_mod.heldout(other)) == len(held)
+
+
+def test_heldout_is_disjoint_from_training_and_the_suites(dist, sets):
+    train, held = sets
+    suite = {tuple(map(int, s.split("x"))) for s in suites()}
+    assert len(held) >= 64 and len(held) == dist.heldout_count
+    assert len({s.dims for s in held}) == len(held)          # no shape twice
+    assert not {s.dims for s in held} & {s.dims for s in train}
+    assert not {s.dims for s in held} & suite
+    # training: every suite shape, then the random draws, none repeated
+    assert {s.dims for s in train if s.cls.startswith("suite:")} == suite
+    assert len(train) == len(suite) + dist.training_random == len({s.dims for s in train})
+
+
+def test_every_class_is_drawn_within_its_bounds_and_rules(dist, sets):
+    train, held = sets
+    classes = {c.name: c for c in dist.classes}
+    drawn = [s for s in train + held if not s.cls.startswith("suite:")]
+    assert {s.cls for s in held} == set(classes)
+    for shape in drawn:
+        cls = classes[shape.cls]
+        assert dist_mod.within_limits(shape, dist), shape
+        if cls.square:
+            assert shape.m == shape.n == shape.k and cls.m[0] <= shape.m <= cls.m[1]
+            continue
+        m, n = (shape.m, shape.n)
+        if cls.swap_mn and not cls.m[0] <= m <= cls.m[1]:
+            m, n = n, m
+        assert cls.m[0] <= m <= cls.m[1] and cls.n[0] <= n <= cls.n[1], shape
+        assert cls.k[0] <= shape.k <= cls.k[1], shape
+        for dim, multiple in cls.multiple:
+            assert getattr(shape, dim) % multiple == 0, shape
+        if cls.unaligned:
+            assert shape.n % 4 or shape.k % 4, shape
+    skinny = [s for s in drawn if s.cls == "skinny"]
+    assert any(s.m <= 32 for s in skinny) and any(s.n <= 32 for s in skinny)  # both layouts
+    everything = [d for s in train + held for d in s.dims]
+    assert min(everything) == 1 and max(everything) >= 16384
+
+
+def test_weights_share_the_count_and_a_small_run_covers_every_class(dist, sets):
+    train, _ = sets
+    counts = dist_mod.allocate(dist.classes, 64)
+    assert sum(counts) == 64 and all(c > 0 for c in counts)
+    total = sum(c.weight for c in dist.classes)
+    assert all(abs(n - 64 * c.weight / total) < 1 for n, c in zip(counts, dist.classes))
+    classes = {s.cls for s in train}
+    picked = dist_mod.stratified(train, len(classes))
+    assert {s.cls for s in picked} == classes and len(picked) == len(classes)
+    assert dist_mod.stratified(train, None) == train
+    assert dist_mod.stratified(train, 20) == dist_mod.stratified(train, 20)
+
+
+def test_the_committed_suites_are_the_generators_and_compose(dist, compose):
+    for path, text in dist_mod.generated_files(dist).items():
+        assert path.read_text() == text, f"{path.name}: run python -m src.tune.distribution --write"
+    assert dist_mod.main(["--check"]) == 0
+    for name, shapes in (("heldout", dist_mod.heldout(dist)), ("training", dist_mod.training(dist))):
+        cfg = compose(f"+suite={name}", return_hydra_config=True)
+        assert cfg.suite == name and (cfg.alpha, cfg.beta) == (0.5, 3.0)
+        assert str(cfg.hydra.sweeper.params.shape).split(",") == [s.label for s in shapes]
+    # the published suite stays the hand-written 48 shapes
+    assert set(suites().values()) == {"square", "llm", "skinny", "odd"}
+
+
+def test_a_bad_class_is_refused_with_its_rule(tmp_path):
+    path = tmp_path / "d.yaml"
+    text = (CONF_DIR / "shapes" / "distribution.yaml").read_text()
+    path.write_text(text.replace("m: [1, 32]", "m: [32, 1]"))
+    with pytest.raises(ConfigError, match="rule: each dimension is drawn between two positive bounds"):
+        dist_mod.load(path)
+    path.write_text(text.replace('why: "per-head and per-expert products: launch and SM fill dominate"', ""))
+    with pytest.raises(ConfigError, match="one-line `why`"):
+        dist_mod.load(path)

@@ -1,0 +1,244 @@
+"""The dispatch fit (src/tune/fit.py) and its evidence file (src/tune/evidence.py), on the CPU.
+
+The evidence here is SYNTHETIC (made up in this file, not measured on any GPU): three candidates
+whose ratios follow simple laws over the shape, so the right answer is known, plus noise from a
+seeded generator. It checks what the fit does, never a GPU figure."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from omegaconf import OmegaConf
+
+from src.job import dispatch
+from src.job.problem import Problem
+from src.tune import evidence, explain, fit
+
+BIG = json.dumps({"bm": 256, "bn": 128}, sort_keys=True)
+SMALL = json.dumps({"bm": 64, "bn": 64}, sort_keys=True)
+SKINNY = json.dumps({"warps": 8}, sort_keys=True)
+GUARDS = {"gemm_ffma_skinny": "min(m, n) <= 32", "gemm_tf32": None}
+SETTINGS = {"max_depth": 4, "min_shapes": 3, "min_gain": 0.01, "features": ["m", "n", "k", "m * n"]}
+EVIDENCE = "results/tuning/synthetic.csv"
+
+
+def synthetic_rows(seed: int = 0) -> list[dict]:
+    """SYNTHETIC evidence: big tiles win where C is large (m * n > 2^20), small tiles below; the
+    skinny kernel wins where a side of C is at most 32 and runs only there (its guard)."""
+    rng = random.Random(seed)
+    shapes = set()
+    while len(shapes) < 60:
+        m, n, k = (int(math.exp(rng.uniform(0, math.log(8192)))) + 1 for _ in range(3))
+        shapes.add((m, n, k))
+    rows = []
+    for m, n, k in sorted(shapes):
+        big = 1.05 if m * n > 2 ** 20 else 0.70
+        small = 0.85 if m * n > 2 ** 20 else 1.00
+        laws = [("gemm_tf32", BIG, big), ("gemm_tf32", SMALL, small)]
+        if min(m, n) <= 32:
+            laws.append(("gemm_ffma_skinny", SKINNY, 1.30))
+        for kernel, params, ratio in laws:
+            ratio *= 1 + rng.uniform(-0.01, 0.01)
+            rows.append({"gpu_spec": "synthetic", "dispatcher": "best_tf32", "precision": "tf32",
+                         "shape": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
+                         "aligned": int(n % 4 == 0 and k % 4 == 0), "kernel": kernel,
+                         "params": params, "status": "ok", "gflops": 1000.0 * ratio,
+                         "ratio_best": round(ratio, 4), "ratio_best_ci_low": round(ratio - 0.01, 4),
+                         "ratio_best_ci_high": round(ratio + 0.01, 4), "best_cublas": "cublas",
+                         "ratio": round(ratio, 4), "baseline": "cublas_tf32", "same_as": None,
+                         "from_cache": 0, "timestamp": "synthetic", "error": None})
+    return rows
+
+
+def choose(rules, shape):
+    """The rule a shape meets first, as the runner's dispatch reads the rules."""
+    cfg = {"name": "best_tf32", "default": "17_flagship"}
+    import src.job.dispatch as d
+
+    original = d.tuned_config
+    d.tuned_config = lambda gpu: {"dispatch": {"best_tf32": rules}}
+    try:
+        return dispatch.choose(cfg, "synthetic", Problem(*shape, 0.5, 3.0))
+    finally:
+        d.tuned_config = original
+
+
+def test_each_rule_is_the_best_geomean_candidate_of_its_class():
+    rows = synthetic_rows()
+    rules = fit.fit(rows, GUARDS, SETTINGS, EVIDENCE)["best_tf32"]
+    assert rules[-1]["when"] == "True" and 2 <= len(rules) <= 6
+    tab = fit.table(rows, "best_tf32")
+    # every training shape goes where its law says it is fastest
+    for shape in tab.shapes:
+        choice = choose(rules, shape)
+        m, n, _ = shape
+        expected = ("gemm_ffma_skinny", SKINNY) if min(m, n) <= 32 else \
+            ("gemm_tf32", BIG if m * n > 2 ** 20 else SMALL)
+        assert (choice.kernel, json.dumps(choice.params, sort_keys=True)) == expected, (shape, choice.rule)
+    # and each rule's choice is the best geomean over the training shapes it gets (brute force)
+    for index, rule in enumerate(rules):
+        mine = [s for s in tab.shapes if choose(rules, s).rule.startswith(
+            f"conf/tuned/synthetic.yaml: best_tf32[{index}] ")]
+        assert mine, rule
+        best = max((c for c in tab.candidates
+                    if all((s, c) in tab.ratio for s in mine)),
+                   key=lambda c: sum(math.log(tab.ratio[(s, c)]) for s in mine))
+        assert (rule["kernel"], json.dumps(rule["params"], sort_keys=True)) == (best.kernel, best.params)
+        assert rule["why"].startswith(EVIDENCE) and "\n" not in rule["why"]
+
+
+def test_the_skinny_rule_carries_its_guard_and_a_failed_candidate_is_never_chosen():
+    rows = synthetic_rows()
+    rules = fit.fit(rows, GUARDS, SETTINGS, EVIDENCE)["best_tf32"]
+    skinny = [r for r in rules if r["kernel"] == "gemm_ffma_skinny"]
+    assert skinny and all("min(m, n) <= 32" in r["when"] for r in skinny)
+    # an unseen square shape never reaches the skinny kernel, whatever its class
+    assert choose(rules, (3000, 3000, 3000)).kernel == "gemm_tf32"
+    # the small tile fails verification at one large shape: it can no longer be the catch-all
+    large = next(r for r in rows if r["m"] * r["n"] > 2 ** 20 and r["params"] == SMALL
+                 and min(r["m"], r["n"]) > 32)
+    large.update(status="failed_verification", ratio_best=None, ratio=None)
+    again = fit.fit(rows, GUARDS, SETTINGS, EVIDENCE)["best_tf32"]
+    assert (again[-1]["kernel"], json.dumps(again[-1]["params"], sort_keys=True)) == ("gemm_tf32", BIG)
+    shape = (large["m"], large["n"], large["k"])
+    assert json.dumps(choose(again, shape).params, sort_keys=True) != SMALL
+
+
+def test_the_fit_is_deterministic_and_a_refit_writes_the_same_file(tmp_path):
+    rows = synthetic_rows()
+    path = tmp_path / "synthetic.csv"
+    evidence.write(rows, path)
+    back = evidence.read(path)
+    first = fit.fit(back, GUARDS, SETTINGS, EVIDENCE)
+    assert first == fit.fit(list(reversed(back)), GUARDS, SETTINGS, EVIDENCE)  # row order is moot
+    tuned = tmp_path / "synthetic.yaml"
+    fit.write(tuned, first, EVIDENCE)
+    text = tuned.read_text()
+    fit.write(tuned, fit.fit(evidence.read(path), GUARDS, SETTINGS, EVIDENCE), EVIDENCE)
+    assert tuned.read_text() == text
+    loaded = OmegaConf.to_container(OmegaConf.load(tuned))
+    assert loaded["dispatch"]["best_tf32"] == first["best_tf32"]
+
+
+def test_a_refit_into_an_existing_tuned_file_replaces_only_the_dispatch(tmp_path):
+    from tests.conftest import CONF_DIR
+
+    tuned = tmp_path / "h100_sxm.yaml"
+    tuned.write_text((CONF_DIR / "tuned" / "h100_sxm.yaml").read_text())
+    before = OmegaConf.to_container(OmegaConf.load(tuned))
+    rules = fit.fit(synthetic_rows(), GUARDS, SETTINGS, EVIDENCE)
+    fit.write(tuned, rules, EVIDENCE)
+    after = OmegaConf.to_container(OmegaConf.load(tuned))
+    assert after["kernels"] == before["kernels"]
+    assert after["dispatch"] == {"best_tf32": rules["best_tf32"]}
+    assert "# Tuned tile parameters" in tuned.read_text()   # comments kept
+
+
+def test_guards_are_the_size_constraints_over_m_n_k_only():
+    assert fit.guard_of({"size_constraints": [{"rule": "min(m, n) <= 32", "why": "x"}]}) == \
+        "min(m, n) <= 32"
+    assert fit.guard_of({"size_constraints": [{"rule": "copy_chunks <= 2147483647", "why": "x"}]}) is None
+    assert fit.guard_of({"size_constraints": []}) is None
+
+
+def test_no_candidate_that_ran_everywhere_means_no_catch_all():
+    rows = [r for r in synthetic_rows() if r["kernel"] == "gemm_ffma_skinny"]
+    rules = fit.fit(rows, GUARDS, SETTINGS, EVIDENCE)["best_tf32"]
+    assert rules and all(r["when"] != "True" for r in rules)
+    assert all("min(m, n) <= 32" in r["when"] for r in rules)
+    # a shape no rule covers runs the dispatcher's default
+    assert choose(rules, (4096, 4096, 4096)).kernel == "17_flagship"
+
+
+def use_rules(monkeypatch, rules: dict):
+    """The dispatch and tuned lookups read `rules` as the tuned file of gpu spec `synthetic`."""
+    import src.job.dispatch as d
+    import src.job.tuned as t
+
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"dispatch": rules} if gpu == "synthetic" else None)
+    monkeypatch.setattr(t, "tuned_config", lambda gpu: None)
+
+
+def test_fit_only_refits_from_the_csv_and_explain_shows_the_rule_and_nearest_evidence(
+        tmp_path, monkeypatch, capsys):
+    from src.cli import main as cli
+
+    rows = synthetic_rows()
+    csv_path = tmp_path / "synthetic.csv"
+    evidence.write(rows, csv_path)
+    tuned = tmp_path / "synthetic.yaml"
+    assert cli(["tune", "--fit-only", "--gpu", "synthetic", "--csv", str(csv_path),
+                "--tuned", str(tuned)]) == 0
+    written = OmegaConf.to_container(OmegaConf.load(tuned))["dispatch"]
+    assert set(written) == {"best_tf32"} and written["best_tf32"][-1]["when"] == "True"
+    use_rules(monkeypatch, written)
+    capsys.readouterr()
+    shape = (3000, 2000, 900)   # not a training shape: C is large, so the big tile
+    assert cli(["explain", "3000x2000x900", "--gpu", "synthetic", "--precision", "tf32",
+                "--csv", str(csv_path)]) == 0
+    out = capsys.readouterr().out
+    assert '"bm": 256' in out.splitlines()[1] and "chosen by conf/tuned/synthetic.yaml: best_tf32[" in out
+    near = fit.table(rows, "best_tf32").shapes
+    closest = min(near, key=lambda s: (explain.distance(s, shape), s))
+    assert f"measured at {'x'.join(map(str, closest))}" in out
+    assert out.count("measured at ") == 3 and "<- the rule's choice" in out
+    # without an evidence file it says so, and still names the rule
+    assert cli(["explain", "3000x2000x900", "--gpu", "synthetic", "--precision", "tf32",
+                "--csv", str(tmp_path / "none.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "no evidence file" in out and "chosen by" in out
+
+
+def test_fit_only_without_evidence_is_one_clear_error(tmp_path, capsys):
+    from src.cli import main as cli
+
+    assert cli(["tune", "--fit-only", "--gpu", "synthetic", "--csv", str(tmp_path / "x.csv")]) == 1
+    assert "--fit-only needs the evidence file" in capsys.readouterr().err
+
+
+def test_evidence_rows_from_a_sweep_give_every_built_candidate_a_row(tmp_path):
+    """SYNTHETIC records (no GPU figure) written as the tuning sweeper writes them: the evidence
+    holds each measured one, and each candidate that is the same kernel as a measured one at
+    that shape gets its figures with `same_as`."""
+    from src.records.record import Record
+    from src.tune import distribution, plan as plan_mod
+    from src.tune import space as tune
+
+    settings = plan_mod.load_settings()
+    shape = distribution.Shape(8, 4096, 4096, "skinny")
+    planned = plan_mod.build("h100_sxm", [shape], settings)
+    sweep = next(s for s in planned.sweeps if s.kernel == "gemm_ffma_skinny"
+                 and s.dispatcher == "best_fp32")
+    cfg = plan_mod.candidate_config(sweep.kernel, sweep.precision)
+    pruning = tune.prune(cfg, tune.grid(sweep.space), Problem(8, 4096, 4096, 0.5, 3.0),
+                         __import__("src.job.gpu", fromlist=["x"]).limits_from_spec("h100_sxm"))
+    assert sweep.jobs == len(pruning.valid) and pruning.same_as
+    for i, (params, spec) in enumerate(pruning.valid):
+        Record(kernel=sweep.kernel, precision="fp32", backend="nvrtc", m=8, n=4096, k=4096,
+               alpha=0.5, beta=3.0, params=spec.params, gflops=1000.0 + i,
+               pct_of_best_cublas=100.0 + i, pct_best_ci_low=99.0 + i, pct_best_ci_high=101.0 + i,
+               pct_of_cublas=100.0 + i).write(tmp_path / sweep.name / f"{i}_job")
+    rows = evidence.sweep_rows(sweep, tmp_path, "h100_sxm", settings)
+    assert len(rows) == len(pruning.valid) + len(pruning.same_as)
+    copies = [r for r in rows if r["same_as"]]
+    assert len(copies) == len(pruning.same_as)
+    measured = {r["params"]: r for r in rows if not r["same_as"]}
+    for r in copies:
+        assert r["ratio_best"] == measured[r["same_as"]]["ratio_best"]
+    path = evidence.write(rows, tmp_path / "e.csv")
+    assert [r["params"] for r in evidence.read(path)] == \
+        [r["params"] for r in sorted(rows, key=evidence.sort_key)]
+
+
+def test_a_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):
+    from src.cli import main as cli
+
+    assert cli(["tune", "--gpu", "h100_sxm", "--shapes", "3", "--dry-run",
+                "--sweep-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "tuning plan for h100_sxm: 3 training shapes" in out
+    assert "best_tf32_gemm_tf32" in out and "best_fp32_gemm_3xtf32" in out
+    assert not list(tmp_path.iterdir())

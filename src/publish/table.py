@@ -207,9 +207,19 @@ def _replicates_line(rows: list[tuple[str, Row]]) -> str:
     """Which rows were measured in more than one independent run, and how a verdict is reached."""
     repeated = [f"{label} at {row.record.size_label}" for label, row in rows if row.replicates > 1]
     machines = max((row.machines for _, row in rows if row.replicates > 1), default=1)
-    which = (f"{len(repeated)} rows were measured in independent runs (separate processes, "
-             f"fresh inputs; on up to {machines} machine(s)): {', '.join(repeated)}. "
-             if repeated else "Every row is one run: no row was replicated. ")
+    fewest = min((row.machines for _, row in rows), default=1)
+    if repeated and len(repeated) == len(rows):  # name the rows only when some are not replicated
+        runs = sorted({row.replicates for _, row in rows})
+        which = (f"Every row was measured in independent runs ({runs[0]}–{runs[-1]} runs: separate "
+                 f"processes, fresh inputs; on "
+                 f"{fewest if fewest == machines else f'{fewest}–{machines}'} cards). "
+                 if runs[0] != runs[-1] or fewest != machines else
+                 f"Every row was measured in {runs[0]} independent runs (separate processes, fresh "
+                 f"inputs; on {machines} card(s)). ")
+    else:
+        which = (f"{len(repeated)} rows were measured in independent runs (separate processes, "
+                 f"fresh inputs; on up to {machines} machine(s)): {', '.join(repeated)}. "
+                 if repeated else "Every row is one run: no row was replicated. ")
     return (which + "A replicated row shows its median run's figures, the runs' range of % and "
             "the union of their intervals; it is faster / slower only when every run's interval "
             "is on that side of 100%, else a tie. A row of one run says \"(1 run)\".")

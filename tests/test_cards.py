@@ -1,0 +1,98 @@
+"""The cards step (src/records/cards.py) on the published H100 runs, which hold two cards' runs of
+the same jobs: split by card, the second card's runs come back as replicates of the first's new
+run; the same card's earlier runs, other code and another protocol are dropped."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from src.publish.table import main as table_main
+from src.records import cards
+from src.records.collect import read_runs, records_from_runs
+from src.records.replicates import combine
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "results" / "h100_sxm" / "runs.csv"
+
+
+def _rows() -> list[dict]:
+    with PUBLISHED.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _by_card() -> tuple[list[dict], list[dict]]:
+    rows = _rows()
+    first, second = sorted({cards.card(r) for r in rows})[:2]
+    return [r for r in rows if cards.card(r) == first], [r for r in rows if cards.card(r) == second]
+
+
+def test_the_published_runs_hold_two_cards():
+    assert len({cards.card(r) for r in _rows()}) >= 2
+
+
+def test_another_cards_runs_are_kept_as_renumbered_replicates():
+    new, earlier = _by_card()
+    merged, counts = cards.keep_other_cards(new, earlier)
+    assert counts == {"kept": len(earlier), "same_card": 0, "other_job": 0}
+    assert merged[:len(new)] == new
+    numbers: dict[tuple, list[int]] = {}
+    for r in merged:
+        numbers.setdefault((r["kernel"], r["size"]), []).append(int(r["replicate"] or 1))
+    assert all(len(set(n)) == len(n) for n in numbers.values())  # combine() would refuse repeats
+    kept = merged[len(new):]
+    assert all(r["job"].startswith(cards.card(r)[0]) for r in kept)
+    for key, n in numbers.items():
+        mine = [int(r["replicate"] or 1) for r in new if (r["kernel"], r["size"]) == key]
+        assert min(n[len(mine):], default=max(mine) + 1) > max(mine)
+
+
+def test_the_same_cards_earlier_runs_are_superseded():
+    new, earlier = _by_card()
+    merged, counts = cards.keep_other_cards(new, new + earlier)
+    assert counts["same_card"] == len(new) and counts["kept"] == len(earlier)
+    assert len(merged) == len(new) + len(earlier)
+
+
+def test_other_code_or_another_protocol_is_not_a_replicate():
+    new, earlier = _by_card()
+    changed = [dict(r, source_sha256="0" * 64) if r["kernel"] == "17_flagship" else r for r in earlier]
+    changed = [dict(r, **{"bench.min_samples": "7"}) if r["kernel"] == "01_naive" else r
+               for r in changed]
+    merged, counts = cards.keep_other_cards(new, changed)
+    dropped = sum(r["kernel"] in ("17_flagship", "01_naive") for r in earlier)
+    assert dropped and counts["other_job"] == dropped
+    assert not any(r["kernel"] in ("17_flagship", "01_naive") for r in merged[len(new):])
+
+
+def test_the_merged_file_publishes_rows_on_two_cards(tmp_path):
+    new, earlier = _by_card()
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(new[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(new)
+    earlier_path = tmp_path / "earlier.csv"
+    with earlier_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(earlier[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(earlier)
+    assert cards.main([str(path), "--earlier", str(earlier_path)]) == 0
+    frame = read_runs(path)
+    records = records_from_runs(frame)
+    rows = combine(records, list(frame.kernel))
+    assert rows and all(row.machines == 2 for _, row in rows)
+    assert not list(tmp_path.glob("*.cards"))
+    assert table_main([str(path), "--out-dir", str(tmp_path / "out")]) == 0
+    assert "on 2 cards" in (tmp_path / "out" / "progression.md").read_text()
+
+
+def test_no_earlier_file_keeps_the_new_runs_as_they_are(tmp_path):
+    new, _ = _by_card()
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(new[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(new)
+    before = path.read_bytes()
+    assert cards.main([str(path), "--earlier", str(tmp_path / "missing.csv")]) == 0
+    assert path.read_bytes() == before

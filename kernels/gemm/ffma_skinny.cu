@@ -10,6 +10,8 @@
 // - PREFETCH (the config's rule: width 1 only) issues each warp's first loads of the big operand
 //   before the small operand's slice is staged, so those two round trips overlap; at width 8 the
 //   registers held across the staging cost more than the overlap saved (chapter 24's header).
+// - Every build compiles to chapter 24's machine code byte for byte (tests/test_skinny_sass.py):
+//   nvcc's register choices follow the source's form, so the forms 24 measured are kept.
 // - Any M, N, K, alpha, beta with min(M, N) <= 32: VEC = 4 where the streamed operand's rows are
 //   16-byte aligned, single floats where not.
 //
@@ -39,6 +41,41 @@ __device__ __forceinline__ void reduce_slices(float* C, const float* workspace, 
   store_axpby(&C[(size_t)m * N + n], sum, alpha, beta);
 }
 
+// The streamed operand's loads, every one issued before any FFMA: A's row m from k0 (few
+// columns), B's UNROLL rows from kw (few rows), zeros outside the operand. Macros, not functions:
+// written inline (no PREFETCH) and inside the prefetching lambda (PREFETCH) they compile to
+// chapter 24's code in each case, while nvcc numbers a conditional float4 load's registers in
+// the other order when a function (lambda or helper) holds the load, and ptxas then allocates
+// them differently (tests/test_skinny_sass.py).
+#define LOAD_A_ROW(dst, m)                                                                        \
+  {                                                                                               \
+    const float* a_row = A + (size_t)(m) * K + k0;                                                \
+    _Pragma("unroll") for (int c = 0; c < CHUNKS; ++c) {                                          \
+      const int kk = (c * 32 + lane) * VEC;                                                       \
+      if constexpr (VEC == 4) {                                                                   \
+        const float4 v = kk < k_len ? __ldcs(reinterpret_cast<const float4*>(a_row + kk))         \
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);                        \
+        dst[c][0] = v.x; dst[c][1] = v.y; dst[c][2] = v.z; dst[c][3] = v.w;                       \
+      } else {                                                                                    \
+        dst[c][0] = kk < k_len ? __ldcs(a_row + kk) : 0.0f;                                       \
+      }                                                                                           \
+    }                                                                                             \
+  }
+#define LOAD_B_ROWS(dst, kw)                                                                      \
+  {                                                                                               \
+    _Pragma("unroll") for (int u = 0; u < UNROLL; ++u) {                                          \
+      const int kk = (kw) + u;                                                                    \
+      const float* p = B + (size_t)(k0 + kk) * N + n;                                             \
+      if constexpr (VEC == 4) {                                                                   \
+        const float4 v = (inside && kk < k_len) ? __ldcs(reinterpret_cast<const float4*>(p))      \
+                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);            \
+        dst[u][0] = v.x; dst[u][1] = v.y; dst[u][2] = v.z; dst[u][3] = v.w;                       \
+      } else {                                                                                    \
+        dst[u][0] = (inside && kk < k_len) ? __ldcs(p) : 0.0f;                                    \
+      }                                                                                           \
+    }                                                                                             \
+  }
+
 // Few columns: C(m, 0 .. N-1) = A(m, :) B for the block's rows. B's K slice is staged as
 // b_slice[j][kk] (WIDTH rows of B_STRIDE, zero outside B); the 4 floats of padding per row put
 // the WIDTH columns of one k on different banks, so the staging stores (read along B's rows,
@@ -54,38 +91,34 @@ __device__ __forceinline__ void few_columns(int M, int N, int K, float alpha,
   const int k0 = blockIdx.y * K_SLICE, slices = gridDim.y;
   const int k_len = min(K_SLICE, K - k0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * WARPS * ROWS_PER_WARP;
+  // the block's first row, computed where chapter 24's build of each layout computes it (before
+  // or after the staging): the position alone changes the registers ptxas picks
+  int row0;
   float a[CHUNKS][VEC];
-  auto load_row = [&](int m) {  // every load of the row issued before any FFMA
-    const float* a_row = A + (size_t)m * K + k0;
-#pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) {
-      const int kk = (c * 32 + lane) * VEC;
-      if constexpr (VEC == 4) {
-        const float4 v = kk < k_len ? __ldcs(reinterpret_cast<const float4*>(a_row + kk))
-                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        a[c][0] = v.x; a[c][1] = v.y; a[c][2] = v.z; a[c][3] = v.w;
-      } else {
-        a[c][0] = kk < k_len ? __ldcs(a_row + kk) : 0.0f;
-      }
-    }
-  };
+  auto load_row = [&](int m) { LOAD_A_ROW(a, m) };
   // PREFETCH: the warp's first row is requested before B's slice is staged, so the block's two
   // first memory round trips (A from DRAM, B's slice from L2) overlap instead of following each
   // other.
-  if constexpr (PREFETCH)
+  if constexpr (PREFETCH) {
+    row0 = blockIdx.x * WARPS * ROWS_PER_WARP;
     if (row0 + warp * ROWS_PER_WARP < M) load_row(row0 + warp * ROWS_PER_WARP);
+  }
   for (int i = threadIdx.x; i < WIDTH * K_SLICE; i += WARPS * 32) {
     const int j = i % WIDTH, kk = i / WIDTH;
     b_slice[j * B_STRIDE + kk] = (j < N && kk < k_len) ? B[(size_t)(k0 + kk) * N + j] : 0.0f;
   }
   __syncthreads();
 
+  if constexpr (!PREFETCH) row0 = blockIdx.x * WARPS * ROWS_PER_WARP;
   float* partial = workspace + (size_t)blockIdx.y * M * N;
   for (int r = 0; r < ROWS_PER_WARP; ++r) {
     const int m = row0 + warp * ROWS_PER_WARP + r;
     if (m >= M) break;  // warp-uniform
-    if (!PREFETCH || r > 0) load_row(m);
+    if constexpr (PREFETCH) {
+      if (r > 0) load_row(m);
+    } else {
+      LOAD_A_ROW(a, m)
+    }
     float sum[WIDTH];
 #pragma unroll
     for (int j = 0; j < WIDTH; ++j) sum[j] = 0.0f;
@@ -132,26 +165,18 @@ __device__ __forceinline__ void few_rows(int M, int N, int K, float alpha,
   const int k_len = min(K_SLICE, K - k0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n0 = blockIdx.x * COLS, n = n0 + lane * VEC;
-  const bool inside = n < N;  // VEC = 4: N % 4 == 0, so a float4 of columns is in or out whole
-  float b[UNROLL][VEC];
-  auto load_rows = [&](int kw) {  // UNROLL rows of B in flight before any FFMA
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int kk = kw + u;
-      const float* p = B + (size_t)(k0 + kk) * N + n;
-      if constexpr (VEC == 4) {
-        const float4 v = (inside && kk < k_len) ? __ldcs(reinterpret_cast<const float4*>(p))
-                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        b[u][0] = v.x; b[u][1] = v.y; b[u][2] = v.z; b[u][3] = v.w;
-      } else {
-        b[u][0] = (inside && kk < k_len) ? __ldcs(p) : 0.0f;
-      }
-    }
-  };
+  // VEC = 4: N % 4 == 0, so a float4 of columns is in or out whole; set where each layout's
+  // measured build sets it, as row0 in few_columns
+  bool inside;
+  float b_first[UNROLL][VEC];  // PREFETCH: the rows in flight, first loaded before the staging
+  auto load_rows = [&](int kw) { LOAD_B_ROWS(b_first, kw) };
   // PREFETCH: the warp's first rows of B are requested before A's slice is staged, so the
   // block's two first memory round trips (B from DRAM, A's slice from L2) overlap instead of
   // following each other.
-  if constexpr (PREFETCH) load_rows(warp * K_WARP);
+  if constexpr (PREFETCH) {
+    inside = n < N;
+    load_rows(warp * K_WARP);
+  }
   float* a_slice = smem;
   for (int i = threadIdx.x; i < WIDTH * K_SLICE; i += WARPS * 32) {
     const int row = i / K_SLICE, kk = i % K_SLICE;  // coalesced along A's row
@@ -164,8 +189,15 @@ __device__ __forceinline__ void few_rows(int M, int N, int K, float alpha,
   for (int i = 0; i < WIDTH; ++i)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) acc[i][e] = 0.0f;
+  if constexpr (!PREFETCH) inside = n < N;
   for (int kw = warp * K_WARP; kw < (warp + 1) * K_WARP; kw += UNROLL) {
-    if (!PREFETCH || kw != warp * K_WARP) load_rows(kw);
+    float b_step[UNROLL][VEC];  // without PREFETCH: this step's rows, declared in the loop as in 24
+    float (&b)[UNROLL][VEC] = PREFETCH ? b_first : b_step;
+    if constexpr (PREFETCH) {
+      if (kw != warp * K_WARP) load_rows(kw);
+    } else {
+      LOAD_B_ROWS(b_step, kw)
+    }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const float* a_k = &a_slice[(kw + u) * WIDTH];
@@ -214,6 +246,9 @@ __device__ __forceinline__ void few_rows(int M, int N, int K, float alpha,
     if (n0 + col < N) reduce_slices(C, workspace, M, N, row, n0 + col, alpha, beta, slices);
   }
 }
+
+#undef LOAD_A_ROW
+#undef LOAD_B_ROWS
 
 // FEW_ROWS 0: N <= WIDTH (few columns); 1: M <= WIDTH (few rows). grid.x walks the big side,
 // grid.y the K slices. TUNE is ROWS_PER_WARP (few columns) or UNROLL (few rows). PREFETCH

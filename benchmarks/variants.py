@@ -30,6 +30,7 @@ from src.job.gpu import known_specs, resolve_spec
 from src.job.measure import verify_and_time, verify_only
 from src.job.prepare import prepare_kernel, target
 from src.job.problem import Problem
+from src.job.protocol import BenchProtocol
 from src.records.record import new_record
 
 
@@ -96,7 +97,7 @@ def main() -> int:
 
     cfg = compose(f"kernel={args.kernel}", f"bench={args.bench}")
     kernel_cfg = OmegaConf.to_container(cfg.kernel, resolve=True)
-    bench = OmegaConf.to_container(cfg.bench, resolve=True)
+    bench = BenchProtocol.from_config(OmegaConf.to_container(cfg.bench, resolve=True))
     where = target(cfg.gpu)
     device = where.device
     if device is None:

@@ -15,6 +15,7 @@ from src.job import measure as measure_mod
 from src.job.measure import Baseline, verify_and_time
 from src.job.prepare import Target, prepare_kernel
 from src.job.problem import Problem
+from src.job.protocol import BenchProtocol
 from src.paths import CONF_DIR
 from src.records.record import mark_failed, new_record
 from tests import fake_cupy
@@ -48,7 +49,8 @@ def _job(beta: float, bench_overrides: dict | None = None):
     kcfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / "01_naive.yaml"))
     where = Target(DEVICE, gpu_mod.limits_from_spec("h100_sxm"),
                    gpu_mod.spec_for_device_name("NVIDIA H100 80GB HBM3"))
-    return prepare_kernel(kcfg, Problem(64, 48, 32, 1.5, beta), where, bench)
+    return prepare_kernel(kcfg, Problem(64, 48, 32, 1.5, beta), where,
+                          BenchProtocol.from_config(bench))
 
 
 def _run(monkeypatch, kernel, beta=0.0, baseline=True, stronger=None):

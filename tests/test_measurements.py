@@ -10,6 +10,7 @@ import pytest
 from src.job.cache import Cache, key
 from src.job.prepare import PreparedJob, Target
 from src.job.problem import Problem
+from src.job.protocol import BenchProtocol
 from src.records.record import Record
 from src.job.spec import build_spec
 from tests.conftest import compose_config
@@ -22,7 +23,7 @@ DEVICE = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "driver"
 def key_of(spec, problem, bench, device, source, gpu_spec=None):
     """The key of a prepared job as the pipeline hands it to the cache (the device as a dict)."""
     where = Target(device=device, limits=LIMITS, gpu_spec=gpu_spec)
-    return key(PreparedJob(problem, where, {}, spec, bench, None, source))
+    return key(PreparedJob(problem, where, {}, spec, BenchProtocol.from_config(bench), None, source))
 
 
 def spec_and_problem(*overrides):
@@ -155,7 +156,7 @@ def test_a_cached_figure_passes_the_checks_a_fresh_one_does(tmp_path, edit, serv
     spec, problem, bench = spec_and_problem()
     h100 = gpu_mod.spec_for_device_name(DEVICE["name"])
     prepared = PreparedJob(problem, Target(device=DEVICE, limits=LIMITS, gpu_spec=h100), {}, spec,
-                           bench, None, "a" * 64)
+                           BenchProtocol.from_config(bench), None, "a" * 64)
     job = key(prepared)
     time_ms = 0.5  # 67 GFLOP/s at 256^3: far below an H100's ceiling
     measured = record(gflops=problem.flops / (time_ms * 1e-3) / 1e9, time_ms_median=time_ms,

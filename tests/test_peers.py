@@ -17,6 +17,7 @@ from src.job.baselines import Baselines
 from src.job.compile import compile_kernel
 from src.job.measure import Baseline, verify_and_time
 from src.job.prepare import Target, prepare_kernel
+from src.job.protocol import BenchProtocol
 from src.job.problem import Problem
 from src.job.spec import build_spec
 from src.paths import CONF_DIR
@@ -29,11 +30,11 @@ PEERS = {"triton_fp32": ("fp32", "ieee", "ffma"), "triton_tf32": ("tf32", "tf32"
 H100 = gpu_mod.limits_from_spec("h100_sxm")
 
 
-def _bench(**overrides) -> dict:
+def _bench(**overrides) -> BenchProtocol:
     bench = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bench" / "default.yaml"))
     bench.update(flush_l2=False, min_samples=12, max_samples=40, max_seconds=0.5, seed=7,
                  warmup_ms=0.0, **overrides)
-    return bench
+    return BenchProtocol.from_config(bench)
 
 
 def _where() -> Target:

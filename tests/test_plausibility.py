@@ -12,7 +12,7 @@ from src.job import gpu as gpu_mod
 from src.job import plausibility
 from src.job.measure import SpotCheck
 from src.job.problem import Problem
-from src.job.protocol import check_bench, reason_names
+from src.job.protocol import BenchProtocol, check_bench, reason_names
 from src.paths import CONF_DIR, ROOT
 from src.records.collect import read_runs, records_from_runs
 from tests.conftest import DATA_DIR
@@ -114,6 +114,28 @@ def test_protocol_values_that_break_their_rule_are_refused(key, value, rule):
     with pytest.raises(ConfigError, match=rule) as err:
         check_bench(bench)
     assert f"bench.{key}" in str(err.value)
+    with pytest.raises(ConfigError, match=rule):  # the typed protocol is built through the check
+        BenchProtocol.from_config(bench)
+
+
+def test_the_protocol_is_a_typed_frozen_object_that_keeps_its_configured_values():
+    """What measure reads by attribute, with the defaults of keys a protocol leaves out; the
+    configured mapping (the measurement cache's key) as given."""
+    import dataclasses
+
+    bench = dict(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bench" / "quick.yaml")))
+    bench = {**dict(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bench" / "default.yaml"))),
+             **{k: v for k, v in bench.items() if k != "defaults"}}
+    protocol = BenchProtocol.from_config(bench)
+    assert (protocol.warmup, protocol.min_samples, protocol.max_samples) == (1, 5, 20)
+    assert protocol.max_seconds == 0.5 and protocol.warmup_ms == 0.0 and protocol.timer == "cupti"
+    assert protocol.tolerance["fp32"] == 1.0e-5 and protocol.flush_l2 is True
+    assert dict(protocol.settings) == bench
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        protocol.min_samples = 1
+    sparse = BenchProtocol.from_config({k: v for k, v in bench.items()
+                                        if k not in ("warmup_ms", "timer", "flush_l2", "best_cublas")})
+    assert (sparse.warmup_ms, sparse.timer, sparse.flush_l2, sparse.best_cublas) == (0.0, "cupti", True, False)
 
 
 def test_throttle_reason_bits_are_named():

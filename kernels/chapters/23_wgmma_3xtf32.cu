@@ -68,17 +68,259 @@
 //
 // Tile hierarchy as in 20: block tile BM x BN x 32 -> consumer warpgroup BM x 64 (wgmma
 // m64nBMk8 on C^T = B^T A^T) -> warp 16 columns of C -> lane 2 columns x BM / 4 rows.
+//
+// Reading order: the split (split_tf32) and the pre-pass that applies it to A, then the pipeline
+// (produce_k_tiles, consume_k_tiles: 20's producer and consumer with A_small as a third tile and
+// three wgmmas per k step), the any-N epilogue, and the kernel. Only 20's generic pieces come
+// from headers (TMA, mbarriers, setmaxnreg, the wgmma instruction and its fragment layout); the
+// library's gemm_3xtf32 (kernels/gemm/3xtf32.cu) runs the same idea for every shape.
 #include "../include/common.cuh"
 #include "../include/mbarrier.cuh"
 #include "../include/warpgroup.cuh"
 // TensorMap, tma_load_2d, init_stage_ring; to_tf32, the wgmma wrappers and descriptor: as in 20
 #include "../include/tma.cuh"
 #include "../include/wgmma.cuh"
-// store_tile: the predicated any-N epilogue, shared with 25
-#include "../include/wgmma_epilogue.cuh"
-// split_tf32, the pre-pass split_tf32_operands, the three-tile producer (produce_split_k_tiles)
-// and the consumer's K loop (consume_split_k_tiles), shared with 26
-#include "../include/tf32_split.cuh"
+
+// ---- The split: x = big + small ------------------------------------------------------------
+
+// x = big + small (+ at most 2^-22 |x|), both TF32 values held as FP32 bit patterns.
+__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
+  big = to_tf32(x);
+  small = to_tf32(x - __uint_as_float(big));  // exact difference; -ftz flushes it below 2^-126
+}
+
+// --- Pre-pass: workspace = [A_big | A_small | B copy (only when N % 4 != 0)], row strides padded
+// to 4 floats (16 bytes). Each thread handles 4 consecutive elements of a padded row; the pad
+// columns get zeros (the tensor maps stop at K and N, so they are never read anyway).
+__global__ void __launch_bounds__(256)
+    split_tf32_operands(int M, int N, int K, float, const float* __restrict__ A,
+                        const float* __restrict__ B, float, float*, float* __restrict__ workspace) {
+  const int k_chunks = (K + 3) / 4, n_chunks = (N + 3) / 4;
+  const size_t a_floats = (size_t)M * k_chunks * 4;
+  float* a_big = workspace;
+  float* a_small = workspace + a_floats;
+  float* b_copy = workspace + 2 * a_floats;
+  const size_t a_work = (size_t)M * k_chunks;
+  const size_t b_work = N % 4 ? (size_t)K * n_chunks : 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a_work + b_work;
+       i += (size_t)gridDim.x * blockDim.x) {
+    if (i < a_work) {
+      const int row = i / k_chunks, col = (i % k_chunks) * 4;
+      const float* src = A + (size_t)row * K + col;
+      float v[4];
+      if (K % 4 == 0) {
+        const float4 x = *reinterpret_cast<const float4*>(src);
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = col + j < K ? src[j] : 0.0f;
+      }
+      unsigned big[4], small[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) split_tf32(v[j], big[j], small[j]);
+      *reinterpret_cast<uint4*>(a_big + i * 4) = make_uint4(big[0], big[1], big[2], big[3]);
+      *reinterpret_cast<uint4*>(a_small + i * 4) = make_uint4(small[0], small[1], small[2], small[3]);
+    } else {
+      const size_t j = i - a_work;
+      const int row = j / n_chunks, col = (j % n_chunks) * 4;
+      const float* src = B + (size_t)row * N + col;
+      float4 v;
+      v.x = src[0];  // col < N always: the first of a chunk is inside the row
+      v.y = col + 1 < N ? src[1] : 0.0f;
+      v.z = col + 2 < N ? src[2] : 0.0f;
+      v.w = col + 3 < N ? src[3] : 0.0f;
+      *reinterpret_cast<float4*>(b_copy + j * 4) = v;
+    }
+  }
+}
+
+// A consumer lane's share of B^T (wgmma's register operand) for one 32-k stage, split: 16 values
+// x 2 parts, 4 per 8-k step in wgmma's A-fragment order (wgmma.cuh).
+struct Fragments {
+  unsigned big[4][4], small[4][4];
+};
+
+// ---- The pipeline: 20's, with a third tile per stage and three wgmmas per k step -------------
+
+// Producer (one thread of warpgroup 0): walks all k tiles, refilling each stage as soon as the
+// consumers release it: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B.
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void produce_k_tiles(unsigned char* smem, u64* full, u64* empty,
+                                                const TensorMap* tmap_a_big,
+                                                const TensorMap* tmap_a_small,
+                                                const TensorMap* tmap_b, int m0, int n0,
+                                                int k_tiles) {
+  constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4;
+  constexpr int STAGE = 2 * A_TILE + (BN / 32) * B_BOX;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % STAGES;
+    const int k = kt * BK;
+    unsigned char* stage = smem + s * STAGE;
+    mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
+    mbar_arrive_expect_tx(&full[s], STAGE);
+    tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
+    tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i)
+      tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+  }
+}
+
+// Consumer warpgroup: k tiles 0 .. k_tiles - 1 of the ring of STAGE-byte stages. For each, the
+// lane loads B^T's fragments from its 32-column box `box` of the B tile (consumer_lane's offsets
+// frag_lo, frag_hi) and splits them; three wgmmas m64nBMk8 per 8 k then multiply them into `d`
+// against A's two TF32 parts (A_big at byte 0 of the stage, A_small at A_TILE): B_small x
+// A_big, B_big x A_small, B_big x A_big (ORDER 1; ORDER 2 puts the big product first). The
+// accumulator restarts every PROMOTE k tiles, and `total` is the FP32 sum of the periods.
+template <int BM, int STAGE, int STAGES, int IN_FLIGHT, int ORDER, int PROMOTE>
+__device__ __forceinline__ void consume_k_tiles(const unsigned char* smem, u64* full, u64* empty,
+                                                int k_tiles, int box, unsigned frag_lo,
+                                                unsigned frag_hi, int lane, float* d,
+                                                float* total) {
+  constexpr int BK = 32;
+  constexpr int A_TILE = BM * BK * 4;  // bytes of one A part per stage
+  constexpr int B_BOX = BK * 32 * 4;   // one TMA box of B
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) d[i] = total[i] = 0.0f;
+
+  auto release = [&](int s) {
+    if (lane == 0) mbar_arrive(&empty[s]);
+  };
+  // Wait for k tile kt, split its B^T fragments, issue its 3 x 4 wgmmas as one group. The first
+  // wgmma of a promotion period starts the accumulator afresh (scale-d = 0).
+  auto issue = [&](int kt, Fragments& f) {
+    const int s = kt % STAGES;
+    mbar_wait(&full[s], (kt / STAGES) & 1);
+    const unsigned char* stage = smem + s * STAGE;
+    const unsigned char* b_box = stage + 2 * A_TILE + box * B_BOX;
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      const float2 lo = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_lo);
+      const float2 hi = *reinterpret_cast<const float2*>(b_box + ks * 1024 + frag_hi);
+      split_tf32(lo.x, f.big[ks][0], f.small[ks][0]);
+      split_tf32(lo.y, f.big[ks][1], f.small[ks][1]);
+      split_tf32(hi.x, f.big[ks][2], f.small[ks][2]);
+      split_tf32(hi.y, f.big[ks][3], f.small[ks][3]);
+    }
+    const unsigned big = smem_addr(stage), small = big + A_TILE;
+    int accumulate = PROMOTE == 0 || kt % PROMOTE != 0 ? 1 : 0;
+    auto mma = [&](const unsigned* frag, unsigned tile) {
+      wgmma_rs<BM>(d, frag, smem_desc_k_sw128(tile), accumulate);
+      accumulate = 1;
+    };
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      if (ORDER == 2) mma(f.big[ks], big + ks * 32);  // big x big first
+      mma(f.small[ks], big + ks * 32);                // B small x A big
+      mma(f.big[ks], small + ks * 32);                // B big x A small
+      if (ORDER == 1) mma(f.big[ks], big + ks * 32);  // big x big last
+    }
+    wgmma_commit();
+  };
+  // The fragments must live until their wgmma group completes: an empty asm that "changes" them
+  // keeps the compiler from reusing their registers earlier.
+  auto keep = [](Fragments& f) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(f.big[ks][i]), "+r"(f.small[ks][i]));
+  };
+  // One k tile: issue it, retire the one before (IN_FLIGHT 2) or itself (1), and at the end of
+  // a promotion period drain the group and add the partial into the total.
+  auto step = [&](int kt, Fragments& now, Fragments& prev) {
+    issue(kt, now);
+    if (IN_FLIGHT == 2) {
+      wgmma_wait<1>();
+      keep(prev);
+      if (kt > 0) release((kt - 1) % STAGES);
+    } else {
+      wgmma_wait<0>();
+      keep(now);
+      release(kt % STAGES);
+    }
+    if (PROMOTE > 0 && (kt % PROMOTE == PROMOTE - 1 || kt == k_tiles - 1)) {
+      wgmma_wait<0>();
+      keep(now);
+#pragma unroll
+      for (int i = 0; i < BM / 2; ++i) {
+        asm volatile("" : "+f"(d[i]));  // read d only after the wait
+        total[i] += d[i];
+      }
+    }
+  };
+
+  Fragments f0, f1;
+  int kt = 0;
+  for (; kt + 1 < k_tiles; kt += 2) {
+    step(kt, f0, f1);
+    step(kt + 1, f1, f0);
+  }
+  if (kt < k_tiles) step(kt, f0, f1);
+  wgmma_wait<0>();
+  keep(f0);
+  keep(f1);
+  if (IN_FLIGHT == 2 && k_tiles > 0) release((k_tiles - 1) % STAGES);
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
+}
+
+// ---- The epilogue: any M and N ---------------------------------------------------------------
+
+// C(m, n .. n + 1) for GROUPS row groups of this lane (rows m0 + 8j + 2t and
+// m0 + 8j + 2t + 1 for j < GROUPS; acc[4j + {0, 2}] and acc[4j + {1, 3}] as in wgmma.cuh), any
+// N (a pair of columns is read and stored as a float2 only when N is even, so its address is
+// 8-byte aligned). With beta != 0 the old C is read in batches of EPI_BATCH row groups, all loads
+// before any store, as in 20: one row at a time, each row waited a full global-memory latency.
+template <int GROUPS>
+__device__ __forceinline__ void store_row_groups(const float* acc, float* C, int M, int N, int m0,
+                                                 int n, int t, float alpha, float beta) {
+  constexpr int EPI_BATCH = GROUPS < 8 ? GROUPS : 8;  // up to 16 float2 loads in flight per thread
+  static_assert(GROUPS % EPI_BATCH == 0, "row groups come in whole batches");
+  if (n >= N) return;
+  const bool pair = n + 1 < N && N % 2 == 0;
+  const bool second = n + 1 < N;  // this lane's second column is inside C
+#pragma unroll
+  for (int j0 = 0; j0 < GROUPS; j0 += EPI_BATCH) {
+    float2 old[EPI_BATCH][2];
+#pragma unroll
+    for (int j = 0; j < EPI_BATCH; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + 8 * (j0 + j) + 2 * t + h;
+        const float* p = C + (size_t)m * N + n;
+        old[j][h] = make_float2(0.0f, 0.0f);
+        if (beta != 0.0f && m < M) {
+          if (pair) old[j][h] = *reinterpret_cast<const float2*>(p);
+          else old[j][h] = make_float2(p[0], second ? p[1] : 0.0f);
+        }
+      }
+#pragma unroll
+    for (int j = 0; j < EPI_BATCH; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + 8 * (j0 + j) + 2 * t + h;
+        if (m >= M) continue;
+        float* p = C + (size_t)m * N + n;
+        const float* v = acc + 4 * (j0 + j) + h;
+        const float2 out = make_float2(alpha * v[0] + beta * old[j][h].x,
+                                       alpha * v[2] + beta * old[j][h].y);
+        if (pair) {
+          *reinterpret_cast<float2*>(p) = out;
+        } else {
+          p[0] = out.x;
+          if (second) p[1] = out.y;
+        }
+      }
+  }
+}
+
+// A consumer lane's whole block tile: BM / 4 rows, BM / 8 row groups.
+template <int BM>
+__device__ __forceinline__ void store_tile(const float* acc, float* C, int M, int N, int m0,
+                                           int n, int t, float alpha, float beta) {
+  store_row_groups<BM / 8>(acc, C, M, N, m0, n, t, alpha, beta);
+}
 
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int ORDER, int PROMOTE>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
@@ -114,8 +356,8 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x == 0)
-      produce_split_k_tiles<BM, BN, STAGES>(smem, full, empty, &tmap_a_big, &tmap_a_small,
-                                            &tmap_b, m0, n0, 0, k_tiles);
+      produce_k_tiles<BM, BN, STAGES>(smem, full, empty, &tmap_a_big, &tmap_a_small, &tmap_b,
+                                      m0, n0, k_tiles);
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
     const int c = threadIdx.x / 128 - 1;
@@ -125,8 +367,8 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
 
     float d[BM / 2];      // the wgmma accumulator (restarted every PROMOTE k tiles)
     float total[BM / 2];  // promotion: the FP32 sum of the periods' partials
-    consume_split_k_tiles<BM, STAGE, 0, A_TILE, STAGES, IN_FLIGHT, ORDER, PROMOTE>(
-        smem, full, empty, k_tiles, box, frag_lo, frag_hi, lane, d, total);
+    consume_k_tiles<BM, STAGE, STAGES, IN_FLIGHT, ORDER, PROMOTE>(smem, full, empty, k_tiles, box,
+                                                                  frag_lo, frag_hi, lane, d, total);
 
     const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
     store_tile<BM>(PROMOTE > 0 ? total : d, C, M, N, m0, n, t, alpha, beta);

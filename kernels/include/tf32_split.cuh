@@ -1,10 +1,10 @@
-// tf32_split.cuh: the 3xTF32 split as 23 and gemm/3xtf32.cu use it. An FP32 value x is split into two TF32
-// values, x ~ big + small (23's header has the error analysis); the pre-pass writes A_big and
-// A_small (and a copy of B when its rows are not 16-byte aligned) into the workspace; a consumer
-// lane splits its B^T fragments in registers; the producer loads a stage's three tiles (A_big,
-// A_small, B) and a consumer warpgroup runs its k tiles through three wgmmas each. In its own
-// header because the library's gemm_3xtf32 runs 23's pipeline in K slices, 64-row tiles, and with
-// A split in registers (SPLIT_A: its register_operand 2).
+// tf32_split.cuh: the 3xTF32 split as gemm/3xtf32.cu uses it (chapter 23 teaches it with its own
+// copy). An FP32 value x is split into two TF32 values, x ~ big + small (23's header has the error
+// analysis); the pre-pass writes A_big and A_small (and a copy of B when its rows are not 16-byte
+// aligned) into the workspace; a consumer lane splits its B^T fragments in registers; the producer
+// loads a stage's three tiles (A_big, A_small, B) and a consumer warpgroup runs its k tiles through
+// three wgmmas each. In its own header because the library's gemm_3xtf32 runs 23's pipeline in K
+// slices, 64-row tiles, and with A split in registers (SPLIT_A: its register_operand 2).
 #ifndef SGEMM_LAB_TF32_SPLIT_CUH
 #define SGEMM_LAB_TF32_SPLIT_CUH
 #include "common.cuh"

@@ -1,10 +1,10 @@
-// wgmma_epilogue.cuh: writing a wgmma consumer's accumulators back to C for any M and N, as 23,
-// 25, 26 and 27 use it. A consumer lane of 20's layout (C^T = B^T A^T in the accumulators) holds
-// two adjacent columns n, n + 1 of C for BM / 4 rows (store_row_groups); one of 27's layout
-// (C = A B, A from registers) holds two rows m, m + 8 of C for pairs of adjacent columns
-// (store_column_groups). Both store alpha * acc + beta * C, predicated on M and N. In its own
-// header because every chapter that runs rows not 16-byte aligned needs the same predicated
-// stores (20 keeps its own pair-only epilogue: its N is a multiple of 4).
+// wgmma_epilogue.cuh: writing a wgmma consumer's accumulators back to C for any M and N, as 25 and
+// the library's kernels use it (23 keeps its own copy, to read on its own). A consumer lane of 20's
+// layout (C^T = B^T A^T in the accumulators) holds two adjacent columns n, n + 1 of C for BM / 4
+// rows (store_row_groups); one of 27's layout (C = A B, A from registers) holds two rows m, m + 8
+// of C for pairs of adjacent columns (store_column_groups). Both store alpha * acc + beta * C,
+// predicated on M and N. In its own header because every chapter that runs rows not 16-byte aligned
+// needs the same predicated stores (20 keeps its own pair-only epilogue: its N is a multiple of 4).
 #ifndef SGEMM_LAB_WGMMA_EPILOGUE_CUH
 #define SGEMM_LAB_WGMMA_EPILOGUE_CUH
 

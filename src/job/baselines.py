@@ -12,6 +12,7 @@ from src.job.config import kernel_config
 from src.job.measure import Baseline, verify_and_time
 from src.job.prepare import PreparedJob, Target, prepare_kernel
 from src.job.problem import Problem
+from src.job.protocol import BenchProtocol
 from src.records.record import new_record
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class Baselines:
         if name not in self._kernels:
             try:
                 prepared = prepare_kernel(kernel_config(name), job.problem, job.target, job.bench)
-                tolerance = float(job.bench["tolerance"][prepared.spec.precision])
+                tolerance = float(job.bench.tolerance[prepared.spec.precision])
                 self._kernels[name] = Baseline(name, compile_kernel(prepared.spec), tolerance)
             except LabError as exc:
                 log.warning("baseline %s is not available: %s", name, exc)
@@ -44,7 +45,7 @@ class Baselines:
             try:
                 from src.job.cublaslt import AutotunedGemm
 
-                tolerance = float(job.bench["tolerance"][precision])
+                tolerance = float(job.bench.tolerance[precision])
                 self._kernels[name] = Baseline(name, AutotunedGemm(precision), tolerance)
             except Exception as exc:  # ImportError, or nvmath refusing this device
                 log.warning("baseline %s is not available: %s: %s", name, type(exc).__name__, exc)
@@ -60,7 +61,7 @@ class Baselines:
             if name not in self._kernels:
                 try:
                     prepared = prepare_kernel(kernel_config(name), job.problem, job.target, job.bench)
-                    tolerance = float(job.bench["tolerance"][prepared.spec.precision])
+                    tolerance = float(job.bench.tolerance[prepared.spec.precision])
                     self._kernels[name] = Baseline(name, compile_kernel(prepared.spec), tolerance)
                 except LabError as exc:
                     log.warning("peer %s is not available: %s", name, exc)
@@ -69,7 +70,7 @@ class Baselines:
             (built if isinstance(peer, Baseline) else skipped).append(peer)
         return built, skipped
 
-    def gflops(self, name: str, problem: Problem, bench: dict, where: Target) -> float | None:
+    def gflops(self, name: str, problem: Problem, bench: BenchProtocol, where: Target) -> float | None:
         """`name` timed alone at this shape (tools that want one figure; jobs are paired)."""
         prepared = prepare_kernel(kernel_config(name), problem, where, bench)
         scratch = new_record(name, prepared.spec.precision, "cublas", vars(problem))

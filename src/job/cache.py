@@ -93,7 +93,7 @@ def key(prepared) -> Key:
         },
         "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "alpha": problem.alpha,
                     "beta": problem.beta},
-        "bench": bench,
+        "bench": dict(bench.settings),
     }
     described = json.loads(json.dumps(described, sort_keys=True, default=str))  # canonical
     return Key(_digest(described), described)

@@ -26,7 +26,7 @@ from src.job.compile import DEFAULT_CACHE_DIR, ResourceReport, compile_kernel
 from src.job.paired import paired_ratio, widen
 from src.job.prepare import PreparedJob
 from src.job.problem import Inputs, make_inputs
-from src.job.protocol import check_bench, reason_names, throttle_mask
+from src.job.protocol import reason_names, throttle_mask
 from src.job.timing import Arm, Interleaved, L2Flush, Timing, measure_interleaved
 from src.job.verify import check, reference, verify
 from src.records.record import Record
@@ -101,7 +101,7 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
           paired: list[tuple[Baseline, Inputs]]) -> Interleaved:
     bench, problem = prepared.bench, prepared.problem
     flush = None
-    if bench["flush_l2"]:
+    if bench.flush_l2:
         if device.l2_bytes not in _flush:  # made once: setdefault would allocate one every job
             _flush[device.l2_bytes] = L2Flush(device.l2_bytes)
         flush = _flush[device.l2_bytes]
@@ -111,14 +111,13 @@ def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
         arms.append(Arm(_launcher(baseline.kernel, problem, base_inputs),
                         _between(problem, base_inputs, flush)))
     return measure_interleaved(
-        arms, warmup=int(bench["warmup"]), warmup_ms=float(bench.get("warmup_ms") or 0.0),
-        min_samples=int(bench["min_samples"]),
-        max_samples=int(bench["max_samples"]), target_rel_iqr=float(bench["target_rel_iqr"]),
-        max_seconds=float(bench["max_seconds"]),
+        arms, warmup=bench.warmup, warmup_ms=bench.warmup_ms, min_samples=bench.min_samples,
+        max_samples=bench.max_samples, target_rel_iqr=bench.target_rel_iqr,
+        max_seconds=bench.max_seconds,
         read_clock=lambda: gpu_mod.sm_clock_mhz(device), read_reasons=lambda: throttle_mask(device),
-        throttle_threshold=bench.get("throttle_threshold"),
-        short_ms=bench.get("short_kernel_ms"), short_min_samples=bench.get("short_min_samples"),
-        kernel_clock=kernel_clock.shared(str(bench.get("timer", "cupti"))))
+        throttle_threshold=bench.throttle_threshold,
+        short_ms=bench.short_kernel_ms, short_min_samples=bench.short_min_samples,
+        kernel_clock=kernel_clock.shared(bench.timer))
 
 
 def keep_timing(record: Record, timing: Timing, flops: int) -> None:
@@ -238,9 +237,9 @@ def verify_only(prepared: PreparedJob, record: Record, cache_dir: str = DEFAULT_
     """Compile and verify on fresh inputs, without timing (fills `record`; returns rel_err)."""
     prepared.require_device()
     kernel = _compiled(prepared, record, None, cache_dir)
-    inputs = make_inputs(prepared.problem, prepared.bench.get("seed"))
+    inputs = make_inputs(prepared.problem, prepared.bench.seed)
     record.seed = inputs.seed
-    record.tolerance = float(prepared.bench["tolerance"][prepared.spec.precision])
+    record.tolerance = float(prepared.bench.tolerance[prepared.spec.precision])
     try:
         record.rel_err = verify(kernel, prepared.problem, inputs, record.tolerance,
                                 prepared.spec.name).rel_err
@@ -299,7 +298,7 @@ def _check_timed(name: str, spot: SpotCheck, inputs: Inputs, ref, tolerance: flo
 
 def _check_fresh(kernel, prepared: PreparedJob, tolerance: float) -> float:
     """After the timing, one more launch on fresh inputs (a new seed), checked."""
-    seed = prepared.bench.get("seed")
+    seed = prepared.bench.seed
     inputs = make_inputs(prepared.problem, None if seed is None else int(seed) + 1)
     try:
         return verify(kernel, prepared.problem, inputs, tolerance, prepared.spec.name,
@@ -323,13 +322,12 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
     import cupy as cp
 
     spec, problem, bench = prepared.spec, prepared.problem, prepared.bench
-    check_bench(bench)
     device = prepared.require_device()
     kernel = _compiled(prepared, record, outputs, cache_dir)
-    inputs = make_inputs(problem, bench.get("seed"))
+    inputs = make_inputs(problem, bench.seed)
     faulted: list = []
     record.seed = inputs.seed
-    record.tolerance = tolerance = float(bench["tolerance"][spec.precision])
+    record.tolerance = tolerance = float(bench.tolerance[spec.precision])
     try:
         progress("compiled", record)
         ref = reference(problem, inputs)
@@ -340,7 +338,7 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
         paired = [(b, i) for b in (baseline, stronger, *peers)
                   if (i := _paired_inputs(b, problem, inputs, ref,
                                           refused if b in peers else None)) is not None]
-        spot = SpotCheck(inputs, problem.beta, int(bench["min_samples"]))
+        spot = SpotCheck(inputs, problem.beta, bench.min_samples)
         result = _time(kernel, prepared, inputs, spot, device, paired)
         cublas_arms = [(arm, b.name) for arm, (b, _) in enumerate(paired, start=1)
                        if b is baseline or b is stronger]
@@ -367,8 +365,8 @@ def verify_and_time(prepared: PreparedJob, record: Record, outputs: JobOutputs |
     record.rel_err_fresh = _check_fresh(kernel, prepared, tolerance)
     record.check_seconds += time.perf_counter() - checks_started
     plausibility.check(spec.name, problem, result.timings[0].median_ms, plausibility_bound(prepared),
-                       float(bench.get("plausibility_margin", plausibility.DEFAULT_MARGIN)),
-                       l2_flushed=bool(bench["flush_l2"]))
+                       bench.plausibility_margin or plausibility.DEFAULT_MARGIN,
+                       l2_flushed=bench.flush_l2)
     keep_timing(record, result.timings[0], problem.flops)
     record.timer = result.timer
     record.timer_resolution_ns = kernel_clock.RESOLUTION_NS.get(result.timer)
@@ -393,8 +391,8 @@ def check_cached(prepared: PreparedJob, record: Record) -> None:
     plausibility.check_recorded(
         prepared.spec.name, prepared.problem, record.gflops, record.time_ms_median,
         plausibility_bound(prepared),
-        float(prepared.bench.get("plausibility_margin") or plausibility.DEFAULT_MARGIN),
-        l2_flushed=bool(prepared.bench.get("flush_l2", True)))
+        prepared.bench.plausibility_margin or plausibility.DEFAULT_MARGIN,
+        l2_flushed=prepared.bench.flush_l2)
 
 
 def measure(prepared: PreparedJob, baselines, record: Record, outputs: JobOutputs | None = None,
@@ -408,7 +406,7 @@ def measure(prepared: PreparedJob, baselines, record: Record, outputs: JobOutput
     name = PAIRED_BASELINE.get(spec.precision)
     baseline = None if own or name is None else baselines.paired(name, prepared)
     stronger = None
-    if prepared.bench.get("best_cublas") and not own and name is not None:
+    if prepared.bench.best_cublas and not own and name is not None:
         stronger = baselines.autotuned(spec.precision, prepared)
     peers, skipped = baselines.peers(prepared.peers, prepared) if prepared.peers else ((), [])
     record.peers_skipped = (skipped + list(prepared.peers_not_built)) or None

@@ -23,7 +23,7 @@ from src.job import gpu as gpu_mod
 from src.job.compile import expand_source
 from src.job.config import kernel_config
 from src.job.problem import Problem
-from src.job.protocol import check_bench
+from src.job.protocol import BenchProtocol
 from src.job.spec import KernelSpec, build_spec
 from src.job import dispatch, tuned
 
@@ -80,7 +80,7 @@ class PreparedJob:
     target: Target
     kernel_cfg: dict                  # the kernel's config with the tuned parameters applied
     spec: KernelSpec
-    bench: dict = field(default_factory=dict)
+    bench: BenchProtocol | None = None  # the timing protocol (None: a job that is not timed)
     tuned_from: str | None = None     # which tuned size class supplied parameters, if any
     source: str | None = None         # the exact text handed to NVRTC (None: a cuBLAS baseline)
     dispatched: dispatch.DispatchChoice | None = None  # best_*: the chapter chosen for the shape
@@ -101,7 +101,8 @@ class PreparedJob:
         return self.target.device
 
 
-def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dict | None = None,
+def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target,
+                   bench: BenchProtocol | None = None,
                    explicit_params: set[str] = frozenset(), use_tuned: bool = True,
                    overrides: dict | None = None) -> PreparedJob:
     """A kernel config (a plain dict) at one problem on `where`: this GPU's tuned parameters for
@@ -109,8 +110,6 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dic
     `explicit_params`), then `overrides` (params by name) over them, then the spec and source.
     A dispatching config (kernel=best_fp32, best_tf32) first becomes the chapter its dispatch
     table names for this shape, in the dispatcher's precision (the baseline it is paired with)."""
-    if bench:
-        check_bench(bench)  # the protocol's counts and limits, before any GPU work
     kcfg = OmegaConf.to_container(OmegaConf.create(kernel_cfg), resolve=True)
     dispatched = None
     peers = tuple(str(name) for name in kcfg.get("peers") or ())
@@ -129,7 +128,7 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target, bench: dic
         kcfg["params"] = {**(kcfg.get("params") or {}), **overrides}
     spec = build_spec(kcfg, problem, where.limits)
     source = expand_source(spec.source) if spec.source is not None else None
-    return PreparedJob(problem, where, kcfg, spec, dict(bench or {}), tuned_from, source,
+    return PreparedJob(problem, where, kcfg, spec, bench, tuned_from, source,
                        dispatched, peers, not_built)
 
 
@@ -139,13 +138,14 @@ def check_inputs(cfg: DictConfig) -> None:
     the launcher calls it first, so such an error is answered before a worker or a tracking
     store is started."""
     Problem.from_cfg(cfg)
-    check_bench(OmegaConf.to_container(cfg.bench, resolve=True))
+    BenchProtocol.from_config(OmegaConf.to_container(cfg.bench, resolve=True))
 
 
 def prepare(cfg: DictConfig, explicit_params: set[str] = frozenset()) -> PreparedJob:
     """A Hydra job's config, prepared (see the module's docstring)."""
     problem = Problem.from_cfg(cfg)
     kernel_cfg = OmegaConf.to_container(cfg.kernel, resolve=True)
-    bench = OmegaConf.to_container(cfg.bench, resolve=True)
+    # the protocol's counts and limits, checked before any GPU work
+    bench = BenchProtocol.from_config(OmegaConf.to_container(cfg.bench, resolve=True))
     return prepare_kernel(kernel_cfg, problem, target(cfg.gpu), bench, explicit_params,
                           use_tuned=bool(cfg.get("use_tuned", True)))

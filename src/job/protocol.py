@@ -1,10 +1,12 @@
-"""The timing protocol's inputs checked before any GPU work (conf/bench/), and what NVML says
-about throttling while a job is timed."""
+"""The timing protocol (conf/bench/) as a typed object, checked once before any GPU work, and
+what NVML says about throttling while a job is timed."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from src.errors import ConfigError
 
@@ -75,6 +77,49 @@ def check_bench(bench: dict) -> None:
         value = tolerance.get(precision)
         if not _is_number(value) or value <= 0:
             raise _bad(f"tolerance.{precision}", value, "a finite number > 0")
+
+
+
+@dataclass(frozen=True)
+class BenchProtocol:
+    """The timing and verification protocol (conf/bench/), checked once where it is built
+    (`from_config`) and read by attribute from there on."""
+
+    warmup: int
+    min_samples: int
+    max_samples: int
+    target_rel_iqr: float
+    max_seconds: float
+    tolerance: Mapping[str, float]              # by precision (fp32, tf32): normwise, > 0
+    warmup_ms: float = 0.0
+    timer: str = "cupti"
+    flush_l2: bool = True
+    best_cublas: bool = False
+    throttle_threshold: float | None = None
+    short_kernel_ms: float | None = None
+    short_min_samples: int | None = None
+    plausibility_margin: float | None = None    # None: plausibility.DEFAULT_MARGIN
+    seed: int | None = None
+    # the bench.* values as configured: what the measurement cache keys on
+    settings: Mapping = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_config(cls, bench: Mapping) -> BenchProtocol:
+        """The protocol of a bench.* mapping; ConfigError naming the first value that breaks its
+        rule (check_bench)."""
+        check_bench(bench)
+        return cls(
+            warmup=bench["warmup"], min_samples=bench["min_samples"],
+            max_samples=bench["max_samples"], target_rel_iqr=float(bench["target_rel_iqr"]),
+            max_seconds=float(bench["max_seconds"]),
+            tolerance=MappingProxyType(dict(bench["tolerance"])),
+            warmup_ms=float(bench.get("warmup_ms") or 0.0), timer=bench.get("timer", "cupti"),
+            flush_l2=bench.get("flush_l2", True), best_cublas=bench.get("best_cublas", False),
+            throttle_threshold=bench.get("throttle_threshold"),
+            short_kernel_ms=bench.get("short_kernel_ms"),
+            short_min_samples=bench.get("short_min_samples"),
+            plausibility_margin=bench.get("plausibility_margin"), seed=bench.get("seed"),
+            settings=MappingProxyType(dict(bench)))
 
 
 # NVML clock-event (throttle) reason bits, named as nvidia-smi -q -d PERFORMANCE names them.

@@ -55,10 +55,13 @@ def install() -> None:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.config_repository import ConfigRepository
 
+    from src import compose_cache
+
+    if getattr(ConfigRepository.load_config, "checks_rules", False):
+        return
+    compose_cache.install()  # config files read once per process (checked below on every compose)
     load = ConfigRepository.load_config
     compose = ConfigLoaderImpl.load_configuration
-    if getattr(load, "checks_rules", False):
-        return
 
     def load_configuration(self, config_name, overrides, *args, **kwargs):
         check_no_credentials(overrides, None)

@@ -126,3 +126,56 @@ def test_isolation_and_tracking_are_config_groups(compose):
     assert server.mlflow.enabled is True
     with pytest.raises(Exception, match="isolation"):
         compose("isolation=no_such_mode")
+
+
+# --- config files read once per process (src/compose_cache.py) ---------------------------------
+
+def test_a_config_kept_across_composes_is_never_shared_between_them():
+    """The second compose of a job is intact however the first one's config was changed
+    (Hydra puts the nodes it loads into the config it composes, the primary config's without a
+    copy): each compose gets its own copy of a kept file, never the kept nodes."""
+    from omegaconf import open_dict
+
+    from src import compose_rules
+    from tests.conftest import compose_config
+
+    def job():
+        return compose_config("kernel=04_blocktile_1d", return_hydra_config=True)
+
+    def plain(cfg):
+        return OmegaConf.to_container(cfg, resolve=False)
+
+    compose_rules.install()  # as src.run does: config files are kept from here on
+    fresh = plain(job())
+    first = job()
+    with open_dict(first):
+        first.alpha = 99.0  # from config.yaml, the primary config
+        first.hydra.sweep.dir = "changed"
+        first.hydra.callbacks.progress._target_ = "changed"
+        first.kernel.launch.grid.append("extra")  # from conf/kernel/, the kernel's own file
+        first.kernel.launch.grid[0] = "changed"
+        first.kernel.name = "changed"
+    second = job()
+    assert plain(second) == fresh
+    assert second.kernel.launch.grid._get_parent() is second.kernel.launch
+    OmegaConf.merge(first, second).kernel.launch.grid.append("more")  # mixed: neither changes
+    assert plain(job()) == fresh
+
+
+def test_a_kept_config_edited_on_disk_is_read_again_and_checked_on_every_compose(tmp_path):
+    from src import compose_rules
+    from tests.conftest import compose_config
+
+    compose_rules.install()
+    folder = tmp_path / "conf" / "kernel"
+    folder.mkdir(parents=True)
+    mine = folder / "mine.yaml"
+    mine.write_text("name: mine\nsource: a.cu\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    assert compose_config(searchpath, "kernel=mine").kernel.source == "a.cu"
+    mine.write_text("name: mine\nsource: bb.cu\n")  # another size: read again even within a tick
+    assert compose_config(searchpath, "kernel=mine").kernel.source == "bb.cu"
+    mine.write_text("name: mine\nsource: ${oc.env:HOME}\n")
+    for _ in range(2):  # refused each time, not only when first read
+        with pytest.raises(compose_rules.ConfigRefused, match="rule: a kernel config is data"):
+            compose_config(searchpath, "kernel=mine")

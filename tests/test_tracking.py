@@ -584,3 +584,69 @@ def test_dispatched_kernel_logs_the_chapter_its_rule_and_its_parameters(tracking
     assert params["dispatch_rule"] == record.dispatch_rule and "best_fp32[1]" in record.dispatch_rule
     assert params["kernel.params.min_slice_k"] == "256"  # B in registers, the default class at 1024
     assert params["kernel.tuned_from"].startswith("conf/tuned/h100_sxm.yaml: gemm_3xtf32[4]")
+
+
+def test_an_interrupt_that_a_library_swallows_while_mlflow_loads_is_not_lost(tmp_path, tracking_uri,
+                                                                             monkeypatch):
+    """Ctrl-C while the sweep's run starts (MLflow's import takes seconds), caught by a library
+    that raises its own error instead (pydantic-core turns it into a SchemaError; Hydra then only
+    warns about the callback): the process still knows it was interrupted, so the next job stops
+    the sweep, and no run was made. Measured in the soak: the sweep went on, MLflow half-imported."""
+    from src.sweep.tracking import sweep_run
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("something in this test process already handles SIGINT")
+    real_client = sweep_run.client
+
+    def client_of_a_swallowing_library(uri):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(500):
+                time.sleep(0.01)
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("SchemaError: Error building validator") from exc
+        return real_client(uri)
+
+    monkeypatch.setattr(sweep_run, "client", client_of_a_swallowing_library)
+    settings, _cfg = _settings(tracking_uri)
+    try:
+        with pytest.raises(RuntimeError, match="SchemaError"):
+            tracking.SweepRun.start(settings, tmp_path / "sweep", ["size=128"])
+        assert signals.was_interrupted()
+        with pytest.raises(KeyboardInterrupt):  # what the next job's start does (src/run.py)
+            signals.raise_if_interrupted()
+    finally:
+        signals.reset()
+    assert all_runs(MlflowClient(tracking_uri)) == []
+
+
+def test_a_sweep_run_is_ended_even_when_the_store_fails_while_describing_it(progression, tmp_path,
+                                                                            tracking_uri, monkeypatch):
+    """The store fails while the sweep's end is written (counting its jobs, here), and refuses
+    the first tries of the end itself (a sqlite store locked by other sweeps): the parent run
+    still ends, FAILED, never left RUNNING."""
+    from src.sweep.tracking import sweep_run
+
+    sweep_dir = tmp_path / "sweep"
+    callback, config = start_sweep(tracking_uri, sweep_dir)
+    parent = tracking.Parent.read(sweep_dir)
+
+    def store_down(*args, **kwargs):
+        raise OSError("database is locked")
+
+    monkeypatch.setattr(sweep_run, "child_runs", store_down)
+    refusals = []
+    set_terminated = MlflowClient.set_terminated
+
+    def locked_twice(self, run_id, status=None, end_time=None):
+        if len(refusals) < 2:
+            refusals.append(status)
+            raise OSError("database is locked")
+        return set_terminated(self, run_id, status, end_time)
+
+    monkeypatch.setattr(MlflowClient, "set_terminated", locked_twice)
+    monkeypatch.setattr(sweep_run, "TERMINATE_PAUSE_S", 0, raising=False)
+    with pytest.raises(OSError):  # finish fails counting (Hydra warns of it): closed unfinished
+        callback.on_multirun_end(config)
+    assert MlflowClient(tracking_uri).get_run(parent.run_id).info.status == "FAILED"
+    assert refusals == ["FAILED", "FAILED"]

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 
 from src.records.record import Record
@@ -103,6 +104,23 @@ def close_abandoned(mlflow_client, closer_run_id: str) -> None:
                     type(exc).__name__, exc)
 
 
+TERMINATE_TRIES = 5  # a store busy with other sweeps' writes (sqlite: "database is locked")
+TERMINATE_PAUSE_S = 0.5  # times the try's number, between tries
+
+
+def _terminate(mlflow_client, run_id: str, status: str) -> None:
+    """End the run, trying again while the store refuses (several sweeps write one sqlite file;
+    under load a write can wait past its lock timeout): a run left RUNNING is a lost result."""
+    for attempt in range(TERMINATE_TRIES):
+        try:
+            mlflow_client.set_terminated(run_id, status)
+            return
+        except Exception:  # MLflow's and SQLAlchemy's errors: no common base
+            if attempt == TERMINATE_TRIES - 1:
+                raise
+            time.sleep(TERMINATE_PAUSE_S * (attempt + 1))
+
+
 class SweepRun:
     """The parent run of a sweep, in the launching process. Holds plain data only: launchers
     that run jobs in other processes pickle Hydra's callbacks, and this with them."""
@@ -116,12 +134,15 @@ class SweepRun:
 
     @classmethod
     def start(cls, settings: Settings, sweep_dir: Path, overrides: list[str]) -> "SweepRun":
-        mlflow_client = client(settings.tracking_uri)
-        experiment_id = ensure_experiment(mlflow_client, settings.experiment_name,
-                                          settings.tracking_uri)
-        installed = install_signal_handlers()  # before the run exists: none is left RUNNING
+        # Before MLflow's import (seconds): an interrupt that lands in it is remembered, not lost
+        # to a library that turns it into its own error (pydantic-core does), and no run is left
+        # RUNNING. Measured: such a lost Ctrl-C let the sweep go on with MLflow half-imported.
+        installed = install_signal_handlers()
         sweep = None
         try:
+            mlflow_client = client(settings.tracking_uri)
+            experiment_id = ensure_experiment(mlflow_client, settings.experiment_name,
+                                              settings.tracking_uri)
             # a signal meanwhile is held until the run exists with its parent file (so that its
             # jobs can find it), and is ended at exit
             with shielded():
@@ -160,9 +181,9 @@ class SweepRun:
         """The sweep went to its end: summary table and figure, counts, FINISHED."""
         from src.records.summary import gflops_figure, summary_frame, summary_markdown
 
-        mlflow_client = client(self.settings.tracking_uri)
         run_id = self.parent.run_id
         try:
+            mlflow_client = client(self.settings.tracking_uri)
             counts = self._count(mlflow_client)
             tuning = self.sweep_dir / "tune_summary.json"
             if tuning.is_file():  # a tuning sweep (hydra_plugins/sgemm_lab/tune_sweeper.py):
@@ -184,7 +205,7 @@ class SweepRun:
         except BaseException:
             self.close_unfinished()
             raise
-        mlflow_client.set_terminated(run_id, FINISHED)
+        _terminate(mlflow_client, run_id, FINISHED)
         self._close()
 
     def _log_outcome(self, mlflow_client, counts: dict[str, str], records: list[Record]) -> None:
@@ -218,15 +239,21 @@ class SweepRun:
 
     def _end_unfinished(self) -> None:
         mlflow_client = client(self.settings.tracking_uri)
-        counts = self._count(mlflow_client)
-        killed = was_interrupted() or int(counts["jobs_killed"]) > 0
-        why = ("interrupted (Ctrl-C or SIGTERM)" if killed else
-               "stopped by an error (a job raised, see the FAILED runs, or the sweep's log)")
-        mlflow_client.log_text(self.parent.run_id, f"the sweep did not finish: {why}\n",
-                               "error.txt")
-        log_batch(mlflow_client, self.parent.run_id, tags=counts,
-                  metrics={key: float(value) for key, value in counts.items()})
-        mlflow_client.set_terminated(self.parent.run_id, KILLED if killed else FAILED)
+        killed = was_interrupted()
+        try:
+            counts = self._count(mlflow_client)
+            killed = killed or int(counts["jobs_killed"]) > 0
+            why = ("interrupted (Ctrl-C or SIGTERM)" if killed else
+                   "stopped by an error (a job raised, see the FAILED runs, or the sweep's log)")
+            mlflow_client.log_text(self.parent.run_id, f"the sweep did not finish: {why}\n",
+                                   "error.txt")
+            log_batch(mlflow_client, self.parent.run_id, tags=counts,
+                      metrics={key: float(value) for key, value in counts.items()})
+        except Exception as exc:  # the counts and note are lost; the run's end must not be
+            log.warning("MLflow: the unfinished sweep run %s could not be described (%s: %s); "
+                        "ending it anyway", self.parent.run_id, type(exc).__name__, exc)
+        finally:
+            _terminate(mlflow_client, self.parent.run_id, KILLED if killed else FAILED)
 
     def _close(self) -> None:
         self.closed = True

@@ -22,7 +22,7 @@ from src.publish import store as published
 from src.sweep.tracking.views import SHARED_VIEW_PREFIX, VIEWS
 from tests.conftest import ROOT
 
-SOURCES = [ROOT / "results" / "h100_sxm" / "runs.csv", ROOT / "results" / "h100_sxm" / "suite_runs.csv"]
+SOURCES = list(published.DEFAULT_SOURCES)  # every published GPU set: what links/ui --published read
 
 
 @pytest.fixture(scope="module")
@@ -43,17 +43,17 @@ def rows_of(source) -> pd.DataFrame:
 
 def job_runs(built, source) -> dict[str, object]:
     """The store's job runs from `source`, by the CSV's job column."""
-    prefix = f"results/h100_sxm/{source.name}:"
+    prefix = f"{source.relative_to(ROOT).as_posix()}:"
     return {r.data.tags["source"][len(prefix):]: r for r in built["jobs"]
             if r.data.tags["source"].startswith(prefix)}
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_row_is_a_run_under_its_sources_parent(built, source):
     rows = rows_of(source)
     runs = job_runs(built, source)
     assert sorted(runs) == sorted(rows["job"])
-    [parent] = [r for r in built["sweeps"] if r.data.tags["source"] == f"results/h100_sxm/{source.name}"]
+    [parent] = [r for r in built["sweeps"] if r.data.tags["source"] == source.relative_to(ROOT).as_posix()]
     assert {r.data.tags["mlflow.parentRunId"] for r in runs.values()} == {parent.info.run_id}
     failed = int((rows["status"] != "ok").sum())
     assert parent.data.metrics == {"jobs": len(rows), "jobs_ok": len(rows) - failed,
@@ -67,7 +67,7 @@ def test_every_row_is_a_run_under_its_sources_parent(built, source):
     assert len(built["jobs"]) == sum(len(rows_of(s)) for s in SOURCES)
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_metrics_are_the_rows_figures_rounded(built, source):
     runs = job_runs(built, source)
     for row in rows_of(source).to_dict("records"):
@@ -116,9 +116,7 @@ def search(built, key: str) -> list:
 
 
 def test_the_saved_views_answer_the_readmes_questions(built):
-    progression = rows_of(SOURCES[0])
-    suite = rows_of(SOURCES[1])
-    rows = pd.concat([progression, suite])
+    rows = pd.concat([rows_of(s) for s in SOURCES])  # every GPU's progression and suite
     at_4096 = rows[(rows.m == 4096) & (rows.n == 4096) & (rows.k == 4096) & (rows.status == "ok")]
     fastest = at_4096[at_4096.precision == "fp32"].sort_values("gflops", ascending=False)
     shown = search(built, "sgemm-lab-fp32-4096")

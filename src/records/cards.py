@@ -63,7 +63,9 @@ def keep_other_cards(new: list[dict], earlier: list[dict]) -> tuple[list[dict], 
         else:
             last[key] += 1
             label = card(r)[0] if len(card(r)) == 1 else "/".join(card(r))
-            kept.append({**r, "replicate": str(last[key]), "job": f"{label}: {r.get('job', '')}"})
+            job = r.get("job", "")
+            job = job if job.startswith(f"{label}: ") else f"{label}: {job}"  # kept once before
+            kept.append({**r, "replicate": str(last[key]), "job": job})
             counts["kept"] += 1
     return new + kept, counts
 

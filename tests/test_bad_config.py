@@ -195,7 +195,7 @@ def test_a_kernel_config_cannot_run_code_through_hydra(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_KERNELS))
 def test_a_kernel_config_that_reaches_beyond_the_kernel_node_is_refused(tmp_path, name):
-    from src import compose_rules
+    from src.compose import rules as compose_rules
     from tests.conftest import compose_config
 
     compose_rules.install()  # as src.run does
@@ -205,7 +205,7 @@ def test_a_kernel_config_that_reaches_beyond_the_kernel_node_is_refused(tmp_path
 
 
 def test_every_kernel_config_of_the_lab_is_data():
-    from src import compose_rules
+    from src.compose import rules as compose_rules
     from tests.conftest import compose_config
 
     compose_rules.install()

@@ -128,7 +128,7 @@ def test_isolation_and_tracking_are_config_groups(compose):
         compose("isolation=no_such_mode")
 
 
-# --- config files read once per process (src/compose_cache.py) ---------------------------------
+# --- config files read once per process (src/compose/cache.py) ---------------------------------
 
 def test_a_config_kept_across_composes_is_never_shared_between_them():
     """The second compose of a job is intact however the first one's config was changed
@@ -136,7 +136,7 @@ def test_a_config_kept_across_composes_is_never_shared_between_them():
     copy): each compose gets its own copy of a kept file, never the kept nodes."""
     from omegaconf import open_dict
 
-    from src import compose_rules
+    from src.compose import rules as compose_rules
     from tests.conftest import compose_config
 
     def job():
@@ -163,7 +163,7 @@ def test_a_config_kept_across_composes_is_never_shared_between_them():
 
 
 def test_a_kept_config_edited_on_disk_is_read_again_and_checked_on_every_compose(tmp_path):
-    from src import compose_rules
+    from src.compose import rules as compose_rules
     from tests.conftest import compose_config
 
     compose_rules.install()

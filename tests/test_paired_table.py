@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from src.errors import TimedVerificationFailed
-from src.job.measure import keep_pairing, keep_timing
+from src.job.recording import keep_pairing, keep_timing
 from src.job.timing import Interleaved, summarize
 from src.publish.table import progression_frame
 from src.records.record import mark_failed

@@ -255,7 +255,7 @@ def test_credentials_on_the_command_line_are_refused_before_anything_is_written(
 
 
 def test_credentials_in_a_config_file_are_refused_and_a_reference_is_not(tmp_path, monkeypatch):
-    from src import compose_rules
+    from src.compose import rules as compose_rules
     from tests.conftest import compose_config
 
     compose_rules.install()  # as src.run does

@@ -96,12 +96,13 @@ class TuneSweeper(Sweeper):
         from src.errors import NoGPU
         from src.job import gpu as gpu_mod
         from src.job.problem import Problem
+        from src.job.protocol import BenchProtocol
         from src.tune import space as tune
 
         started = time.perf_counter()
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, combo)
         kernel_cfg = OmegaConf.to_container(cfg.kernel, resolve=True)
-        bench = OmegaConf.to_container(cfg.bench, resolve=True)
+        bench = BenchProtocol.from_config(OmegaConf.to_container(cfg.bench, resolve=True))
         problem = Problem.from_cfg(cfg)
         where = target(cfg.gpu)
         # No GPU here, and the candidates run here: stop before launching any, each would only

@@ -21,7 +21,7 @@ def _compose(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from src import compose_rules
+    from src.compose import rules as compose_rules
 
     compose_rules.install()
     if GlobalHydra.instance().is_initialized():  # inside the Hydra app (inline jobs, tests)

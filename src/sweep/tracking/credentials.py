@@ -6,30 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 
 
-# user:password@ in a URI (http://user:pw@host, postgresql://user:pw@host/db), also as Hydra
-# prints an override, with its colons escaped (http\://user\:pw@host). The user and password
-# run to the last @ before the next blank: a raw @ in a password is part of it, as urllib reads
-# it (no piece of it is left beside the host). A URI whose authority is empty (sqlite:///x@y.db)
-# has none.
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*\\?://)(?P<userinfo>[^/\s][^\s]*)@")
-
-
-def redact(text: str) -> str:
-    """`text` with the user and password of every URI in it replaced by ***."""
-    return _CREDENTIALS.sub(lambda m: m["scheme"] + "***@", text)
-
-
-def without_credentials(uri: str) -> str:
-    """`uri` with its user and password left out (to ask a server for its health)."""
-    return _CREDENTIALS.sub(lambda m: m["scheme"], uri)
-
-
-def has_credentials(text: str) -> bool:
-    """Whether `text` holds a URI with a user or password."""
-    return _CREDENTIALS.search(text) is not None
+from src.compose.uris import CREDENTIALS, has_credentials, redact, without_credentials  # noqa: F401  (this module's API too)
 
 
 def redact_console() -> None:
@@ -62,7 +41,7 @@ def take_credentials(uri: str) -> str:
     would otherwise cut it short and put the rest where the host goes)."""
     from urllib.parse import quote, unquote
 
-    match = _CREDENTIALS.match(uri)
+    match = CREDENTIALS.match(uri)
     if match is None:
         return uri
     user, colon, password = match["userinfo"].partition(":")

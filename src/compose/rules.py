@@ -55,11 +55,11 @@ def install() -> None:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.config_repository import ConfigRepository
 
-    from src import compose_cache
+    from src.compose import cache
 
     if getattr(ConfigRepository.load_config, "checks_rules", False):
         return
-    compose_cache.install()  # config files read once per process (checked below on every compose)
+    cache.install()  # config files read once per process (checked below on every compose)
     load = ConfigRepository.load_config
     compose = ConfigLoaderImpl.load_configuration
 
@@ -84,7 +84,7 @@ def install() -> None:
 def check_no_credentials(overrides: list[str], cfg) -> None:
     """ConfigRefused if an override, or a value of `cfg` as written (unresolved: a reference to
     an environment variable is not read), holds a URI with a user or password."""
-    from src.sweep.tracking.credentials import has_credentials, redact
+    from src.compose.uris import has_credentials, redact
 
     for override in overrides:
         if has_credentials(override):

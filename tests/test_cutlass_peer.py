@@ -1,0 +1,192 @@
+"""The CUTLASS peer (conf/kernel/cutlass_3xtf32.yaml) on CPU: its config composes into a spec at
+the FP32 tolerance and is one of best_fp32's peers; without the nvidia-cutlass wheel or nvcc it is
+skipped_missing_peer naming what to install; with both, nvcc builds its shared library for sm_90
+into the cache once (atomically, its build time kept), the library loads without a GPU and
+exports its entries, its tile rule picks what the source documents, and a CUTLASS error becomes
+LaunchFailed with CUTLASS's status."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import sys
+import types
+
+import pytest
+from omegaconf import OmegaConf
+
+from src.errors import CompileFailed, LaunchFailed, PeerMissing
+from src.job import cutlass_build
+from src.job.compile import compile_kernel
+from src.job.problem import Problem
+from src.job.spec import build_spec
+from tests.test_peers import H100
+
+ENTRIES = ("cutlass_3xtf32_gemm", "cutlass_3xtf32_choose", "cutlass_3xtf32_sms",
+           "cutlass_3xtf32_config_name", "cutlass_3xtf32_status_string")
+
+
+def _tools_present() -> bool:
+    try:
+        cutlass_build.require_tools()
+        return True
+    except PeerMissing:
+        return False
+
+
+needs_tools = pytest.mark.skipif(not _tools_present(),
+                                 reason="needs nvcc and the nvidia-cutlass wheel (.[peers])")
+
+
+def _spec():
+    return build_spec({"name": "cutlass_3xtf32", "backend": "cutlass", "precision": "fp32"},
+                      Problem(64, 64, 64, 1.0, 0.0), H100)
+
+
+def test_the_config_composes_into_a_cutlass_peer_at_the_fp32_tolerance(compose):
+    cfg = compose("kernel=cutlass_3xtf32", "size=4096")
+    kcfg = OmegaConf.to_container(cfg.kernel, resolve=True)
+    assert (kcfg["backend"], kcfg["peer"], kcfg["math"]) == ("cutlass", True, "3xtf32")
+    spec = build_spec(kcfg, Problem(4096, 4096, 4096, 1.0, 0.0), H100)
+    assert (spec.backend, spec.precision, spec.source) == ("cutlass", "fp32", None)
+    assert "OpMultiplyAddFastF32" in spec.entry
+    assert cfg.bench.tolerance[spec.precision] == 1e-5
+
+
+def test_best_fp32_times_the_cutlass_peer_and_no_longer_lists_it_as_not_built(compose):
+    fp32 = compose("kernel=best_fp32").kernel
+    assert "cutlass_3xtf32" in fp32.peers
+    assert "cutlass_3xtf32" not in {p.name for p in fp32.peers_not_built}
+
+
+def test_without_the_wheel_the_peer_is_skipped_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cutlass_library", None)  # import fails as if not installed
+    with pytest.raises(PeerMissing) as raised:
+        compile_kernel(_spec())
+    assert raised.value.status == "skipped_missing_peer"
+    message = str(raised.value)
+    assert "cutlass_3xtf32" in message and "nvidia-cutlass" in message and ".[peers]" in message
+
+
+def test_without_nvcc_the_peer_is_skipped_naming_the_toolkit(monkeypatch):
+    monkeypatch.setattr(cutlass_build, "nvcc_path", lambda: None)
+    monkeypatch.setattr(cutlass_build, "include_dir", lambda name="": "/headers")
+    with pytest.raises(PeerMissing, match="nvcc .*is not on PATH") as raised:
+        compile_kernel(_spec())
+    assert raised.value.status == "skipped_missing_peer"
+
+
+def test_the_peers_extra_installs_the_wheel():
+    import tomllib
+
+    from src.paths import CONF_DIR
+
+    project = tomllib.loads((CONF_DIR.parent / "pyproject.toml").read_text())["project"]
+    peers = project["optional-dependencies"]["peers"]
+    assert any(requirement.startswith("nvidia-cutlass") for requirement in peers)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    if not _tools_present():
+        pytest.skip("needs nvcc and the nvidia-cutlass wheel (.[peers])")
+    return cutlass_build.build_library("sm_90", tmp_path_factory.mktemp("cache"))
+
+
+@needs_tools
+def test_nvcc_builds_the_library_for_sm_90_into_the_cache_once(built, tmp_path):
+    library = cutlass_build.Path(built.path)
+    assert library.parent.name == "peers" and library.suffix == ".so"
+    assert built.compile_seconds > 0
+    meta = json.loads(library.with_suffix(".json").read_text())
+    assert meta["compile_seconds"] == built.compile_seconds and meta["described"]["arch"] == "sm_90"
+    names = sorted(p.name for p in library.parent.iterdir())
+    assert names == sorted([library.name, library.with_suffix(".json").name])  # no temp file left
+    # the second call finds it: same file, untouched, with the build's seconds
+    stamp = library.stat().st_mtime_ns
+    again = cutlass_build.build_library("sm_90", library.parent.parent)
+    assert again == built and library.stat().st_mtime_ns == stamp
+    # its machine code is sm_90's
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump:
+        listing = subprocess.run([cuobjdump, "--list-elf", str(library)], capture_output=True,
+                                 text=True).stdout
+        assert "sm_90" in listing
+
+
+@needs_tools
+def test_the_library_loads_without_a_gpu_and_exports_its_entries(built):
+    from src.job.cutlass_gemm import load
+
+    library = load(built.path)
+    for entry in ENTRIES:
+        assert isinstance(getattr(library, entry), ctypes._CFuncPtr)
+    nm = shutil.which("nm")
+    if nm:
+        symbols = subprocess.run([nm, "-D", "--defined-only", built.path], capture_output=True,
+                                 text=True).stdout
+        assert all(f" T {entry}\n" in symbols for entry in ENTRIES)
+    assert library.cutlass_3xtf32_status_string(0) == b"Success"
+
+
+@needs_tools
+def test_the_tile_rule_is_the_one_the_source_documents(built):
+    """The large tile when ceil(M/128) * ceil(N/128) >= SMs; alignment 4 when K and N are
+    multiples of 4."""
+    from src.job.cutlass_gemm import load
+
+    library = load(built.path)
+
+    def chosen(m, n, k, sms=132):
+        choice = library.cutlass_3xtf32_choose(m, n, k, sms)
+        return library.cutlass_3xtf32_config_name(choice).decode()
+
+    assert chosen(4096, 4096, 4096) == "128x128x16 warp 32x64x16 stages 4 align 4"
+    assert chosen(4096, 4095, 4096) == "128x128x16 warp 32x64x16 stages 4 align 1"
+    assert chosen(4096, 4096, 4098) == "128x128x16 warp 32x64x16 stages 4 align 1"
+    assert chosen(1024, 1024, 1024) == "64x64x16 warp 32x32x16 stages 3 align 4"  # 64 tiles
+    assert chosen(1000, 997, 333) == "64x64x16 warp 32x32x16 stages 3 align 1"
+    assert chosen(1536, 1408, 64).startswith("128x128x16")  # 12 * 11 = 132 tiles: exactly full
+    assert chosen(1536, 1407, 64, sms=133).startswith("64x64x16")
+
+
+class _Array:
+    """What the launcher reads of a CuPy array: shape, dtype, contiguity and device pointer."""
+
+    def __init__(self, shape, contiguous=True):
+        import numpy as np
+
+        self.shape, self.dtype = shape, np.float32
+        self.flags = types.SimpleNamespace(c_contiguous=contiguous)
+        self.data = types.SimpleNamespace(ptr=0)
+
+
+@needs_tools
+def test_a_cutlass_error_is_a_failed_launch_with_cutlass_s_status(built, monkeypatch, tmp_path):
+    """No GPU here: CUTLASS's launch fails and returns its status, which the launcher names."""
+    from tests import fake_cupy
+
+    fake_cupy.install(monkeypatch)
+    from src.job import cutlass_gemm
+
+    monkeypatch.setattr(cutlass_gemm, "build_library", lambda *args: built)
+    spec = build_spec({"name": "cutlass_3xtf32", "backend": "cutlass", "precision": "fp32",
+                       "arch": "sm_90"}, Problem(64, 64, 64, 1.0, 0.0), H100)
+    gemm = cutlass_gemm.CutlassGemm(spec, tmp_path)
+    with pytest.raises(LaunchFailed, match=r"cutlass::Status \d+ \(Error Internal\)"):
+        gemm.launch(_Array((256, 256)), _Array((256, 256)), _Array((256, 256)), 1.0, 0.0)
+    with pytest.raises(LaunchFailed, match="C-contiguous"):
+        gemm.launch(_Array((256, 256), contiguous=False), _Array((256, 256)), _Array((256, 256)),
+                    1.0, 0.0)
+
+
+@needs_tools
+def test_a_source_nvcc_rejects_is_a_compile_failure_with_its_message(monkeypatch, tmp_path):
+    broken = tmp_path / "broken.cu"
+    broken.write_text('extern "C" int cutlass_3xtf32_gemm() { return undeclared_name; }\n')
+    monkeypatch.setattr(cutlass_build, "SOURCE", broken)
+    with pytest.raises(CompileFailed, match="undeclared_name"):
+        cutlass_build.build_library("sm_90", tmp_path / "cache")
+    assert list((tmp_path / "cache" / "peers").iterdir()) == []  # nothing half-written is left

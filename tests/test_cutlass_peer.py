@@ -2,8 +2,8 @@
 the FP32 tolerance and is one of best_fp32's peers; without the nvidia-cutlass wheel or nvcc it is
 skipped_missing_peer naming what to install; with both, nvcc builds its shared library for sm_90
 into the cache once (atomically, its build time kept), the library loads without a GPU and
-exports its entries, its tile rule picks what the source documents, and a CUTLASS error becomes
-LaunchFailed with CUTLASS's status."""
+exports its entries, its tile rule picks what the source documents, and an operand CUTLASS
+refuses is LaunchFailed with CUTLASS's status."""
 
 from __future__ import annotations
 
@@ -134,18 +134,20 @@ def test_the_library_loads_without_a_gpu_and_exports_its_entries(built):
 @needs_tools
 def test_the_tile_rule_is_the_one_the_source_documents(built):
     """The large tile when ceil(M/128) * ceil(N/128) >= SMs; alignment 4 when K and N are
-    multiples of 4."""
+    multiples of 4 and the pointers 16-byte aligned."""
     from src.job.cutlass_gemm import load
 
     library = load(built.path)
 
-    def chosen(m, n, k, sms=132):
-        choice = library.cutlass_3xtf32_choose(m, n, k, sms)
+    def chosen(m, n, k, sms=132, pointers_aligned=1):
+        choice = library.cutlass_3xtf32_choose(m, n, k, sms, pointers_aligned)
         return library.cutlass_3xtf32_config_name(choice).decode()
 
     assert chosen(4096, 4096, 4096) == "128x128x16 warp 32x64x16 stages 4 align 4"
     assert chosen(4096, 4095, 4096) == "128x128x16 warp 32x64x16 stages 4 align 1"
     assert chosen(4096, 4096, 4098) == "128x128x16 warp 32x64x16 stages 4 align 1"
+    # an operand off a 16-byte boundary (CUTLASS's can_implement checks only 4 bytes)
+    assert chosen(4096, 4096, 4096, pointers_aligned=0).endswith("stages 4 align 1")
     assert chosen(1024, 1024, 1024) == "64x64x16 warp 32x32x16 stages 3 align 4"  # 64 tiles
     assert chosen(1000, 997, 333) == "64x64x16 warp 32x32x16 stages 3 align 1"
     assert chosen(1536, 1408, 64).startswith("128x128x16")  # 12 * 11 = 132 tiles: exactly full
@@ -155,28 +157,32 @@ def test_the_tile_rule_is_the_one_the_source_documents(built):
 class _Array:
     """What the launcher reads of a CuPy array: shape, dtype, contiguity and device pointer."""
 
-    def __init__(self, shape, contiguous=True):
+    def __init__(self, shape, contiguous=True, ptr=256):
         import numpy as np
 
         self.shape, self.dtype = shape, np.float32
         self.flags = types.SimpleNamespace(c_contiguous=contiguous)
-        self.data = types.SimpleNamespace(ptr=0)
+        self.data = types.SimpleNamespace(ptr=ptr)
 
 
 @needs_tools
 def test_a_cutlass_error_is_a_failed_launch_with_cutlass_s_status(built, monkeypatch, tmp_path):
-    """No GPU here: CUTLASS's launch fails and returns its status, which the launcher names."""
+    """No GPU: CUTLASS's launch fails and returns its status, which the launcher names. (On a
+    machine with a GPU the same call would launch on these fake pointers: skipped there.)"""
     from tests import fake_cupy
-
-    fake_cupy.install(monkeypatch)
     from src.job import cutlass_gemm
 
+    if cutlass_gemm.load(built.path).cutlass_3xtf32_sms() > 0:
+        pytest.skip("a GPU is visible: the failure path is checked where none is")
+    fake_cupy.install(monkeypatch)
     monkeypatch.setattr(cutlass_gemm, "build_library", lambda *args: built)
     spec = build_spec({"name": "cutlass_3xtf32", "backend": "cutlass", "precision": "fp32",
                        "arch": "sm_90"}, Problem(64, 64, 64, 1.0, 0.0), H100)
     gemm = cutlass_gemm.CutlassGemm(spec, tmp_path)
-    with pytest.raises(LaunchFailed, match=r"cutlass::Status \d+ \(Error Internal\)"):
+    with pytest.raises(LaunchFailed, match=r"cutlass::Status \d+ \(Error Internal\) with "
+                                           r"128x128x16 .* align 4"):
         gemm.launch(_Array((256, 256)), _Array((256, 256)), _Array((256, 256)), 1.0, 0.0)
+    assert gemm.tuning is None  # nothing ran: no tile is recorded
     with pytest.raises(LaunchFailed, match="C-contiguous"):
         gemm.launch(_Array((256, 256), contiguous=False), _Array((256, 256)), _Array((256, 256)),
                     1.0, 0.0)

@@ -12,7 +12,9 @@
 // two tiles (the CUTLASS profiler's first 3xTF32 tile, 128x128x16 in 8 warps of 32x64, 4
 // stages; and 64x64x16 in 4 warps of 32x32, 3 stages, for problems too small to fill the GPU
 // with the large tile) times two alignments (4 floats = 16-byte cp.async when the leading
-// dimensions allow it; 1 float, any M, N, K, otherwise).
+// dimensions and the pointers allow it; 1 float, any M, N, K, otherwise).
+
+#include <cstdint>
 
 #include <cuda_runtime.h>
 
@@ -60,11 +62,12 @@ int sm_count() {
 
 // The rule: the large tile when its tiles alone fill every SM once (ceil(M/128) * ceil(N/128) >=
 // SMs), else the small one (more, smaller blocks); alignment 4 when K and N are multiples of 4
-// (every row of A, B and C then starts 16-byte aligned; CuPy allocations are 256-byte aligned),
-// else 1.
-int choose(int M, int N, int K, int sms) {
+// and A, B and C start on 16-byte boundaries (every row then does; CuPy allocations are
+// 256-byte aligned), else 1. The pointers are checked here because can_implement checks an
+// address only modulo the alignment in elements (4 bytes), not the 16 bytes cp.async needs.
+int choose(int M, int N, int K, int sms, bool pointers_aligned) {
   bool large = static_cast<long long>((M + 127) / 128) * ((N + 127) / 128) >= sms;
-  bool aligned = K % 4 == 0 && N % 4 == 0;
+  bool aligned = K % 4 == 0 && N % 4 == 0 && pointers_aligned;
   return (large ? 0 : 2) + (aligned ? 0 : 1);
 }
 
@@ -88,8 +91,11 @@ extern "C" {
 // The current device's SM count (0 without a device), the rule's input.
 int cutlass_3xtf32_sms() { return sm_count(); }
 
-// Which instantiation cutlass_3xtf32_gemm runs at M x N x K on a device of `sms` SMs (0-3).
-int cutlass_3xtf32_choose(int M, int N, int K, int sms) { return choose(M, N, K, sms); }
+// Which instantiation cutlass_3xtf32_gemm runs at M x N x K on a device of `sms` SMs (0-3),
+// `pointers_aligned` (0 or 1) saying whether A, B and C all start on 16-byte boundaries.
+int cutlass_3xtf32_choose(int M, int N, int K, int sms, int pointers_aligned) {
+  return choose(M, N, K, sms, pointers_aligned != 0);
+}
 
 const char* cutlass_3xtf32_config_name(int choice) {
   return choice >= 0 && choice < 4 ? kNames[choice] : "?";
@@ -100,7 +106,9 @@ const char* cutlass_3xtf32_config_name(int choice) {
 int cutlass_3xtf32_gemm(int M, int N, int K, float alpha, const float* A, const float* B,
                         float beta, float* C, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (choose(M, N, K, sm_count())) {
+  auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  bool pointers_aligned = ((address(A) | address(B) | address(C)) % 16) == 0;
+  switch (choose(M, N, K, sm_count(), pointers_aligned)) {
     case 0: return run<LargeAligned>(M, N, K, alpha, A, B, beta, C, s);
     case 1: return run<LargeAny>(M, N, K, alpha, A, B, beta, C, s);
     case 2: return run<SmallAligned>(M, N, K, alpha, A, B, beta, C, s);

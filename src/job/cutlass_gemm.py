@@ -28,7 +28,7 @@ def load(path: str) -> ctypes.CDLL:
     library.cutlass_3xtf32_gemm.restype = ctypes.c_int
     library.cutlass_3xtf32_sms.argtypes = []
     library.cutlass_3xtf32_sms.restype = ctypes.c_int
-    library.cutlass_3xtf32_choose.argtypes = [ctypes.c_int] * 4
+    library.cutlass_3xtf32_choose.argtypes = [ctypes.c_int] * 5
     library.cutlass_3xtf32_choose.restype = ctypes.c_int
     library.cutlass_3xtf32_config_name.argtypes = [ctypes.c_int]
     library.cutlass_3xtf32_config_name.restype = ctypes.c_char_p
@@ -47,10 +47,10 @@ class CutlassGemm:
         self.tuning: Tuning | None = None
         self._tuned: dict[tuple, Tuning] = {}  # per shape: no extra host calls in timed launches
 
-    def config(self, m: int, n: int, k: int) -> str:
+    def config(self, m: int, n: int, k: int, pointers_aligned: bool) -> str:
         """The instantiation the library's rule runs at m x n x k on this device."""
         sms = self.library.cutlass_3xtf32_sms()
-        choice = self.library.cutlass_3xtf32_choose(m, n, k, sms)
+        choice = self.library.cutlass_3xtf32_choose(m, n, k, sms, int(pointers_aligned))
         return self.library.cutlass_3xtf32_config_name(choice).decode()
 
     def launch(self, a, b, c, alpha: float, beta: float) -> None:
@@ -61,15 +61,16 @@ class CutlassGemm:
         if not all(x.flags.c_contiguous and x.dtype == cp.float32 for x in (a, b, c)):
             raise LaunchFailed(f"peer {self.spec.name} takes row-major (C-contiguous) float32 A, "
                                f"B and C (rule: lda = K, ldb = N, ldc = N).")
-        status = self.library.cutlass_3xtf32_gemm(
-            m, n, k, alpha, a.data.ptr, b.data.ptr, beta, c.data.ptr,
-            cp.cuda.get_current_stream().ptr)
+        pointers = (a.data.ptr, b.data.ptr, c.data.ptr)
+        status = self.library.cutlass_3xtf32_gemm(m, n, k, alpha, pointers[0], pointers[1], beta,
+                                                  pointers[2], cp.cuda.get_current_stream().ptr)
+        key = (m, n, k, all(p % 16 == 0 for p in pointers))
         if status != 0:
             raise LaunchFailed(
                 f"CUTLASS peer {self.spec.name} refused or failed at {m}x{n}x{k}: cutlass::Status "
                 f"{status} ({self.library.cutlass_3xtf32_status_string(status).decode()}) with "
-                f"{self.config(m, n, k)} (can_implement checks the shape and alignment; a CUDA "
+                f"{self.config(*key)} (can_implement checks the shape and alignment; a CUDA "
                 f"error at launch reads 'Error Internal').")
-        if (m, n, k) not in self._tuned:
-            self._tuned[m, n, k] = Tuning(self.built.compile_seconds, self.config(m, n, k))
-        self.tuning = self._tuned[m, n, k]
+        if key not in self._tuned:
+            self._tuned[key] = Tuning(self.built.compile_seconds, self.config(*key))
+        self.tuning = self._tuned[key]

@@ -196,3 +196,47 @@ def test_a_source_nvcc_rejects_is_a_compile_failure_with_its_message(monkeypatch
     with pytest.raises(CompileFailed, match="undeclared_name"):
         cutlass_build.build_library("sm_90", tmp_path / "cache")
     assert list((tmp_path / "cache" / "peers").iterdir()) == []  # nothing half-written is left
+
+
+def test_best_fp32_builds_its_peers_into_the_job_s_cache_dir(monkeypatch, tmp_path):
+    """The CUTLASS library lands in the job's cache_dir (conf: cache_dir), not a default one."""
+    from src.job import baselines as baselines_mod
+    from src.job import measure as measure_mod
+    from src.job.baselines import Baselines
+    from src.job.measure import Baseline
+    from src.job.prepare import prepare_kernel
+    from src.paths import CONF_DIR
+    from src.records.record import new_record
+    from tests import fake_cupy
+    from tests.test_measure_cpu import Gemm
+    from tests.test_peers import _bench, _where
+
+    fake_cupy.install(monkeypatch)
+    monkeypatch.setattr(measure_mod, "compile_kernel", lambda spec, cache_dir=None: Gemm())
+    built = []
+    monkeypatch.setattr(baselines_mod, "compile_kernel",
+                        lambda spec, cache_dir: built.append((spec.name, cache_dir)) or Gemm())
+    baselines = Baselines()
+    monkeypatch.setattr(baselines, "paired", lambda name, job: Baseline(name, Gemm(), 1e-5))
+    kcfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / "best_fp32.yaml"))
+    prepared = prepare_kernel(kcfg, Problem(64, 48, 32, 1.0, 0.0), _where(), _bench())
+    record = new_record("best_fp32", "fp32", "dispatch", vars(prepared.problem))
+    measure_mod.measure(prepared, baselines, record, cache_dir=str(tmp_path))
+    assert ("cutlass_3xtf32", str(tmp_path)) in built
+    assert {cache for _, cache in built} == {str(tmp_path)}
+    assert record.status == "ok" and record.peer_name in {name for name, _ in built}
+
+
+@needs_tools
+def test_the_job_cache_key_changes_with_the_peer_s_source(monkeypatch, tmp_path):
+    """A resumed job is not served a measurement of an older CUTLASS source, nvcc or arch."""
+    from src.job import cache
+
+    spec = build_spec({"name": "cutlass_3xtf32", "backend": "cutlass", "precision": "fp32",
+                       "arch": "sm_90"}, Problem(64, 64, 64, 1.0, 0.0), H100)
+    before = cache._compiler(spec)
+    assert before["arch"] == "sm_90" and before["nvcc"] and before["cutlass"]
+    edited = tmp_path / "edited.cu"
+    edited.write_text(cutlass_build.SOURCE.read_text() + "// edited\n")
+    monkeypatch.setattr(cutlass_build, "SOURCE", edited)
+    assert cache._compiler(spec)["source_sha256"] != before["source_sha256"]

@@ -22,15 +22,15 @@ def test_the_expected_kernels_exist():
                 "25_wgmma_tf32_any_shape"]
     library = ["gemm_3xtf32", "gemm_ffma_skinny", "gemm_tf32"]
     peers = ["triton_fp32", "triton_tf32", "triton_tf32x3"]
-    assert KERNEL_CONFIGS == (chapters + ["best_fp32", "best_tf32", "cublas_fp32", "cublas_tf32"]
-                              + library + peers)
+    assert KERNEL_CONFIGS == (chapters + ["best_fp32", "best_tf32", "cublas_fp32", "cublas_tf32",
+                                          "cutlass_3xtf32"] + library + peers)
 
 
 @pytest.mark.parametrize("kernel", KERNEL_CONFIGS)
 def test_kernel_config_composes(compose, kernel):
     cfg = compose(f"kernel={kernel}")
     assert cfg.kernel.name == kernel
-    assert cfg.kernel.backend in ("nvrtc", "cublas", "dispatch", "triton")
+    assert cfg.kernel.backend in ("nvrtc", "cublas", "dispatch", "triton", "cutlass")
     assert cfg.kernel.precision in ("fp32", "tf32")
     if cfg.kernel.backend == "dispatch":  # best_*: a safe default chapter, rules per GPU
         assert cfg.kernel.dispatch and (CONF_DIR / "kernel" / f"{cfg.kernel.default}.yaml").is_file()

@@ -377,13 +377,46 @@ def test_triton_peer_verified_with_its_autotune_recorded(compose, peer, shape):
     assert record.pct_ci_low <= record.pct_of_cublas <= record.pct_ci_high
 
 
+@pytest.mark.parametrize("shape", [pytest.param((256, 256, 256), marks=pytest.mark.smoke),
+                                   (1000, 997, 333)], ids=["256", "unaligned"])
+def test_cutlass_peer_verified_with_its_build_and_tile_recorded(compose, shape):
+    """The CUTLASS peer (its library built with nvcc before any timing) is verified at the FP32
+    tolerance, timed launches and a fresh-input launch included, at an aligned and an unaligned
+    shape (alignment 1) with alpha and beta; its build seconds and chosen tile are recorded."""
+    if not _cutlass_buildable():
+        pytest.skip("the CUTLASS peer needs nvcc and the nvidia-cutlass wheel (.[peers])")
+    m, n, k = shape
+    record = run_job(compose("kernel=cutlass_3xtf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *QUICK))
+    assert record.status == "ok", record.error
+    assert record.tolerance == 1e-5
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.peer_compile_s > 0 and "warp" in record.peer_config
+    assert record.peer_config.endswith("align 4" if shape == (256, 256, 256) else "align 1")
+    assert record.pct_ci_low <= record.pct_of_cublas <= record.pct_ci_high
+
+
 @pytest.mark.smoke
 @pytest.mark.parametrize("kernel", ["best_fp32", "best_tf32"])
 def test_best_is_paired_with_its_strongest_peer(compose, kernel):
     pytest.importorskip("triton")
     record = run_job(compose(f"kernel={kernel}", "size=512", *QUICK))
     assert record.status == "ok", record.error
-    wanted = {"best_fp32": {"triton_tf32x3", "triton_fp32"}, "best_tf32": {"triton_tf32"}}[kernel]
+    wanted = {"best_fp32": {"triton_tf32x3", "triton_fp32", "cutlass_3xtf32"},
+              "best_tf32": {"triton_tf32"}}[kernel]
     assert record.peer_name in wanted, record.peers_skipped
     assert record.pct_peer_ci_low <= record.pct_of_peer <= record.pct_peer_ci_high
     assert record.pct_of_peer == pytest.approx(100 * record.gflops / record.peer_gflops)
+    if kernel == "best_fp32" and _cutlass_buildable():  # timed and checked in the same rounds
+        assert not any(line.startswith("cutlass_3xtf32:") for line in record.peers_skipped or [])
+
+
+def _cutlass_buildable() -> bool:
+    from src.errors import PeerMissing
+    from src.job.cutlass_build import require_tools
+
+    try:
+        require_tools()
+        return True
+    except PeerMissing:
+        return False

@@ -38,7 +38,7 @@ def lab(cwd: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProces
 def table_rows(output: str) -> dict[str, str]:
     """The `sgemm-lab kernels` table's rows by their first column."""
     return {line.split()[0]: line for line in output.splitlines() if line[:2].isdigit()
-            or line.startswith(("cublas_", "best_", "gemm_", "triton_"))}
+            or line.startswith(("cublas_", "best_", "gemm_", "triton_", "cutlass_"))}
 
 
 def test_kernels_lists_every_kernel_with_its_precision_and_tuned_gpus(tmp_path):

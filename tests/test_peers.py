@@ -63,21 +63,22 @@ def test_a_peer_with_an_unknown_input_precision_is_refused():
 def test_the_dispatchers_list_peers_of_their_accuracy(compose):
     fp32 = compose("kernel=best_fp32").kernel
     tf32 = compose("kernel=best_tf32").kernel
-    assert {PEERS[p][0] for p in fp32.peers} == {"fp32"} and list(tf32.peers) == ["triton_tf32"]
-    assert {p.name for p in fp32.peers_not_built} == {"cutlass_3xtf32", "cublas_fp32_emulated"}
+    assert {compose(f"kernel={p}").kernel.precision for p in fp32.peers} == {"fp32"}
+    assert list(tf32.peers) == ["triton_tf32"]
+    assert {p.name for p in fp32.peers_not_built} == {"cublas_fp32_emulated"}
     prepared = prepare_kernel(OmegaConf.to_container(fp32, resolve=True),
                               Problem(4096, 4096, 4096, 1.0, 0.0), _where(), _bench())
-    assert prepared.peers == ("triton_tf32x3", "triton_fp32")
-    assert any(line.startswith("cutlass_3xtf32: ") for line in prepared.peers_not_built)
+    assert prepared.peers == ("triton_tf32x3", "triton_fp32", "cutlass_3xtf32")
+    assert any(line.startswith("cublas_fp32_emulated: ") for line in prepared.peers_not_built)
 
 
-def _without_triton(monkeypatch):
-    for name in ("triton", "torch", "src.job.triton_matmul"):
-        monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
+def _without_peer_packages(monkeypatch):
+    for name in ("triton", "torch", "src.job.triton_matmul", "cutlass_library"):
+        monkeypatch.setitem(sys.modules, name, None)  # import (or the header lookup) fails
 
 
 def test_without_triton_a_peer_is_skipped_with_the_extra_to_install(monkeypatch):
-    _without_triton(monkeypatch)
+    _without_peer_packages(monkeypatch)
     spec = build_spec({"name": "triton_tf32x3", "backend": "triton", "precision": "fp32",
                        "input_precision": "tf32x3"}, Problem(64, 64, 64, 1.0, 0.0), H100)
     with pytest.raises(PeerMissing) as raised:
@@ -86,10 +87,11 @@ def test_without_triton_a_peer_is_skipped_with_the_extra_to_install(monkeypatch)
     assert ".[peers]" in str(raised.value) and "triton_tf32x3" in str(raised.value)
 
 
-def test_without_triton_best_fp32_is_measured_and_says_which_peers_were_skipped(monkeypatch):
-    """The peers are missing: the dispatch job is still paired with cuBLAS, and its record lists
-    the skipped peers (with the not-built ones) and has no peer figure."""
-    _without_triton(monkeypatch)
+def test_without_the_peers_best_fp32_is_measured_and_says_which_were_skipped(monkeypatch):
+    """The peers' packages (triton, torch, nvidia-cutlass) are missing: the dispatch job is still
+    paired with cuBLAS, and its record lists the skipped peers (with the not-built one) and has
+    no peer figure."""
+    _without_peer_packages(monkeypatch)
     fake_cupy.install(monkeypatch)
     monkeypatch.setattr(measure_mod, "compile_kernel", lambda spec, cache_dir=None: Gemm())
     baselines = Baselines()
@@ -103,6 +105,8 @@ def test_without_triton_best_fp32_is_measured_and_says_which_peers_were_skipped(
     skipped = {line.split(":")[0]: line for line in record.peers_skipped}
     assert set(skipped) == {"triton_tf32x3", "triton_fp32", "cutlass_3xtf32", "cublas_fp32_emulated"}
     assert "skipped_missing_peer" in skipped["triton_fp32"]
+    assert "skipped_missing_peer" in skipped["cutlass_3xtf32"]
+    assert "nvidia-cutlass" in skipped["cutlass_3xtf32"]
 
 
 class Tuned(Gemm):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from src.errors import LabError
-from src.job.compile import compile_kernel
+from src.job.compile import DEFAULT_CACHE_DIR, compile_kernel
 from src.job.config import kernel_config
 from src.job.measure import Baseline, verify_and_time
 from src.job.prepare import PreparedJob, Target, prepare_kernel
@@ -52,17 +52,20 @@ class Baselines:
                 self._kernels[name] = None
         return self._kernels[name]
 
-    def peers(self, names, job: PreparedJob) -> tuple[list[Baseline], list[str]]:
-        """The peers `names` (conf/kernel/<name>.yaml, e.g. the Triton ones), ready to time
-        beside `job`, each built once per process; and "name: why" of each that cannot be
-        (its package missing: skipped_missing_peer). A missing peer never fails the job."""
+    def peers(self, names, job: PreparedJob, cache_dir: str = DEFAULT_CACHE_DIR
+              ) -> tuple[list[Baseline], list[str]]:
+        """The peers `names` (conf/kernel/<name>.yaml: the Triton ones, CUTLASS's, which builds
+        into `cache_dir`), ready to time beside `job`, each built once per process; and
+        "name: why" of each that cannot be (its package missing: skipped_missing_peer). A
+        missing peer never fails the job."""
         built, skipped = [], []
         for name in names:
             if name not in self._kernels:
                 try:
                     prepared = prepare_kernel(kernel_config(name), job.problem, job.target, job.bench)
                     tolerance = float(job.bench.tolerance[prepared.spec.precision])
-                    self._kernels[name] = Baseline(name, compile_kernel(prepared.spec), tolerance)
+                    self._kernels[name] = Baseline(name, compile_kernel(prepared.spec, cache_dir),
+                                                   tolerance)
                 except LabError as exc:
                     log.warning("peer %s is not available: %s", name, exc)
                     self._kernels[name] = f"{name}: {exc.status}: {exc}"

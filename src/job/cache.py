@@ -50,7 +50,8 @@ class Key:
 
 def _compiler(spec) -> dict | None:
     """How NVRTC builds the chapter: its options and the toolkit header it may include; for a
-    Triton peer, its kernel's source, tl.dot's input_precision and Triton's version."""
+    Triton peer, its kernel's source, tl.dot's input_precision and Triton's version; for the
+    CUTLASS peer, what its library's key holds (source, CUTLASS and nvcc versions, arch)."""
     if spec.backend == "triton":
         from importlib import metadata
 
@@ -61,6 +62,10 @@ def _compiler(spec) -> dict | None:
             version = None
         return {"triton": version, "input_precision": spec.input_precision,
                 "source_sha256": hashlib.sha256(source).hexdigest()}
+    if spec.backend == "cutlass":
+        from src.job.cutlass_build import described
+
+        return described(spec.arch or compile_step.device_arch(), spec.name)
     if spec.backend != "nvrtc":
         return None
     header_sha = None

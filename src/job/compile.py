@@ -305,8 +305,9 @@ _loaded: dict[tuple, tuple] = {}
 
 
 def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
-    """Compile (or find cached) and load a chapter kernel, or build a cuBLAS baseline or a
-    Triton peer (compiled and autotuned by Triton at its first launch per shape)."""
+    """Compile (or find cached) and load a chapter kernel, or build a cuBLAS baseline, a Triton
+    peer (compiled and autotuned by Triton at its first launch per shape) or the CUTLASS peer
+    (its library built with nvcc here, once per machine)."""
     if spec.backend == "cublas":
         from src.job.cublas import CublasGemm
 
@@ -315,6 +316,10 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
         from src.job.triton_gemm import TritonGemm
 
         return TritonGemm(spec)
+    if spec.backend == "cutlass":
+        from src.job.cutlass_gemm import CutlassGemm
+
+        return CutlassGemm(spec, cache_dir)
 
     function, report = _built(spec, spec.entry, cache_dir)
     if spec.threads > report.max_threads_per_block:

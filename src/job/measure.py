@@ -313,7 +313,8 @@ def measure(prepared: PreparedJob, baselines, record: Record, outputs: JobOutput
     stronger = None
     if prepared.bench.best_cublas and not own and name is not None:
         stronger = baselines.autotuned(spec.precision, prepared)
-    peers, skipped = baselines.peers(prepared.peers, prepared) if prepared.peers else ((), [])
+    peers, skipped = (baselines.peers(prepared.peers, prepared, cache_dir) if prepared.peers
+                      else ((), []))
     record.peers_skipped = (skipped + list(prepared.peers_not_built)) or None
     gflops = verify_and_time(prepared, record, outputs, progress, cache_dir, baseline, stronger,
                              tuple(peers))

@@ -24,7 +24,7 @@ from src.job.problem import Problem
 from src.job.tensor_maps import TensorMapSpec, check as check_tensor_maps
 
 
-BACKENDS = ("nvrtc", "cublas", "triton")
+BACKENDS = ("nvrtc", "cublas", "triton", "cutlass")
 # tl.dot's input_precision for a Triton peer: ieee (FP32 FMA), tf32, tf32x3 (FP32-accurate)
 INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 PRECISIONS = ("fp32", "tf32")
@@ -79,7 +79,7 @@ OPERATORS = {**simpleeval.DEFAULT_OPERATORS, ast.Pow: _power, ast.Mult: _times,
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
-    backend: str                      # "nvrtc" (a kernels/*.cu chapter), "cublas" (a baseline) or "triton" (a peer)
+    backend: str                      # "nvrtc" (a kernels/*.cu chapter), "cublas" (a baseline), "triton" or "cutlass" (a peer)
     precision: str                    # "fp32" or "tf32": picks the verification tolerance and peak
     params: dict[str, int] = field(default_factory=dict)
     derived: dict[str, int] = field(default_factory=dict)
@@ -194,6 +194,9 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
                           compute_type=cfg["compute_type"])
     if backend == "triton":
         return _triton_spec(cfg, name, precision)
+    if backend == "cutlass":  # a peer with its own source and tile rule (src/job/cutlass_3xtf32.cu)
+        return KernelSpec(name=name, backend=backend, precision=precision, arch=cfg.get("arch"),
+                          entry="cutlass_3xtf32_gemm (device::Gemm, OpMultiplyAddFastF32)")
 
     params = dict(cfg.get("params") or {})
     for key, value in params.items():

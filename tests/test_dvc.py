@@ -264,7 +264,8 @@ def test_dag_and_status_are_valid(repo):
     assert edges == {edge for gpu in gpus for edge in (
         (f"bench@{gpu}", f"table@{gpu}"), (f"bench@{gpu}", f"plots@{gpu}"),
         (f"suite@{gpu}", f"suite_table@{gpu}"))} | {
-        ("table@h100_sxm", "compare"), ("suite_table@h100_sxm", "compare")}
+        (f"{stage}@{gpu}", "compare") for gpu in gpus for stage in ("table", "suite_table")
+        if (ROOT / "results" / gpu / "progression.csv").is_file()}  # compare: published GPUs
     status = dvc("status").stdout
     for gpu in gpus:
         for stage in ("bench", "table", "plots", "suite", "suite_table", "heldout"):
@@ -298,6 +299,7 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
         + str(params()["progression"]["replicate"]["within_pct"])
         + " -- bench=default bench.best_cublas=true",
         f"python -m src.records.collect sweeps/progression/h100_sxm -o {H100}/.runs.csv.new",
+        f"python -m src.records.cards {H100}/.runs.csv.new --earlier {H100}/runs.csv",
         f"python -m src.job.gpu_guard h100_sxm --runs {H100}/.runs.csv.new",
         f"mv {H100}/.ceilings.json.new {H100}/ceilings.json",
         f"mv {H100}/.runs.csv.new {H100}/runs.csv",
@@ -390,10 +392,11 @@ def test_a_failed_table_or_plots_run_leaves_the_published_files(repo, tmp_path):
 @pytest.mark.integration  # the dvc command line runs the stages
 def test_publishing_stages_and_compare_run_on_recorded_runs(repo):
     """With the H100's measured outputs in place (the recorded H100 runs and the stand-in
-    ceilings, and the recorded suite runs, marked as bench's and suite's by `dvc commit`),
-    `dvc repro compare` on this CPU machine runs the H100's table and suite_table and compare,
-    and never an H200 stage: the H200 shows as not measured. Metrics, params and plots can be
-    shown; a size change in params.yaml makes bench, and after it table and plots, out of date."""
+    ceilings, and the recorded suite runs, marked as bench's and suite's by `dvc commit`) and
+    the published H200 set's, `dvc repro compare` on this CPU machine runs each GPU's table and
+    suite_table and compare, and never a measuring stage; a GPU added to published.gpus without
+    a set (gh200 here) shows as not measured. Metrics, params and plots can be shown; a size
+    change in params.yaml makes bench, and after it table and plots, out of date."""
     work, dvc, run = repo
     results = work / H100
     results.mkdir(parents=True)
@@ -407,18 +410,28 @@ def test_publishing_stages_and_compare_run_on_recorded_runs(repo):
     publish_heldout(as_dispatched(work), results, "h100_sxm")
     shutil.copy2(as_dispatched(work), results / "heldout_runs.csv")
     dvc("commit", "-f", "heldout@h100_sxm")
+    h200 = work / "results" / "h200"
+    h200.mkdir(parents=True)
+    for name in ("runs.csv", "ceilings.json", "suite_runs.csv"):  # the published H200 set's
+        shutil.copy2(ROOT / "results" / "h200" / name, h200 / name)
+    dvc("commit", "-f", "bench@h200", "suite@h200")
+    settings = yaml.safe_load((work / "params.yaml").read_text())
+    settings["published"]["gpus"].append("gh200")  # a GPU with no published set
+    (work / "params.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     out = dvc("repro", "compare").stdout
     ran = set(re.findall(r"Running stage '([\w@]+)'", out))
-    assert ran == {"table@h100_sxm", "suite_table@h100_sxm", "compare"}, out
+    assert ran == {"table@h100_sxm", "suite_table@h100_sxm", "table@h200", "suite_table@h200",
+                   "compare"}, out
     out = dvc("repro", "plots@h100_sxm").stdout
     assert set(re.findall(r"Running stage '([\w@]+)'", out)) == {"plots@h100_sxm"}
     assert sorted(p.name for p in results.glob("suite*")) == \
         ["suite.csv", "suite.md", "suite.png", "suite_metrics.json", "suite_runs.csv", "suite_wide.md"]
-    assert not (work / "results" / "h200").exists()
+    assert not (work / "results" / "gh200").exists()
     compared = pd.read_csv(work / "results" / "compare" / "progression.csv")
-    assert set(compared.gpu_spec) == {"h100_sxm", "h200"}
-    assert set(compared[compared.gpu_spec == "h200"].status) == {"not measured"}
-    assert "h200 (not measured)" in (work / "results" / "compare" / "suite.md").read_text()
+    assert set(compared.gpu_spec) == {"h100_sxm", "h200", "gh200"}
+    assert set(compared[compared.gpu_spec == "gh200"].status) == {"not measured"}
+    assert "ok" in set(compared[compared.gpu_spec == "h200"].status)  # rows it lacks: not measured
+    assert "gh200 (not measured)" in (work / "results" / "compare" / "suite.md").read_text()
     status = dvc("status", "compare", "plots@h100_sxm", "--with-deps").stdout
     assert "up to date" in status, status
     for name in ("progression.csv", "progression.md", "metrics.json", "plots/gflops_vs_size.png",
@@ -431,7 +444,8 @@ def test_publishing_stages_and_compare_run_on_recorded_runs(repo):
     assert ".dvc/cache" not in untracked and "sweeps/" not in untracked
     lock = yaml.safe_load((work / "dvc.lock").read_text())
     assert set(lock["stages"]) == {f"{s}@h100_sxm" for s in ("bench", "table", "plots", "suite",
-                                                             "suite_table", "heldout")} | {"compare"}
+                                                             "suite_table", "heldout")} | {
+        f"{s}@h200" for s in ("bench", "table", "suite", "suite_table")} | {"compare"}
 
     metrics = json.loads(dvc("metrics", "show", "--json").stdout)
     suite = metrics[""]["data"][f"{H100}/suite_metrics.json"]["data"]["h100_sxm"]

@@ -157,6 +157,15 @@ def pool_serve(conn, rendezvous: bytes):
         answer(conn, "done", position, {"name": job["name"], "pid": os.getpid(), **seen})
 
 
+def serve_noting_start(conn, context: bytes) -> None:
+    """A slot's loop (src/sweep/pool.py's serve_hydra_jobs) that first notes, in the file
+    $FAKE_EVENTS, that this slot process has started."""
+    from src.sweep.pool import serve_hydra_jobs
+
+    with open(os.environ["FAKE_EVENTS"], "a") as out:
+        out.write(f"slot {os.environ.get('CUDA_VISIBLE_DEVICES', '')} started\n")
+    serve_hydra_jobs(conn, context)
+
 class StandInWorkers(Callback):
     """A Hydra callback (+hydra.callbacks.stand_in._target_=tests.fault_jobs.StandInWorkers): in
     the job's own process, wherever a launcher runs it (a slot of the GPU launcher), the worker

@@ -128,17 +128,44 @@ def test_a_slot_that_dies_costs_its_job_alone_and_is_started_again(tmp_path):
     assert [slot.started for slot in pool.slots] == [2, 1]
 
 
+def test_jobs_go_out_in_the_order_given_and_answers_come_in_job_order(tmp_path):
+    """One slot, so the hand-out order is the order the jobs ran in."""
+    jobs = [{"name": f"job{i}"} for i in range(4)]
+    handed = []
+    pool = Pool(gpus("0"), serve=fault_jobs.pool_serve)
+    try:
+        answers = pool.run(jobs, on_start=lambda job, gpu: handed.append(job["name"]), order=[2, 0, 3, 1])
+        with pytest.raises(ValueError, match="each of the 4 jobs' positions once"):
+            pool.run(jobs, order=[2, 0, 0, 1])
+    finally:
+        pool.stop()
+    assert handed == ["job2", "job0", "job3", "job1"]
+    assert [answer.value["name"] for answer in answers] == ["job0", "job1", "job2", "job3"]
+
+
+def test_the_largest_problems_go_out_first_then_job_order():
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.sgemm_lab.gpu_launcher import Job, longest_first
+
+    sizes = [(64, 64, 64), (4096, 4096, 4096), ("abc", 1, 1), (8, 4096, 4096), (4096, 4096, 4096),
+             (4096, 8, 4096)]
+    jobs = [Job(i, [], OmegaConf.create({"m": m, "n": n, "k": k})) for i, (m, n, k) in enumerate(sizes)]
+    assert longest_first(jobs) == [1, 4, 3, 5, 0, 2]  # 8x4096x4096 = 4096x8x4096: job order
+
+
 # --- the runner, through the lab's launcher -----------------------------------------------------
 
 def sweep(tmp_path: Path, visible: str, *args: str, meet: int = 2, **env: str):
     """`python -m src.run -m ARGS` on the pretend GPUs `visible` (CUDA_VISIBLE_DEVICES), each
-    job in a stand-in worker (gpu_serve: it waits to meet `meet` jobs in flight)."""
+    job in a stand-in worker (gpu_serve: it waits to meet `meet` jobs in flight; FAKE_SERVE in
+    `env` names another)."""
     rendezvous = tmp_path / "rendezvous"
     rendezvous.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "src.run", "-m", *args, STAND_IN, f"hydra.sweep.dir={tmp_path}/sweep"],
-        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES=visible, FAKE_SERVE="gpu_serve",
-                              FAKE_RENDEZVOUS=str(rendezvous), FAKE_MEET=str(meet), **env),
+        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES=visible, FAKE_RENDEZVOUS=str(rendezvous),
+                              FAKE_MEET=str(meet), **{"FAKE_SERVE": "gpu_serve", **env}),
         capture_output=True, text=True, timeout=300)
 
 
@@ -258,6 +285,90 @@ def test_a_tuning_sweep_on_two_gpus_measures_what_it_measures_on_one(tmp_path):
     assert trials[0] == trials[1] and len(trials[0]) == summaries[0]["measured"] > 1
     workers = {r["entry"] for r in records(tmp_path / "two" / "sweep").values()}
     assert len(workers) == 2 and "[GPU 1]" in two.stdout
+
+
+def progress_lines(output: str) -> list[str]:
+    """The overrides of each progress line, in the order the jobs were handed out."""
+    return [line.split(": ", 1)[1].split("  [GPU")[0] for line in output.splitlines()
+            if line.startswith("job ") and "  [GPU" in line]
+
+
+def test_longest_jobs_go_out_first_and_records_keep_job_order(tmp_path):
+    """On two pretend GPUs the 256^3 jobs are handed out first, then 128^3 and 64^3, each size
+    in job order, and last the jobs of size 0; the job directories and numbers keep the job
+    order, and the size-0 jobs are recorded failed while the sweep goes on, as on one GPU."""
+    args = ["kernel=05_blocktile_2d,01_naive", "size=64,0,256,128", "mlflow.enabled=false"]
+    two = sweep(tmp_path / "two", "0,1", *args, FAKE_SERVE="ok_serve")
+    one = sweep(tmp_path / "one", "0", *args, FAKE_SERVE="ok_serve")
+    assert two.returncode == 0 and one.returncode == 0, two.stdout + two.stderr + one.stderr
+    jobs = [f"kernel={kernel} size={size} mlflow.enabled=False" for kernel in ("05_blocktile_2d", "01_naive")
+            for size in (64, 0, 256, 128)]
+    assert progress_lines(two.stdout) == [jobs[i] for i in (2, 6, 3, 7, 0, 4, 1, 5)]
+    assert "job 8 of 8" in two.stdout
+    by_two, by_one = records(tmp_path / "two" / "sweep"), records(tmp_path / "one" / "sweep")
+    assert list(by_two) == [f"{i}_{kernel}_{size}x{size}x{size}" for i, (kernel, size) in enumerate(
+        (kernel, size) for kernel in ("05_blocktile_2d", "01_naive") for size in (64, 0, 256, 128))]
+    assert {name: r["status"] for name, r in by_two.items()} == {name: r["status"] for name, r in by_one.items()}
+    assert [r["status"] for r in by_two.values()] == ["ok", "invalid_problem", "ok", "ok"] * 2
+    assert (tmp_path / "two" / "sweep" / "summary.md").read_text() == \
+        (tmp_path / "one" / "sweep" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("visible", ["0", "0,1"])
+def test_a_job_that_does_not_compose_stops_the_sweep_before_any_job_runs(tmp_path, visible):
+    """Every job is composed before the first starts (that compose is Hydra's batch check):
+    Hydra's error, exit 1, no job run, as when Hydra's sweeper checked the batch itself."""
+    proc = sweep(tmp_path, visible, "kernel=01_naive,07_nope", "size=64", "mlflow.enabled=false",
+                 FAKE_SERVE="ok_serve")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Could not find 'kernel/07_nope'" in output, output
+    assert "Traceback" not in output and not list((tmp_path / "sweep").glob("*/record.json"))
+    assert not progress_lines(proc.stdout)
+
+
+# `python -m src.run ...` that writes an event to $FAKE_EVENTS, one line each, as each slot process
+# starts and as each job is composed; the batch's last compose waits (at most 60 s) until a slot
+# has said it started, so a launcher that started its slots only after composing fails the order.
+EVENTS_RUN = """
+import os, runpy, time
+import src.sweep.pool
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+import tests.fault_jobs
+
+events = os.environ["FAKE_EVENTS"]
+src.sweep.pool.serve_hydra_jobs = tests.fault_jobs.serve_noting_start
+compose = ConfigLoaderImpl.load_sweep_config
+
+def load_sweep_config(self, master_config, sweep_overrides):
+    if "size=256" in sweep_overrides:  # the batch's last job
+        deadline = time.time() + 60
+        while "slot" not in open(events).read() and time.time() < deadline:
+            time.sleep(0.05)
+    config = compose(self, master_config, sweep_overrides)
+    with open(events, "a") as out:
+        out.write("composed " + " ".join(sweep_overrides) + "\\n")
+    return config
+
+ConfigLoaderImpl.load_sweep_config = load_sweep_config
+runpy.run_module("src.run", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_the_slots_start_while_the_jobs_are_composed(tmp_path):
+    events = tmp_path / "events"
+    events.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-c", EVENTS_RUN, "-m", "kernel=01_naive", "size=64,128,256",
+         "mlflow.enabled=false", STAND_IN, f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES="0,1", FAKE_SERVE="ok_serve", FAKE_EVENTS=str(events)),
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = events.read_text().splitlines()
+    composed = [i for i, line in enumerate(lines) if line.startswith("composed ")]
+    slots = [i for i, line in enumerate(lines) if line.startswith("slot ")]
+    assert len(composed) == 3 and len(slots) == 2, lines  # each job composed once
+    assert slots[0] < composed[-1], lines
+    assert len(records(tmp_path / "sweep")) == 3
 
 
 # --- the GPU tests, spread the same way ---------------------------------------------------------

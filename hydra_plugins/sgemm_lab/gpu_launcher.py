@@ -10,6 +10,14 @@ of the node at once, one job at a time on each GPU.
   results in job order, so that sweepers, summaries and records read as in one process. The
   slots live for the whole sweep: a tuning sweep's batches reuse them.
 
+Either way every job of a batch is composed once, here, before the first job starts: that compose
+is the batch's validation (a job that does not compose stops the sweep before any job ran, with
+Hydra's error, as Hydra's check did), so the lab's sweeper (lab_sweeper.py) skips Hydra's own,
+which composed every job a second time. On several GPUs the slots are started first, so their
+start overlaps the composing, and the jobs are handed out longest first (M*N*K, then job order):
+a long job last would leave the other GPUs idle. Job numbers, directories and results keep the
+job order.
+
 The launching process creates no CUDA context for this: which GPUs there are comes from the
 environment or from NVML.
 """
@@ -18,8 +26,9 @@ environment or from NVML.
 # where dataclasses cannot resolve string annotations)
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -27,16 +36,53 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 log = logging.getLogger("sgemm")
 
 
+@dataclass
+class Job:
+    """One job of a batch: its number in the sweep, its overrides and its composed config."""
+
+    idx: int
+    overrides: List[str]
+    config: Any
+
+
+def problem_size(config) -> int:
+    """M*N*K of a job's config; 0 when they are not numbers (such a job is refused at once)."""
+    try:
+        return int(config.m) * int(config.n) * int(config.k)
+    except Exception:  # a bad size or shape is the job's own error, recorded when it runs
+        return 0
+
+
+def longest_first(jobs: Sequence[Job]) -> List[int]:
+    """Positions of `jobs` in hand-out order: the largest problem first, ties in job order."""
+    return sorted(range(len(jobs)), key=lambda i: (-problem_size(jobs[i].config), i))
+
+
 class SlotLost(RuntimeError):
     """In the launching process: a job whose slot process died before it answered."""
 
 
 class GpuLauncher(BasicLauncher):
+    composes_batch_first = True  # lab_sweeper.LabSweeper: no second compose to validate a batch
+
     def __init__(self, devices: Optional[List[int]] = None) -> None:
         super().__init__()
         self.devices = list(devices) if devices is not None else None
         self._gpus = None
         self._pool = None
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        """Hydra's, then the slots' start (several GPUs): they start while the sweeper plans
+        and the jobs are composed, not when the first batch is launched."""
+        from src.errors import LabError
+
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        try:
+            pooled = self._pooled()
+        except LabError:  # a bad hydra.launcher.devices: launch() says so
+            return
+        if pooled:
+            self._started_pool()
 
     @property
     def gpus(self) -> list:
@@ -63,33 +109,56 @@ class GpuLauncher(BasicLauncher):
         except LabError as exc:  # a bad hydra.launcher.devices: one clear error, no traceback
             log.error("error [%s]: %s", exc.status, exc)
             raise SystemExit(1) from None
-        if not pooled:
-            return super().launch(job_overrides, initial_job_idx)
-        return self._launch_on_slots(job_overrides, initial_job_idx)
-
-    def _launch_on_slots(self, job_overrides, initial_job_idx: int) -> List[JobReturn]:
         from hydra.core.utils import configure_log, setup_globals
-
-        from src.sweep import progress
-        from src.sweep.tracking import signals
 
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        pool = self._started_pool()
-        jobs = [(initial_job_idx + i, list(overrides)) for i, overrides in enumerate(job_overrides)]
+        if not pooled:
+            return self._launch_here(self._composed(job_overrides, initial_job_idx))
+        pool = self._started_pool()  # first: the slots start while the jobs are composed
+        return self._launch_on_slots(pool, self._composed(job_overrides, initial_job_idx))
+
+    def _composed(self, job_overrides, initial_job_idx: int) -> List[Job]:
+        """Every job's config, as Hydra's basic launcher composes it; what does not compose
+        raises here, before any job of the batch has started."""
+        from omegaconf import open_dict
+
+        jobs = []
+        for i, overrides in enumerate(job_overrides):
+            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(config):
+                config.hydra.job.id = config.hydra.job.num = initial_job_idx + i
+            jobs.append(Job(initial_job_idx + i, list(overrides), config))
+        return jobs
+
+    def _launch_here(self, jobs: List[Job]) -> List[JobReturn]:
+        """One after another in this process, as Hydra's basic launcher runs them."""
+        from hydra.core.utils import configure_log, run_job
+
+        returns = []
+        for job in jobs:
+            returns.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
+                                   config=job.config, job_dir_key="hydra.sweep.dir",
+                                   job_subdir_key="hydra.sweep.subdir"))
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return returns
+
+    def _launch_on_slots(self, pool, jobs: List[Job]) -> List[JobReturn]:
+        from src.sweep import progress
+        from src.sweep.tracking import signals
 
         def on_start(job, gpu) -> None:
             signals.raise_if_interrupted()  # an interrupt a library swallowed stops the sweep here
             if progress.current is not None:
-                progress.current.job_started(job[1], gpu=gpu.label)
+                progress.current.job_started(job.overrides, gpu=gpu.label)
 
         def on_end(job, answer) -> None:
             if progress.current is not None:
                 ok = answer.kind == "done" and answer.value.status == JobStatus.COMPLETED
                 progress.current.job_ended(answer.value._return_value if ok else None)
 
-        answers = pool.run(jobs, on_start=on_start, on_end=on_end)
+        answers = pool.run(jobs, on_start=on_start, on_end=on_end, order=longest_first(jobs))
         raised = next((a.value for a in answers if a is not None and a.kind == "raised"), None)
         if raised is not None:  # as in one process: what a job raised (sys.exit) ends the sweep
             raise raised
@@ -113,10 +182,10 @@ class GpuLauncher(BasicLauncher):
         return self._pool
 
     @staticmethod
-    def _job_return(job, answer) -> JobReturn:
+    def _job_return(job: Job, answer) -> JobReturn:
         if answer.kind == "done":
             return answer.value
-        idx, overrides = job
+        idx, overrides = job.idx, job.overrides
         how = ("was interrupted by a signal sent to it alone" if answer.kind == "interrupted"
                else f"died (exit code {answer.value}; a negative code is the signal that killed it)")
         message = (f"job #{idx} ({' '.join(filter_overrides(overrides))}) on GPU {answer.gpu.label} "

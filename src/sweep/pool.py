@@ -2,8 +2,9 @@
 pinned to its GPU (CUDA_VISIBLE_DEVICES) that runs the sweep's jobs one at a time, exactly as
 Hydra's basic launcher runs them in the launching process: Hydra's run_job, the job's MLflow child
 run, its worker process (src/sweep/worker.py: a fault or a hang costs that job alone, and the slot
-starts a fresh worker for its next job). Jobs go to the next free slot; results come back in job
-order.
+starts a fresh worker for its next job). Jobs go to the next free slot in the order the launcher
+gives (longest first); results come back in job order. The slots start as the pool is made, so
+their start (process, imports) overlaps what the launcher does before the first job (composing).
 
 Why processes, not threads of the launcher: Hydra's run_job sets process-wide state for the job it
 runs (the HydraConfig singleton the job reads, the logging handlers that write the job's log file,
@@ -85,11 +86,10 @@ def answer(conn, kind: str, position: int, value) -> None:
 
 
 def serve_hydra_jobs(conn, context: bytes) -> None:
-    """A slot's loop: each job as Hydra's basic launcher runs it (its config composed from the
-    sweep's and the job's overrides, then run_job), until the launcher says None."""
+    """A slot's loop: each job as Hydra's basic launcher runs it (run_job on the config the
+    launcher composed for it, gpu_launcher.Job), until the launcher says None."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import configure_log, run_job, setup_globals
-    from omegaconf import open_dict
 
     hydra_context, task_function, config, state = pickle.loads(context)
     Singleton.set_state(state)
@@ -102,14 +102,10 @@ def serve_hydra_jobs(conn, context: bytes) -> None:
             return
         if message is None:
             return
-        position, (idx, overrides) = message
+        position, job = message
         try:
-            sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = idx
-                sweep_config.hydra.job.num = idx
             ret = run_job(hydra_context=hydra_context, task_function=task_function,
-                          config=sweep_config, job_dir_key="hydra.sweep.dir",
+                          config=job.config, job_dir_key="hydra.sweep.dir",
                           job_subdir_key="hydra.sweep.subdir")
             configure_log(config.hydra.hydra_logging, config.hydra.verbose)
         except KeyboardInterrupt:  # the launcher's interrupt, passed on: the job's run ended KILLED
@@ -155,6 +151,11 @@ class Slot:
         child_conn.close()
         self.conn = parent_conn
         self.started += 1
+
+    def start_if_stopped(self) -> None:
+        """Start the slot's process, if it is not running, without a job for it yet."""
+        if not self.alive:
+            self._start()
 
     def send(self, message) -> None:
         if not self.alive:
@@ -207,13 +208,19 @@ class Pool:
     def __init__(self, gpus: list[Gpu], context: bytes = b"", serve=None) -> None:
         self.slots = [Slot(gpu, serve or serve_hydra_jobs, context) for gpu in gpus]
         atexit.register(self.stop)
+        for slot in self.slots:  # now, not at the first job: their start overlaps the caller's work
+            slot.start_if_stopped()
 
-    def run(self, jobs: list, on_start=None, on_end=None) -> list[Answer | None]:
-        """Each job to the next free slot, one at a time per slot. `on_start(job, gpu)` before a
-        job is handed out, `on_end(job, answer)` when its answer is in. After a job `raised`, no
-        further job starts (their answers stay None); those in flight finish."""
+    def run(self, jobs: list, on_start=None, on_end=None, order=None) -> list[Answer | None]:
+        """Each job to the next free slot, one at a time per slot, in `order` (positions in
+        `jobs`; None: as listed). `on_start(job, gpu)` before a job is handed out, `on_end(job,
+        answer)` when its answer is in. The answers are in the order of `jobs`, whatever the
+        order they ran in. After a job `raised`, no further job starts (their answers stay
+        None); those in flight finish."""
         answers: list[Answer | None] = [None] * len(jobs)
-        waiting = deque(range(len(jobs)))
+        waiting = deque(range(len(jobs)) if order is None else order)
+        if sorted(waiting) != list(range(len(jobs))):
+            raise ValueError(f"order must list each of the {len(jobs)} jobs' positions once")
         busy: dict[Slot, int] = {}
         halted = False
         try:

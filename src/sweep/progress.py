@@ -80,7 +80,7 @@ def _clock(seconds: float) -> str:
 def sweep_size(config, arguments: list[str]) -> int | None:
     """How many jobs Hydra's basic sweeper makes of `arguments` (None for another sweeper, which
     reports its own total, or when the overrides cannot be counted here)."""
-    if "BasicSweeper" not in str(config.hydra.sweeper.get("_target_", "")):
+    if not str(config.hydra.sweeper.get("_target_", "")).endswith(("BasicSweeper", "LabSweeper")):
         return None
     try:
         from hydra._internal.config_loader_impl import ConfigLoaderImpl

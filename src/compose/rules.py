@@ -25,10 +25,13 @@ load_config (each config file as read).
 
 from __future__ import annotations
 
+import warnings
+
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 KERNEL_GROUP = "kernel"
+SWEEPER_SCHEMA_WARNING = r"\s*'hydra/sweeper/basic' is validated against ConfigStore schema"
 
 CREDENTIALS_RULE = (
     "rule: no credentials in the config or on the command line, where Hydra writes them to "
@@ -60,6 +63,10 @@ def install() -> None:
     if getattr(ConfigRepository.load_config, "checks_rules", False):
         return
     cache.install()  # config files read once per process (checked below on every compose)
+    # conf/hydra/sweeper/basic.yaml (the lab's sweeper under Hydra's default name) is meant to be
+    # checked against Hydra's own schema of that name; Hydra warns of that matching on every
+    # compose, which would print 4 lines before every command's own output.
+    warnings.filterwarnings("ignore", message=SWEEPER_SCHEMA_WARNING, category=UserWarning)
     load = ConfigRepository.load_config
     compose = ConfigLoaderImpl.load_configuration
 

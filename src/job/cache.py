@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
 from src.job import compile as compile_step
+from src.job import gpu as gpu_mod
 from src.records.record import Record
 
 log = logging.getLogger("sgemm")
@@ -65,7 +66,7 @@ def _compiler(spec) -> dict | None:
     if spec.backend == "cutlass":
         from src.job.cutlass_build import described
 
-        return described(spec.arch or compile_step.device_arch(), spec.name)
+        return described(spec.arch or gpu_mod.device_arch(), spec.name)
     if spec.backend != "nvrtc":
         return None
     header_sha = None

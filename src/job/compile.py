@@ -33,6 +33,7 @@ from pathlib import Path
 from src.errors import CompileFailed, ConfigError, LaunchFailed, OutOfMemory
 from src.job.cubin_store import cubin_entry, store_cubin
 from src.job.directives import include_of, logical_lines
+from src.job.gpu import device_arch
 from src.job.spec import KernelSpec
 from src.paths import KERNELS_DIR
 from src.paths import kernel_file
@@ -283,13 +284,6 @@ def precompile(jobs, arch: str, cache_dir: Path | str, threads: int | None = Non
                                           thread_name_prefix="nvrtc")
     return [pool.submit(build_cubin, text, entry, arch, cache_dir, name)
             for name, text, entry in jobs]
-
-
-def device_arch() -> str:
-    """The current device's architecture, as NVRTC names it (sm_90 for Hopper)."""
-    import cupy as cp
-
-    return "sm_" + cp.cuda.Device().compute_capability
 
 
 def build_arch(spec: KernelSpec, device=None) -> str | None:

@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 
 from src.errors import CompileFailed, PeerMissing
-from src.job.nvcc import nvcc_arch_options, nvcc_path
+from src.job.toolchain import nvcc_arch_options, nvcc_path
 
 SOURCE = Path(__file__).with_name("cutlass_3xtf32.cu")
 PACKAGE = "nvidia-cutlass"

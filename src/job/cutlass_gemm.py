@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 
 from src.errors import LaunchFailed
-from src.job.compile import device_arch
+from src.job.gpu import device_arch
 from src.job.cutlass_build import build_library, require_tools
 from src.job.spec import KernelSpec
 from src.job.triton_gemm import Tuning

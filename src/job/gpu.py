@@ -239,3 +239,9 @@ def sm_clock_mhz(device: Device) -> int | None:
     except pynvml.NVMLError:
         return None
 
+
+def device_arch() -> str:
+    """The current device's architecture, as NVRTC names it (sm_90 for Hopper)."""
+    import cupy as cp
+
+    return "sm_" + cp.cuda.Device().compute_capability

@@ -5,7 +5,6 @@ resource report and the SASS (the CPU compile tests, benchmarks/sass.py)."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 from src.errors import CompileFailed
 from src.job.compile import NVRTC_OPTIONS, expand_source
 from src.job.spec import KernelSpec
+from src.job.toolchain import nvcc_arch_options, nvcc_path  # noqa: F401  (nvcc_arch_options: this module's API too)
 
 
 _PTXAS = {
@@ -22,19 +22,6 @@ _PTXAS = {
     "spill_store_bytes": re.compile(r"(\d+) bytes spill stores"),
     "spill_load_bytes": re.compile(r"(\d+) bytes spill loads"),
 }
-
-
-def nvcc_path() -> str | None:
-    return shutil.which("nvcc")
-
-
-def nvcc_arch_options(arch: str) -> list[str]:
-    """nvcc's flags for `arch`. An arch-specific target (sm_90a) is spelled as -gencode: nvcc
-    13.0's -arch=sm_90a shorthand also runs a plain sm_90 pass, which rejects wgmma."""
-    if arch.endswith("a"):
-        number = arch[len("sm_"):]
-        return [f"-gencode=arch=compute_{number},code={arch}"]
-    return [f"-arch={arch}"]
 
 
 def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = None) -> dict:

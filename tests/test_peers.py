@@ -114,7 +114,7 @@ class Tuned(Gemm):
 
     def __init__(self, seconds: float, config: str, slow: bool = False):
         super().__init__()
-        from src.job.triton_gemm import Tuning
+        from src.job.recording import Tuning
 
         self.tuning, self.slow = Tuning(seconds, config), slow
 

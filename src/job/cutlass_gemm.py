@@ -16,7 +16,7 @@ from src.errors import LaunchFailed
 from src.job.gpu import device_arch
 from src.job.cutlass_build import build_library, require_tools
 from src.job.spec import KernelSpec
-from src.job.triton_gemm import Tuning
+from src.job.recording import Tuning
 
 
 def load(path: str) -> ctypes.CDLL:

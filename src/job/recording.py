@@ -5,6 +5,7 @@ this module only writes what the timing says."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from src.job import kernel_clock
@@ -12,6 +13,16 @@ from src.job.paired import paired_ratio, widen
 from src.job.protocol import reason_names
 from src.job.timing import Interleaved, Timing
 from src.records.record import Record
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A peer's setup at one shape, as its record keeps it (peer_compile_s, peer_config): the wall
+    seconds of its build or compile + autotune (all before timing), and the config it chose.
+    Triton's and CUTLASS's launchers set it as their `tuning`."""
+
+    seconds: float
+    config: str | None
 
 
 def keep_timing(record: Record, timing: Timing, flops: int) -> None:

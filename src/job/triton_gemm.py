@@ -15,20 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
 
 from src.errors import LaunchFailed, PeerMissing
+from src.job.recording import Tuning
 from src.job.spec import KernelSpec
 
 EXTRA = "pip install -e '.[peers]'"
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """The compile + autotune of one shape: wall seconds of that first launch, and the config."""
-
-    seconds: float
-    config: str | None
 
 
 def missing_message(name: str, exc: BaseException) -> str:

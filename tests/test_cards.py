@@ -30,6 +30,14 @@ def _by_card() -> tuple[list[dict], list[dict]]:
     return [r for r in rows if cards.card(r) == first], [r for r in rows if cards.card(r) == second]
 
 
+def _write(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def _same_code(new: list[dict], earlier: list[dict]) -> list[dict]:
     """The earlier rows whose kernel, size and source the new run measured too."""
     measured = {(r["kernel"], r["size"], r["source_sha256"]) for r in new}
@@ -81,16 +89,8 @@ def test_other_code_or_another_protocol_is_not_a_replicate():
 
 def test_the_merged_file_publishes_rows_on_two_cards(tmp_path):
     new, earlier = _by_card()
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(new[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(new)
-    earlier_path = tmp_path / "earlier.csv"
-    with earlier_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(earlier[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(earlier)
+    path = _write(tmp_path / "runs.csv", new)
+    earlier_path = _write(tmp_path / "earlier.csv", earlier)
     assert cards.main([str(path), "--earlier", str(earlier_path)]) == 0
     frame = read_runs(path)
     records = records_from_runs(frame)
@@ -106,11 +106,7 @@ def test_the_merged_file_publishes_rows_on_two_cards(tmp_path):
 
 def test_no_earlier_file_keeps_the_new_runs_as_they_are(tmp_path):
     new, _ = _by_card()
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(new[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(new)
+    path = _write(tmp_path / "runs.csv", new)
     before = path.read_bytes()
     assert cards.main([str(path), "--earlier", str(tmp_path / "missing.csv")]) == 0
     assert path.read_bytes() == before

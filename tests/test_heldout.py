@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 
 from src.publish import heldout
 from tests.runs_fixture import as_dispatched
@@ -32,3 +33,11 @@ def test_the_report_has_geomean_min_goal_and_the_worst_five(tmp_path):
     assert "# Held-out shapes on h100_sxm" in text and text.count("the worst five") == 2
     assert f"| {metrics['h100_sxm']['tf32']['worst'][0]['shape']} |" in text
     assert len(pd.read_csv(tmp_path / "out" / "heldout.csv")) == len(frame[frame.kernel.isin(heldout.KERNELS.values())])
+
+
+def test_a_gpu_set_refuses_another_gpus_heldout_runs(tmp_path):
+    """The recorded H100 rows cannot become the H200's held-out report: nothing is written."""
+    out = tmp_path / "h200"
+    with pytest.raises(ValueError, match=r"into results/h200/: it holds jobs measured on h100_sxm"):
+        heldout.publish(as_dispatched(tmp_path), out, "h200")
+    assert not out.exists() or not any(out.iterdir())

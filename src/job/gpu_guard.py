@@ -11,14 +11,13 @@ CSV before it is moved into the set: every job that reached a GPU names that spe
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
 from src.errors import NoGPU
+from src.records.collect import SET_RULE as RULE, runs_refusal
 from src.job import gpu as gpu_mod
 
-RULE = "rule: results/<gpu>/ holds figures measured on that GPU only"
 
 
 def visible_device_names() -> list[str]:
@@ -52,17 +51,6 @@ def device_refusal(spec: str, device_names: list[str]) -> str | None:
     return (f"refusing to measure results/{spec}/: this stage times on a {spec} GPU "
             f"(conf/gpu/{spec}.yaml) but this machine shows {seen}. Run it on a {spec} node, or "
             f"run the stage of the GPU that is here (dvc repro bench@<its spec>) ({RULE}).")
-
-
-def runs_refusal(spec: str, runs_csv: Path) -> str | None:
-    """Why the collected runs may not enter `spec`'s set: jobs that name another GPU spec."""
-    with runs_csv.open(newline="") as f:
-        specs = {row.get("gpu_spec") or "" for row in csv.DictReader(f)}
-    others = sorted(specs - {spec, "", "unknown"})  # empty / unknown: refused before any GPU
-    if not others:
-        return None
-    return (f"refusing to publish {runs_csv} into results/{spec}/: it holds jobs measured on "
-            f"{', '.join(others)} ({RULE}).")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from src.publish.staged import staged
 from src.publish.suite import geomean, suite_frame
-from src.records.collect import read_runs
+from src.records.collect import read_runs, runs_refusal
 
 # Issue 39's bar on shapes the dispatch never saw, against the stronger cuBLAS: (geomean, min)
 GOALS = {"fp32": (1.5, 0.95), "tf32": (1.05, 0.90)}
@@ -86,11 +86,9 @@ def publish(runs_csv: Path, out_dir: Path, gpu_spec: str) -> dict:
     frame = heldout_frame(read_runs(runs_csv))
     if frame.empty:
         raise ValueError(f"{runs_csv} has no best_fp32 / best_tf32 jobs: nothing to publish")
-    others = sorted(set(frame.gpu_spec) - {gpu_spec, "unknown"})
-    if others:
-        raise ValueError(f"{runs_csv} holds jobs measured on {', '.join(others)}, not {gpu_spec}: "
-                         f"results/{gpu_spec}/ is {gpu_spec}'s published set and takes only its "
-                         f"jobs (rule: one published set per GPU spec)")
+    refusal = runs_refusal(gpu_spec, runs_csv)  # a set holds one GPU's figures only
+    if refusal:
+        raise ValueError(refusal)
     rows = frame.drop(columns="gpu_spec")
     out_dir.mkdir(parents=True, exist_ok=True)
     with staged(out_dir) as new:

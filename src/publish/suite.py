@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from src.paths import CONF_DIR
 from src.publish.staged import staged
 from src.records import math_units
-from src.records.collect import read_runs
+from src.records.collect import read_runs, runs_refusal
 
 DISPATCHERS = {"best_fp32": "fp32", "best_tf32": "tf32"}
 COLUMNS = ["suite", "shape", "m", "n", "k", "alpha", "beta", "kernel", "chosen", "math", "rule",
@@ -321,11 +321,9 @@ def publish(runs_csv: Path, out_dir: Path, gpu_spec: str) -> dict:
     frame = suite_frame(read_runs(runs_csv))
     if frame.empty:
         raise ValueError(f"{runs_csv} has no best_fp32 / best_tf32 jobs: nothing to publish")
-    others = sorted(set(frame.gpu_spec) - {gpu_spec, "unknown"})
-    if others:
-        raise ValueError(f"{runs_csv} holds jobs measured on {', '.join(others)}, not {gpu_spec}: "
-                         f"results/{gpu_spec}/ is {gpu_spec}'s published set and takes only its "
-                         f"jobs (rule: one published set per GPU spec)")
+    refusal = runs_refusal(gpu_spec, runs_csv)  # a set holds one GPU's figures only
+    if refusal:
+        raise ValueError(refusal)
     runs = read_runs(runs_csv)
     mine = runs[runs.gpu_spec == gpu_spec] if "gpu_spec" in runs else runs.iloc[:0]
     gpus = sorted(mine.gpu.dropna().unique()) if "gpu" in mine else []

@@ -8,7 +8,8 @@ or `<file>:<line>` for a JSONL source) and `size` (the size label). Nested field
 `params`, `grid`, `block` and the per-sample lists as compact JSON (a kernel's tile parameters differ from another's),
 `device` and `bench` spread into `device.<key>` and `bench.<key>` columns (`bench.tolerance.fp32`).
 A failed job keeps its status and error and has empty figures, exactly as in its record.
-`read_runs` and `records_from_runs` read the file back for the table and plots steps.
+`read_runs` and `records_from_runs` read the file back for the table and plots steps;
+`runs_refusal` says why a runs file may not enter a GPU's published set (jobs of another GPU).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms",
                 "throttle_reasons", "clock_range_mhz", "sustained_clock_mhz", "peers_skipped")
 _SPREAD_FIELDS = ("device", "bench")
 _RECORD_FIELDS = list(fields(Record))
+SET_RULE = "rule: results/<gpu>/ holds figures measured on that GPU only"
 
 
 def _flatten(prefix: str, value, out: dict) -> None:
@@ -114,6 +116,17 @@ def read_runs(path: Path) -> pd.DataFrame:
         raise ValueError(f"{path} is not a runs CSV written by src.records.collect: no column(s) "
                          f"{', '.join(sorted(missing))}")
     return frame
+
+
+def runs_refusal(spec: str, runs_csv: Path) -> str | None:
+    """Why the collected runs may not enter `spec`'s set: jobs that name another GPU spec."""
+    with runs_csv.open(newline="") as f:
+        specs = {row.get("gpu_spec") or "" for row in csv.DictReader(f)}
+    others = sorted(specs - {spec, "", "unknown"})  # empty / unknown: refused before any GPU
+    if not others:
+        return None
+    return (f"refusing to publish {runs_csv} into results/{spec}/: it holds jobs measured on "
+            f"{', '.join(others)} ({SET_RULE}).")
 
 
 def _missing(value) -> bool:

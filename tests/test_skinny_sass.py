@@ -5,10 +5,13 @@ the suite row 8 x 4096 x 4096 a third of its speed on the H100 (issue 34)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import struct
 import subprocess
+import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,7 @@ from src.job.nvcc import nvcc_path
 from src.job.problem import Problem
 from src.job.spec import build_spec
 from src.paths import KERNELS_DIR
-from tests.conftest import CONF_DIR
+from tests.conftest import CONF_DIR, ROOT
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")
 
@@ -48,24 +51,22 @@ def tuned_builds() -> set[tuple[int, ...]]:
     return builds
 
 
-def kernel_texts(source: Path, kernel: str, builds: set[tuple[int, ...]], tmp: Path) -> dict:
-    """nvcc's sm_90 machine code (the .text section) of `kernel` for each build, by template
-    arguments: one unit instantiates them all, as compile_offline instantiates one."""
-    unit = tmp / f"{kernel}.cu"
-    unit.write_text(expand_source(source) + "".join(
-        f"static auto* const entry_{i} = &{kernel}<{', '.join(map(str, b))}>;\n"
-        for i, b in enumerate(sorted(builds))))
-    cubin = tmp / f"{kernel}.cubin"
+def kernel_text(source: Path, kernel: str, build: tuple[int, ...], tmp: Path) -> bytes:
+    """nvcc's sm_90 machine code (the .text section) of `kernel` for one build: a unit of its own,
+    as NVRTC builds one instantiation per job (in a unit of many, nvcc's code for one build can
+    depend on what else the unit instantiates)."""
+    name = f"{kernel}_{'_'.join(map(str, build))}"
+    unit = tmp / f"{name}.cu"
+    unit.write_text(expand_source(source)
+                    + f"static auto* const entry = &{kernel}<{', '.join(map(str, build))}>;\n")
+    cubin = tmp / f"{name}.cubin"
     proc = subprocess.run([nvcc_path(), *NVRTC_OPTIONS, "-ftz=true", "-cubin", "-arch=sm_90",
                            "-diag-suppress", "177", "-o", str(cubin), str(unit)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    texts = {}
-    for name, data in elf_sections(cubin.read_bytes()).items():
-        found = re.fullmatch(rf"\.text\._Z\d+{kernel}I((?:Li\d+E)+)Ev.*", name)
-        if found:
-            texts[tuple(int(x) for x in re.findall(r"Li(\d+)E", found.group(1)))] = data
-    return texts
+    [text] = [data for name, data in elf_sections(cubin.read_bytes()).items()
+              if re.fullmatch(rf"\.text\._Z\d+{kernel}I(?:Li\d+E)+Ev.*", name)]
+    return text
 
 
 def elf_sections(elf: bytes) -> dict[str, bytes]:
@@ -81,19 +82,30 @@ def elf_sections(elf: bytes) -> dict[str, bytes]:
     return sections
 
 
+def tuned_builds_fresh() -> set[tuple[int, ...]]:
+    """tuned_builds() in a fresh interpreter: the tuned files as they are, never a config, limit
+    or cache another test of this process has patched or filled (xdist orders tests anew)."""
+    proc = subprocess.run([sys.executable, "-c", "from tests.test_skinny_sass import tuned_builds; "
+                           "print(sorted(tuned_builds()))"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return set(ast.literal_eval(proc.stdout.strip()))
+
+
 @needs_nvcc
 def test_library_skinny_kernel_is_chapter_24s_machine_code():
-    builds = tuned_builds()
+    builds = tuned_builds_fresh()
     # the layouts, widths, load widths, the prefetching builds and one-chunk K slices all occur
     assert {b[0] for b in builds} == {0, 1} and {b[1] for b in builds} == {1, 2, 4, 8, 16, 32}
     assert {b[3] for b in builds} == {1, 4} and {b[6] for b in builds} == {0, 1}
     assert (0, 2, 8, 4, 128, 4, 0) in builds and (1, 8, 8, 4, 256, 8, 0) in builds  # 8 x 4096 x 4096
-    with tempfile.TemporaryDirectory() as tmp:
-        chapter = kernel_texts(KERNELS_DIR / "chapters" / "24_ffma_skinny.cu", "sgemm_skinny",
-                               builds, Path(tmp))
-        library = kernel_texts(KERNELS_DIR / "gemm" / "ffma_skinny.cu", "gemm_ffma_skinny",
-                               builds, Path(tmp))
-    assert set(chapter) == set(library) == builds
+    chapter_source = KERNELS_DIR / "chapters" / "24_ffma_skinny.cu"
+    library_source = KERNELS_DIR / "gemm" / "ffma_skinny.cu"
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=4) as pool:
+        chapter = dict(zip(sorted(builds), pool.map(
+            lambda b: kernel_text(chapter_source, "sgemm_skinny", b, Path(tmp)), sorted(builds))))
+        library = dict(zip(sorted(builds), pool.map(
+            lambda b: kernel_text(library_source, "gemm_ffma_skinny", b, Path(tmp)), sorted(builds))))
     differ = sorted(b for b in builds if chapter[b] != library[b])
     assert not differ, (f"{len(differ)} of {len(builds)} builds of gemm_ffma_skinny differ from "
                         f"chapter 24's machine code: {differ}")

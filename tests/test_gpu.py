@@ -420,3 +420,31 @@ def _cutlass_buildable() -> bool:
         return True
     except PeerMissing:
         return False
+
+
+def test_cublas_fp32_emulation_on_sm_90_is_native_fp32():
+    """best_fp32 lists cuBLAS's BF16x9 FP32 emulation as not built because on sm_90 cuBLAS runs
+    native FP32 for it (conf/kernel/best_fp32.yaml): the same C, bit for bit. If a cuBLAS starts
+    emulating on Hopper this fails, and the peer is worth timing."""
+    import cupy as cp
+    from cupy.cuda import device
+    from cupy_backends.cuda.libs import cublas
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the claim is about sm_90")
+    n, rng = 1024, np.random.default_rng(3)
+    a, b = (cp.asarray(rng.standard_normal((n, n), dtype=np.float32)) for _ in range(2))
+    one, zero = np.array(1.0, np.float32), np.array(0.0, np.float32)
+    handle = device.get_cublas_handle()
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+
+    def product(compute_type: int):
+        c = cp.zeros((n, n), cp.float32)
+        cublas.gemmEx(handle, 0, 0, n, n, n, one.ctypes.data, b.data.ptr, 0, n, a.data.ptr, 0, n,
+                      zero.ctypes.data, c.data.ptr, 0, n, compute_type, -1)
+        return c
+
+    native, emulated = product(68), product(78)  # CUBLAS_COMPUTE_32F, ..._32F_EMULATED_16BFX9
+    tf32 = product(77)                           # CUBLAS_COMPUTE_32F_FAST_TF32: not the same
+    assert cp.array_equal(native, emulated)
+    assert not cp.array_equal(native, tf32)

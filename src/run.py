@@ -8,10 +8,13 @@ only that job), and callbacks.SweepSummary prints the table at the end. Each job
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import logging
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -112,12 +115,45 @@ def refuse_keyless_overrides(args: list[str]) -> None:
         sys.exit(1)
 
 
-if __name__ == "__main__":
-    print_help_if_asked()
-    refuse_keyless_overrides(sys.argv[1:])
+def exit_code(exc: SystemExit) -> int:
+    """sys.exit's argument as a process status, as the interpreter would turn it into one."""
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def end_process(code: int) -> NoReturn:
+    """The process's end once its work is done: the atexit handlers run (slots and workers
+    stopped, unfinished runs ended KILLED), logs and output are flushed, and then the process
+    exits without the interpreter's finalization. Why: a soak sweep once wrote its summary and
+    never exited, its main thread in the final garbage collection with no Python frame; that
+    collection runs the finalizers of every library object still in a reference cycle, and one
+    that blocks there hangs a finished sweep. Nothing of the lab's own is left to finalize."""
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing left to say
+            pass
+    os._exit(code)
+
+
+def run_main() -> NoReturn:
+    code = 0
     try:
+        print_help_if_asked()
+        refuse_keyless_overrides(sys.argv[1:])
         main()
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (tracking.Terminated): runs end KILLED
         signals.ignore_from_now()  # a Ctrl-C again must not cut the exit's cleanup short
         print(f"interrupted: {str(exc) or 'Ctrl-C'}", file=sys.stderr)
-        sys.exit(143 if isinstance(exc, Terminated) else 130)
+        code = 143 if isinstance(exc, Terminated) else 130
+    except SystemExit as exc:
+        code = exit_code(exc)
+    end_process(code)
+
+
+if __name__ == "__main__":
+    run_main()

@@ -89,12 +89,15 @@ struct Roles {
   static constexpr int STAGE = A_IN_REGISTERS ? A_TILE + 2 * B_TILE : 2 * A_TILE + B_TILE;
 };
 
+// What either consumer takes: the problem's C side, the stage ring and its barriers, its work.
+#define CONSUMER_ARGS                                                                          \
+  int M, int N, float alpha, float beta, float *C, unsigned char *smem, u64 *full, u64 *empty, \
+      const SliceOfTile &work
+
 // Role 0's consumer: B^T fragments split in registers, A_big and A_small from shared memory; C
 // stored by rows of the tile (store_tile), or a share of its row groups after the K slices.
 template <int BM, int BN, int STAGES, int IN_FLIGHT, int PROMOTE, int SLICES>
-__device__ __forceinline__ void consume_b_in_registers(int M, int N, float alpha, float beta,
-                                                       float* C, unsigned char* smem, u64* full,
-                                                       u64* empty, const SliceOfTile& work) {
+__device__ __forceinline__ void consume_b_in_registers(CONSUMER_ARGS) {
   using R = Roles<false, BM, BN>;
   const int ct = threadIdx.x - 128;  // consumer thread, 0 .. 128 * CONSUMERS - 1
   const int c = ct / 128;
@@ -123,9 +126,7 @@ __device__ __forceinline__ void consume_b_in_registers(int M, int N, float alpha
 // Role 1's consumer: A fragments split in registers (ldmatrix from the FP32 A tile), B_big^T and
 // B_small^T from shared memory; C stored by pairs of columns (store_column_groups).
 template <int BM, int BN, int STAGES, int IN_FLIGHT, int PROMOTE, int SLICES>
-__device__ __forceinline__ void consume_a_in_registers(int M, int N, float alpha, float beta,
-                                                       float* C, unsigned char* smem, u64* full,
-                                                       u64* empty, const SliceOfTile& work) {
+__device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
   using R = Roles<true, BM, BN>;
   const int ct = threadIdx.x - 128;  // consumer thread, 0 .. 128 * CONSUMERS - 1
   const int c = ct / 128, warp = (ct / 32) % 4, lane = ct % 32;
@@ -183,11 +184,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
       produce_split_k_tiles<BM, BN, STAGES, A_IN_REGISTERS>(smem, full, empty, tmap_0, tmap_1,
                                                             tmap_2, work.m0, work.n0, work.kt0,
                                                             work.k_tiles);
-    if constexpr (SLICES > 1) {  // the producers meet the cluster's two barriers too
-      __syncwarp();  // converged: the barrier is .aligned
-      cluster_sync();
-      cluster_sync();
-    }
+    producers_meet_slice_barriers<SLICES>();
     return;
   }
   setmaxnreg_inc<CONSUMER_REGS>();

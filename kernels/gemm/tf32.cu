@@ -120,11 +120,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
     if (threadIdx.x == 0)
       produce_k_slice<BM, BN, STAGES>(a_tiles, b_tiles, full, empty, tmap_a, tmap_b, m0, n0, kt0,
                                       k_tiles);
-    if constexpr (SLICES > 1) {  // the producers meet the cluster's two barriers too
-      __syncwarp();  // converged: the barrier is .aligned
-      cluster_sync();
-      cluster_sync();
-    }
+    producers_meet_slice_barriers<SLICES>();
     return;
   }
   setmaxnreg_inc<CONSUMER_REGS>();

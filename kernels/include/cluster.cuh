@@ -30,4 +30,16 @@ __device__ __forceinline__ void mbar_arrive_remote(unsigned remote_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
 }
 
+// The producer warpgroup of a block whose K slice is summed across the cluster: done loading,
+// it still meets the sum's two cluster barriers (.aligned: every thread of every block, the warp
+// converged first), one before the partials are read and one before the block exits.
+template <int SLICES>
+__device__ __forceinline__ void producers_meet_slice_barriers() {
+  if constexpr (SLICES > 1) {
+    __syncwarp();
+    cluster_sync();
+    cluster_sync();
+  }
+}
+
 #endif  // SGEMM_LAB_CLUSTER_CUH

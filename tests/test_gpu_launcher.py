@@ -327,8 +327,9 @@ def test_a_job_that_does_not_compose_stops_the_sweep_before_any_job_runs(tmp_pat
 
 
 # `python -m src.run ...` that writes an event to $FAKE_EVENTS, one line each, as each slot process
-# starts and as each job is composed; the batch's last compose waits (at most 60 s) until a slot
-# has said it started, so a launcher that started its slots only after composing fails the order.
+# (or, with FAKE_AWAIT=worker, each slot's job worker) starts and as each job is composed; the
+# batch's last compose waits (at most 60 s) until one has said it started, so a launcher that
+# started them only after composing fails the order.
 EVENTS_RUN = """
 import os, runpy, time
 import src.sweep.pool
@@ -336,13 +337,15 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 import tests.fault_jobs
 
 events = os.environ["FAKE_EVENTS"]
-src.sweep.pool.serve_hydra_jobs = tests.fault_jobs.serve_noting_start
+awaited = os.environ.get("FAKE_AWAIT", "slot")
+src.sweep.pool.serve_hydra_jobs = getattr(tests.fault_jobs, os.environ.get("FAKE_SLOT_SERVE",
+                                                                           "serve_noting_start"))
 compose = ConfigLoaderImpl.load_sweep_config
 
 def load_sweep_config(self, master_config, sweep_overrides):
     if "size=256" in sweep_overrides:  # the batch's last job
         deadline = time.time() + 60
-        while "slot" not in open(events).read() and time.time() < deadline:
+        while awaited not in open(events).read() and time.time() < deadline:
             time.sleep(0.05)
     config = compose(self, master_config, sweep_overrides)
     with open(events, "a") as out:
@@ -369,6 +372,29 @@ def test_the_slots_start_while_the_jobs_are_composed(tmp_path):
     assert len(composed) == 3 and len(slots) == 2, lines  # each job composed once
     assert slots[0] < composed[-1], lines
     assert len(records(tmp_path / "sweep")) == 3
+
+
+def test_each_slot_starts_its_job_worker_while_the_jobs_are_composed(tmp_path):
+    """Each slot starts its worker with itself, not at its first job: a worker has started
+    before the batch's last job is composed, and that worker (one per slot, none replaced) ran
+    the slot's jobs."""
+    events = tmp_path / "events"
+    events.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-c", EVENTS_RUN, "-m", "kernel=01_naive", "size=64,128,256",
+         "mlflow.enabled=false", f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES="0,1", FAKE_EVENTS=str(events), FAKE_AWAIT="worker",
+                              FAKE_SLOT_SERVE="serve_noting_worker_start"),
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = events.read_text().splitlines()
+    composed = [i for i, line in enumerate(lines) if line.startswith("composed ")]
+    workers = [i for i, line in enumerate(lines) if line.startswith("worker ")]
+    assert len(composed) == 3 and sorted(lines[i].split()[1] for i in workers) == ["0", "1"], lines
+    assert workers[0] < composed[-1], lines
+    done = records(tmp_path / "sweep")
+    assert [r["status"] for r in done.values()] == ["ok"] * 3
+    assert {r["entry"] for r in done.values()} <= {lines[i].split()[-1] for i in workers}
 
 
 # --- the GPU tests, spread the same way ---------------------------------------------------------

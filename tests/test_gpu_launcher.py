@@ -146,12 +146,41 @@ def test_jobs_go_out_in_the_order_given_and_answers_come_in_job_order(tmp_path):
 def test_the_largest_problems_go_out_first_then_job_order():
     from omegaconf import OmegaConf
 
-    from hydra_plugins.sgemm_lab.gpu_launcher import Job, longest_first
+    from hydra_plugins.sgemm_lab.gpu_launcher import Job, hand_out_order
 
     sizes = [(64, 64, 64), (4096, 4096, 4096), ("abc", 1, 1), (8, 4096, 4096), (4096, 4096, 4096),
              (4096, 8, 4096)]
-    jobs = [Job(i, [], OmegaConf.create({"m": m, "n": n, "k": k})) for i, (m, n, k) in enumerate(sizes)]
-    assert longest_first(jobs) == [1, 4, 3, 5, 0, 2]  # 8x4096x4096 = 4096x8x4096: job order
+    jobs = [Job(i, [], OmegaConf.create({"m": m, "n": n, "k": k, "kernel": {"backend": "nvrtc"}}))
+            for i, (m, n, k) in enumerate(sizes)]
+    assert hand_out_order(jobs) == [1, 4, 3, 5, 0, 2]  # 8x4096x4096 = 4096x8x4096: job order
+
+
+def test_jobs_that_build_or_autotune_go_out_first_as_the_launchers_rule_says():
+    """The rule is data (conf/hydra/launcher/gpus.yaml `setup_first`): a kernel of a listed
+    backend, or one listing peers, goes out before a larger problem without such a setup."""
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.sgemm_lab.gpu_launcher import Job, SetupFirst, hand_out_order
+
+    kernels = [({"backend": "nvrtc"}, 4096), ({"backend": "triton"}, 1024),
+               ({"backend": "dispatch", "peers": ["triton_fp32"]}, 1024),
+               ({"backend": "dispatch", "peers": []}, 4096), ({"backend": "cutlass"}, 4096),
+               ({"backend": "nvrtc"}, 1024), ({}, 8192)]
+    jobs = [Job(i, [], OmegaConf.create({"m": size, "n": size, "k": size, "kernel": kernel}))
+            for i, (kernel, size) in enumerate(kernels)]
+    rule = OmegaConf.load(ROOT / "conf" / "hydra" / "launcher" / "gpus.yaml").setup_first
+    assert hand_out_order(jobs, SetupFirst.from_cfg(rule)) == [4, 1, 2, 6, 0, 3, 5]
+    assert hand_out_order(jobs, SetupFirst(("triton",), peers=False)) == [1, 6, 0, 3, 4, 2, 5]
+    assert hand_out_order(jobs, SetupFirst.from_cfg(None)) == hand_out_order(jobs) == [6, 0, 3, 4, 1, 2, 5]
+
+
+@pytest.mark.parametrize("section", [{"backends": "triton"}, {"peers": "yes"}, {"backend": []}, [1]])
+def test_a_bad_setup_first_names_the_rule(section):
+    from hydra_plugins.sgemm_lab.gpu_launcher import SetupFirst
+
+    with pytest.raises(ConfigError, match=r"hydra.launcher.setup_first must be a mapping .*rule: it "
+                                          r"names the jobs handed out first"):
+        SetupFirst.from_cfg(section)
 
 
 # --- the runner, through the lab's launcher -----------------------------------------------------
@@ -312,6 +341,25 @@ def test_longest_jobs_go_out_first_and_records_keep_job_order(tmp_path):
     assert [r["status"] for r in by_two.values()] == ["ok", "invalid_problem", "ok", "ok"] * 2
     assert (tmp_path / "two" / "sweep" / "summary.md").read_text() == \
         (tmp_path / "one" / "sweep" / "summary.md").read_text()
+
+
+def test_peer_jobs_go_out_first_on_several_gpus_and_a_bad_rule_is_one_clear_error(tmp_path):
+    """The main sweep's peers (Triton, CUTLASS, best_* with its `peers`) are handed out before
+    a larger chapter job, each group largest first; the records keep the job order."""
+    args = ["kernel=05_blocktile_2d,triton_tf32,best_fp32,cutlass_3xtf32", "size=64,256",
+            "mlflow.enabled=false"]
+    two = sweep(tmp_path / "two", "0,1", *args, FAKE_SERVE="ok_serve")
+    assert two.returncode == 0, two.stdout + two.stderr
+    jobs = [f"kernel={kernel} size={size} mlflow.enabled=False"
+            for kernel in ("05_blocktile_2d", "triton_tf32", "best_fp32", "cutlass_3xtf32")
+            for size in (64, 256)]
+    assert progress_lines(two.stdout) == [jobs[i] for i in (3, 5, 7, 2, 4, 6, 1, 0)]
+    assert [name.split("_", 1)[0] for name in records(tmp_path / "two" / "sweep")] == \
+        [str(i) for i in range(8)]
+    bad = sweep(tmp_path / "bad", "0,1", *args, "hydra.launcher.setup_first.peers=often")
+    output = bad.stdout + bad.stderr
+    assert bad.returncode == 1 and "error [invalid_config]: hydra.launcher.setup_first" in output, output
+    assert "Traceback" not in output
 
 
 @pytest.mark.parametrize("visible", ["0", "0,1"])

@@ -166,6 +166,22 @@ def serve_noting_start(conn, context: bytes) -> None:
         out.write(f"slot {os.environ.get('CUDA_VISIBLE_DEVICES', '')} started\n")
     serve_hydra_jobs(conn, context)
 
+def ok_serve_noting_start(conn):
+    """ok_serve, after noting in the file $FAKE_EVENTS that this worker process has started."""
+    with open(os.environ["FAKE_EVENTS"], "a") as out:
+        out.write(f"worker {os.environ.get('CUDA_VISIBLE_DEVICES', '')} started {os.getpid()}\n")
+    ok_serve(conn)
+
+
+def serve_noting_worker_start(conn, context: bytes) -> None:
+    """A slot's loop (serve_hydra_jobs) whose job worker serves ok_serve_noting_start."""
+    import src.sweep.worker
+    from src.sweep.pool import serve_hydra_jobs
+
+    src.sweep.worker._serve = ok_serve_noting_start
+    serve_hydra_jobs(conn, context)
+
+
 class StandInWorkers(Callback):
     """A Hydra callback (+hydra.callbacks.stand_in._target_=tests.fault_jobs.StandInWorkers): in
     the job's own process, wherever a launcher runs it (a slot of the GPU launcher), the worker
@@ -174,7 +190,11 @@ class StandInWorkers(Callback):
     def on_job_start(self, config, **kwargs) -> None:
         import src.sweep.worker
 
-        src.sweep.worker._serve = globals()[os.environ.get("FAKE_SERVE", "ok_serve")]
+        serve = globals()[os.environ.get("FAKE_SERVE", "ok_serve")]
+        if src.sweep.worker._serve is not serve:
+            src.sweep.worker._serve = serve
+            # a slot started its worker with the real loop before this first job: not the stand-in
+            src.sweep.worker.shared_worker().stop(kill=True)
 
 
 class SlowJobs(Callback):

@@ -8,10 +8,13 @@ refuses is LaunchFailed with CUTLASS's status."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import types
 
 import pytest
@@ -103,11 +106,13 @@ def test_nvcc_builds_the_library_for_sm_90_into_the_cache_once(built, tmp_path):
     meta = json.loads(library.with_suffix(".json").read_text())
     assert meta["compile_seconds"] == built.compile_seconds and meta["described"]["arch"] == "sm_90"
     names = sorted(p.name for p in library.parent.iterdir())
-    assert names == sorted([library.name, library.with_suffix(".json").name])  # no temp file left
-    # the second call finds it: same file, untouched, with the build's seconds
+    assert names == sorted([library.name, library.with_suffix(".json").name,
+                            library.with_suffix(".lock").name])  # no temp file left
+    # the second call finds it: same file, untouched, with the build's seconds, reused
     stamp = library.stat().st_mtime_ns
     again = cutlass_build.build_library("sm_90", library.parent.parent)
-    assert again == built and library.stat().st_mtime_ns == stamp
+    assert not built.reused and again == dataclasses.replace(built, reused=True)
+    assert library.stat().st_mtime_ns == stamp
     # its machine code is sm_90's
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump:
@@ -195,7 +200,8 @@ def test_a_source_nvcc_rejects_is_a_compile_failure_with_its_message(monkeypatch
     monkeypatch.setattr(cutlass_build, "SOURCE", broken)
     with pytest.raises(CompileFailed, match="undeclared_name"):
         cutlass_build.build_library("sm_90", tmp_path / "cache")
-    assert list((tmp_path / "cache" / "peers").iterdir()) == []  # nothing half-written is left
+    left = [p.name for p in (tmp_path / "cache" / "peers").iterdir()]
+    assert [name for name in left if not name.endswith(".lock")] == []  # nothing half-written
 
 
 def test_best_fp32_builds_its_peers_into_the_job_s_cache_dir(monkeypatch, tmp_path):
@@ -240,3 +246,41 @@ def test_the_job_cache_key_changes_with_the_peer_s_source(monkeypatch, tmp_path)
     edited.write_text(cutlass_build.SOURCE.read_text() + "// edited\n")
     monkeypatch.setattr(cutlass_build, "SOURCE", edited)
     assert cache._compiler(spec)["source_sha256"] != before["source_sha256"]
+
+
+def test_two_builders_at_once_run_nvcc_once_and_the_second_loads_the_first_s_library(monkeypatch, tmp_path):
+    """Two workers (another GPU's slot) ask for the library together: the first builds it while
+    the second waits at the lock, then finds it built (reused, with the first's seconds)."""
+    asked, builds = [], []
+
+    def described(arch, name="cutlass_3xtf32"):
+        asked.append(name)
+        return {"arch": arch, "source_sha256": "stand-in"}
+
+    def build(what, key, library, meta):  # nvcc's stand-in: slow until the second has asked
+        builds.append(library)
+        deadline = time.monotonic() + 30
+        while len(asked) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the second is past its first look at the cache by now
+        meta.write_text(json.dumps({"compile_seconds": 12.5}))
+        library.write_bytes(b"library")
+        return cutlass_build.Library(str(library.resolve()), 12.5, key)
+
+    monkeypatch.setattr(cutlass_build, "described", described)
+    monkeypatch.setattr(cutlass_build, "_build", build)
+    got = {}
+
+    def builder(i):
+        got[i] = cutlass_build.build_library("sm_90", tmp_path)
+
+    threads = [threading.Thread(target=builder, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+        while not asked:  # the first is in before the second starts
+            time.sleep(0.01)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(builds) == 1 and len(got) == 2
+    assert (got[0].reused, got[1].reused) == (False, True)
+    assert got[0].path == got[1].path and got[1].compile_seconds == 12.5

@@ -377,6 +377,22 @@ def test_triton_peer_verified_with_its_autotune_recorded(compose, peer, shape):
     assert record.pct_ci_low <= record.pct_of_cublas <= record.pct_ci_high
 
 
+def test_a_triton_autotune_choice_in_the_cache_dir_is_reused_and_verified(compose, tmp_path):
+    """A second job at the same shape and GPU with the same cache_dir (another GPU's slot, a
+    later sweep) runs the config the first chose without autotuning (src/job/triton_tuning.py):
+    verified like the first, its timed launches too, and recorded as reused with the first's
+    seconds and config."""
+    pytest.importorskip("triton")
+    args = ("kernel=triton_tf32x3", "m=512", "n=384", "k=256", "alpha=0.5", "beta=3.0",
+            f"cache_dir={tmp_path}", *QUICK)
+    first, second = run_job(compose(*args)), run_job(compose(*args))
+    assert first.status == second.status == "ok", (first.error, second.error)
+    assert max(second.rel_err, second.rel_err_timed, second.rel_err_fresh) <= second.tolerance
+    assert (first.peer_setup_reused, second.peer_setup_reused) == (False, True)
+    assert (second.peer_compile_s, second.peer_config) == (first.peer_compile_s, first.peer_config)
+    assert list((tmp_path / "peers" / "triton").glob("*.json"))
+
+
 @pytest.mark.parametrize("shape", [pytest.param((256, 256, 256), marks=pytest.mark.smoke),
                                    (1000, 997, 333)], ids=["256", "unaligned"])
 def test_cutlass_peer_verified_with_its_build_and_tile_recorded(compose, shape):

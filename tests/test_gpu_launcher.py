@@ -146,12 +146,41 @@ def test_jobs_go_out_in_the_order_given_and_answers_come_in_job_order(tmp_path):
 def test_the_largest_problems_go_out_first_then_job_order():
     from omegaconf import OmegaConf
 
-    from hydra_plugins.sgemm_lab.gpu_launcher import Job, longest_first
+    from hydra_plugins.sgemm_lab.gpu_launcher import Job, hand_out_order
 
     sizes = [(64, 64, 64), (4096, 4096, 4096), ("abc", 1, 1), (8, 4096, 4096), (4096, 4096, 4096),
              (4096, 8, 4096)]
-    jobs = [Job(i, [], OmegaConf.create({"m": m, "n": n, "k": k})) for i, (m, n, k) in enumerate(sizes)]
-    assert longest_first(jobs) == [1, 4, 3, 5, 0, 2]  # 8x4096x4096 = 4096x8x4096: job order
+    jobs = [Job(i, [], OmegaConf.create({"m": m, "n": n, "k": k, "kernel": {"backend": "nvrtc"}}))
+            for i, (m, n, k) in enumerate(sizes)]
+    assert hand_out_order(jobs) == [1, 4, 3, 5, 0, 2]  # 8x4096x4096 = 4096x8x4096: job order
+
+
+def test_jobs_that_build_or_autotune_go_out_first_as_the_launchers_rule_says():
+    """The rule is data (conf/hydra/launcher/gpus.yaml `setup_first`): a kernel of a listed
+    backend, or one listing peers, goes out before a larger problem without such a setup."""
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.sgemm_lab.gpu_launcher import Job, SetupFirst, hand_out_order
+
+    kernels = [({"backend": "nvrtc"}, 4096), ({"backend": "triton"}, 1024),
+               ({"backend": "dispatch", "peers": ["triton_fp32"]}, 1024),
+               ({"backend": "dispatch", "peers": []}, 4096), ({"backend": "cutlass"}, 4096),
+               ({"backend": "nvrtc"}, 1024), ({}, 8192)]
+    jobs = [Job(i, [], OmegaConf.create({"m": size, "n": size, "k": size, "kernel": kernel}))
+            for i, (kernel, size) in enumerate(kernels)]
+    rule = OmegaConf.load(ROOT / "conf" / "hydra" / "launcher" / "gpus.yaml").setup_first
+    assert hand_out_order(jobs, SetupFirst.from_cfg(rule)) == [4, 1, 2, 6, 0, 3, 5]
+    assert hand_out_order(jobs, SetupFirst(("triton",), peers=False)) == [1, 6, 0, 3, 4, 2, 5]
+    assert hand_out_order(jobs, SetupFirst.from_cfg(None)) == hand_out_order(jobs) == [6, 0, 3, 4, 1, 2, 5]
+
+
+@pytest.mark.parametrize("section", [{"backends": "triton"}, {"peers": "yes"}, {"backend": []}, [1]])
+def test_a_bad_setup_first_names_the_rule(section):
+    from hydra_plugins.sgemm_lab.gpu_launcher import SetupFirst
+
+    with pytest.raises(ConfigError, match=r"hydra.launcher.setup_first must be a mapping .*rule: it "
+                                          r"names the jobs handed out first"):
+        SetupFirst.from_cfg(section)
 
 
 # --- the runner, through the lab's launcher -----------------------------------------------------
@@ -314,6 +343,25 @@ def test_longest_jobs_go_out_first_and_records_keep_job_order(tmp_path):
         (tmp_path / "one" / "sweep" / "summary.md").read_text()
 
 
+def test_peer_jobs_go_out_first_on_several_gpus_and_a_bad_rule_is_one_clear_error(tmp_path):
+    """The main sweep's peers (Triton, CUTLASS, best_* with its `peers`) are handed out before
+    a larger chapter job, each group largest first; the records keep the job order."""
+    args = ["kernel=05_blocktile_2d,triton_tf32,best_fp32,cutlass_3xtf32", "size=64,256",
+            "mlflow.enabled=false"]
+    two = sweep(tmp_path / "two", "0,1", *args, FAKE_SERVE="ok_serve")
+    assert two.returncode == 0, two.stdout + two.stderr
+    jobs = [f"kernel={kernel} size={size} mlflow.enabled=False"
+            for kernel in ("05_blocktile_2d", "triton_tf32", "best_fp32", "cutlass_3xtf32")
+            for size in (64, 256)]
+    assert progress_lines(two.stdout) == [jobs[i] for i in (3, 5, 7, 2, 4, 6, 1, 0)]
+    assert [name.split("_", 1)[0] for name in records(tmp_path / "two" / "sweep")] == \
+        [str(i) for i in range(8)]
+    bad = sweep(tmp_path / "bad", "0,1", *args, "hydra.launcher.setup_first.peers=often")
+    output = bad.stdout + bad.stderr
+    assert bad.returncode == 1 and "error [invalid_config]: hydra.launcher.setup_first" in output, output
+    assert "Traceback" not in output
+
+
 @pytest.mark.parametrize("visible", ["0", "0,1"])
 def test_a_job_that_does_not_compose_stops_the_sweep_before_any_job_runs(tmp_path, visible):
     """Every job is composed before the first starts (that compose is Hydra's batch check):
@@ -327,8 +375,9 @@ def test_a_job_that_does_not_compose_stops_the_sweep_before_any_job_runs(tmp_pat
 
 
 # `python -m src.run ...` that writes an event to $FAKE_EVENTS, one line each, as each slot process
-# starts and as each job is composed; the batch's last compose waits (at most 60 s) until a slot
-# has said it started, so a launcher that started its slots only after composing fails the order.
+# (or, with FAKE_AWAIT=worker, each slot's job worker) starts and as each job is composed; the
+# batch's last compose waits (at most 60 s) until one has said it started, so a launcher that
+# started them only after composing fails the order.
 EVENTS_RUN = """
 import os, runpy, time
 import src.sweep.pool
@@ -336,13 +385,15 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 import tests.fault_jobs
 
 events = os.environ["FAKE_EVENTS"]
-src.sweep.pool.serve_hydra_jobs = tests.fault_jobs.serve_noting_start
+awaited = os.environ.get("FAKE_AWAIT", "slot")
+src.sweep.pool.serve_hydra_jobs = getattr(tests.fault_jobs, os.environ.get("FAKE_SLOT_SERVE",
+                                                                           "serve_noting_start"))
 compose = ConfigLoaderImpl.load_sweep_config
 
 def load_sweep_config(self, master_config, sweep_overrides):
     if "size=256" in sweep_overrides:  # the batch's last job
         deadline = time.time() + 60
-        while "slot" not in open(events).read() and time.time() < deadline:
+        while awaited not in open(events).read() and time.time() < deadline:
             time.sleep(0.05)
     config = compose(self, master_config, sweep_overrides)
     with open(events, "a") as out:
@@ -369,6 +420,29 @@ def test_the_slots_start_while_the_jobs_are_composed(tmp_path):
     assert len(composed) == 3 and len(slots) == 2, lines  # each job composed once
     assert slots[0] < composed[-1], lines
     assert len(records(tmp_path / "sweep")) == 3
+
+
+def test_each_slot_starts_its_job_worker_while_the_jobs_are_composed(tmp_path):
+    """Each slot starts its worker with itself, not at its first job: a worker has started
+    before the batch's last job is composed, and that worker (one per slot, none replaced) ran
+    the slot's jobs."""
+    events = tmp_path / "events"
+    events.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-c", EVENTS_RUN, "-m", "kernel=01_naive", "size=64,128,256",
+         "mlflow.enabled=false", f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES="0,1", FAKE_EVENTS=str(events), FAKE_AWAIT="worker",
+                              FAKE_SLOT_SERVE="serve_noting_worker_start"),
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = events.read_text().splitlines()
+    composed = [i for i, line in enumerate(lines) if line.startswith("composed ")]
+    workers = [i for i, line in enumerate(lines) if line.startswith("worker ")]
+    assert len(composed) == 3 and sorted(lines[i].split()[1] for i in workers) == ["0", "1"], lines
+    assert workers[0] < composed[-1], lines
+    done = records(tmp_path / "sweep")
+    assert [r["status"] for r in done.values()] == ["ok"] * 3
+    assert {r["entry"] for r in done.values()} <= {lines[i].split()[-1] for i in workers}
 
 
 # --- the GPU tests, spread the same way ---------------------------------------------------------

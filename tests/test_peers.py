@@ -112,11 +112,11 @@ def test_without_the_peers_best_fp32_is_measured_and_says_which_were_skipped(mon
 class Tuned(Gemm):
     """A stand-in Triton peer: right, and with the `tuning` a first launch leaves."""
 
-    def __init__(self, seconds: float, config: str, slow: bool = False):
+    def __init__(self, seconds: float, config: str, slow: bool = False, reused: bool = False):
         super().__init__()
         from src.job.recording import Tuning
 
-        self.tuning, self.slow = Tuning(seconds, config), slow
+        self.tuning, self.slow = Tuning(seconds, config, reused), slow
 
     def launch(self, a, b, c, alpha, beta):
         super().launch(a, b, c, alpha, beta)
@@ -145,10 +145,19 @@ def test_the_strongest_peer_is_compared_with_its_paired_interval(monkeypatch):
     assert r.pct_of_peer == pytest.approx(100 * r.gflops / r.peer_gflops)
     assert r.pct_peer_ci_low <= r.pct_of_peer <= r.pct_peer_ci_high
     assert r.verdict_peer in ("faster", "slower", "tie")
-    assert (r.peer_compile_s, r.peer_config) == (2.5, "BLOCK_M: 128")
+    assert (r.peer_compile_s, r.peer_config, r.peer_setup_reused) == (2.5, "BLOCK_M: 128", False)
     # the cuBLAS comparison is untouched by the peer arms: arm 1 is still cuBLAS
     assert r.baseline == "cublas_fp32" and r.best_cublas == "cublas_fp32"
     assert r.pct_of_best_cublas == pytest.approx(r.pct_of_cublas)
+
+
+def test_a_peer_setup_another_process_did_is_recorded_as_reused_with_its_seconds(monkeypatch):
+    """Another GPU's slot autotuned this shape (src/job/triton_tuning.py): the record keeps that
+    autotune's seconds and config and says it was reused."""
+    peer = Baseline("triton_tf32x3", Tuned(7.5, "BLOCK_M: 128", reused=True), 1e-5)
+    r = _run_with_peers(monkeypatch, [peer])
+    assert r.status == "ok" and r.peer_name == "triton_tf32x3"
+    assert (r.peer_compile_s, r.peer_config, r.peer_setup_reused) == (7.5, "BLOCK_M: 128", True)
 
 
 class WrongWhenTimed(Gemm):

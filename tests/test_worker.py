@@ -38,6 +38,26 @@ def test_healthy_jobs_share_one_worker():
     assert not worker.alive
 
 
+def test_a_worker_started_ahead_runs_the_first_job_and_one_dead_before_its_job_is_replaced():
+    import signal
+
+    worker = Worker(fault_jobs.ok_serve)
+    try:
+        worker.start_if_stopped()
+        ahead = worker.pid
+        assert worker.alive and worker.started == 1
+        worker.start_if_stopped()  # running: not started twice
+        assert run(worker, "good").entry == str(ahead) and worker.started == 1
+        os.kill(ahead, signal.SIGKILL)  # it dies between jobs, as a slot's worker may
+        deadline = time.monotonic() + 10
+        while worker.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = run(worker, "good")
+        assert after.ok and after.entry != str(ahead) and worker.started == 2
+    finally:
+        worker.stop()
+
+
 def test_a_worker_started_while_the_launcher_ignores_sigterm_still_ends_on_sigterm():
     """After an interrupt the launcher ignores SIGTERM (its cleanup must not be cut short); a
     worker spawned then must not inherit that, or multiprocessing's terminate() at exit cannot

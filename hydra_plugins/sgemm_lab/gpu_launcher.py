@@ -13,10 +13,12 @@ of the node at once, one job at a time on each GPU.
 Either way every job of a batch is composed once, here, before the first job starts: that compose
 is the batch's validation (a job that does not compose stops the sweep before any job ran, with
 Hydra's error, as Hydra's check did), so the lab's sweeper (lab_sweeper.py) skips Hydra's own,
-which composed every job a second time. On several GPUs the slots are started first, so their
-start overlaps the composing, and the jobs are handed out longest first (M*N*K, then job order):
-a long job last would leave the other GPUs idle. Job numbers, directories and results keep the
-job order.
+which composed every job a second time. On several GPUs the slots (and their job workers) are
+started first, so their start overlaps the composing, and the jobs are handed out by estimated
+cost: first those that build or autotune off the GPU before their first launch (the launcher's
+`setup_first`: Triton's and CUTLASS's backends, kernels with `peers`), then the largest M*N*K,
+then job order: a long job last would leave the other GPUs idle. Job numbers, directories and
+results keep the job order.
 
 The launching process creates no CUDA context for this: which GPUs there are comes from the
 environment or from NVML.
@@ -53,9 +55,50 @@ def problem_size(config) -> int:
         return 0
 
 
-def longest_first(jobs: Sequence[Job]) -> List[int]:
-    """Positions of `jobs` in hand-out order: the largest problem first, ties in job order."""
-    return sorted(range(len(jobs)), key=lambda i: (-problem_size(jobs[i].config), i))
+@dataclass(frozen=True)
+class SetupFirst:
+    """Which jobs go out first (conf/hydra/launcher/gpus.yaml `setup_first`): those whose kernel's
+    backend is one of `backends`, or, with `peers`, whose kernel lists peers (best_*)."""
+
+    backends: tuple = ()
+    peers: bool = False
+
+    @classmethod
+    def from_cfg(cls, section) -> "SetupFirst":
+        from omegaconf import OmegaConf
+
+        from src.errors import ConfigError
+
+        data = OmegaConf.to_container(section) if OmegaConf.is_config(section) else section
+        data = {} if data is None else data
+        backends = data.get("backends", []) if isinstance(data, dict) else None
+        peers = data.get("peers", False) if isinstance(data, dict) else None
+        if (not isinstance(data, dict) or set(data) - {"backends", "peers"}
+                or not isinstance(backends, list) or not all(isinstance(b, str) for b in backends)
+                or not isinstance(peers, bool)):
+            raise ConfigError(
+                f"hydra.launcher.setup_first must be a mapping with `backends` (a list of backend "
+                f"names, e.g. [triton, cutlass]) and `peers` (true or false), got {data!r} (rule: "
+                f"it names the jobs handed out first, those that build or autotune before their "
+                f"first launch).")
+        return cls(tuple(backends), peers)
+
+    def applies(self, config) -> bool:
+        """Whether the job of `config` builds or autotunes off the GPU in its first run."""
+        try:
+            kernel = config.kernel
+            return (str(kernel.get("backend")) in self.backends
+                    or (self.peers and bool(kernel.get("peers"))))
+        except Exception:  # no kernel section: the job's own error, recorded when it runs
+            return False
+
+
+def hand_out_order(jobs: Sequence[Job], setup_first: SetupFirst = SetupFirst()) -> List[int]:
+    """Positions of `jobs` in hand-out order: first the jobs `setup_first` names (their build or
+    autotune, seconds off the GPU, must not be the sweep's tail), then the largest problem; ties
+    in job order."""
+    return sorted(range(len(jobs)), key=lambda i: (not setup_first.applies(jobs[i].config),
+                                                   -problem_size(jobs[i].config), i))
 
 
 class SlotLost(RuntimeError):
@@ -65,9 +108,10 @@ class SlotLost(RuntimeError):
 class GpuLauncher(BasicLauncher):
     composes_batch_first = True  # lab_sweeper.LabSweeper: no second compose to validate a batch
 
-    def __init__(self, devices: Optional[List[int]] = None) -> None:
+    def __init__(self, devices: Optional[List[int]] = None, setup_first: Any = None) -> None:
         super().__init__()
         self.devices = list(devices) if devices is not None else None
+        self.setup_first = setup_first  # read by launch(): a bad one is one clear error there
         self._gpus = None
         self._pool = None
 
@@ -106,7 +150,8 @@ class GpuLauncher(BasicLauncher):
 
         try:
             pooled = self._pooled()
-        except LabError as exc:  # a bad hydra.launcher.devices: one clear error, no traceback
+            setup_first = SetupFirst.from_cfg(self.setup_first)
+        except LabError as exc:  # a bad hydra.launcher.devices or setup_first: one clear error
             log.error("error [%s]: %s", exc.status, exc)
             raise SystemExit(1) from None
         from hydra.core.utils import configure_log, setup_globals
@@ -117,7 +162,7 @@ class GpuLauncher(BasicLauncher):
         if not pooled:
             return self._launch_here(self._composed(job_overrides, initial_job_idx))
         pool = self._started_pool()  # first: the slots start while the jobs are composed
-        return self._launch_on_slots(pool, self._composed(job_overrides, initial_job_idx))
+        return self._launch_on_slots(pool, self._composed(job_overrides, initial_job_idx), setup_first)
 
     def _composed(self, job_overrides, initial_job_idx: int) -> List[Job]:
         """Every job's config, as Hydra's basic launcher composes it; what does not compose
@@ -144,7 +189,7 @@ class GpuLauncher(BasicLauncher):
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns
 
-    def _launch_on_slots(self, pool, jobs: List[Job]) -> List[JobReturn]:
+    def _launch_on_slots(self, pool, jobs: List[Job], setup_first: SetupFirst) -> List[JobReturn]:
         from src.sweep import progress
         from src.sweep.tracking import signals
 
@@ -158,7 +203,7 @@ class GpuLauncher(BasicLauncher):
                 ok = answer.kind == "done" and answer.value.status == JobStatus.COMPLETED
                 progress.current.job_ended(answer.value._return_value if ok else None)
 
-        answers = pool.run(jobs, on_start=on_start, on_end=on_end, order=longest_first(jobs))
+        answers = pool.run(jobs, on_start=on_start, on_end=on_end, order=hand_out_order(jobs, setup_first))
         raised = next((a.value for a in answers if a is not None and a.kind == "raised"), None)
         if raised is not None:  # as in one process: what a job raised (sys.exit) ends the sweep
             raise raised

@@ -309,7 +309,7 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
     if spec.backend == "triton":
         from src.job.triton_gemm import TritonGemm
 
-        return TritonGemm(spec)
+        return TritonGemm(spec, cache_dir)
     if spec.backend == "cutlass":
         from src.job.cutlass_gemm import CutlassGemm
 

@@ -4,9 +4,11 @@ that src/job/cutlass_gemm.py loads with ctypes.
 
 Built once per machine into `<cache_dir>/peers/cutlass_3xtf32_<key>.so`, the key being the
 SHA-256 of the source, the CUTLASS headers' version, nvcc's version, the architecture and the
-options; written under a private name and renamed into place (two workers building at once each
-rename a whole library), with a JSON beside it that keeps how long nvcc took (a cache hit keeps
-that figure, as cubins do). The library links the CUDA runtime statically: it loads without a
+options; written under a private name and renamed into place, with a JSON beside it that keeps
+how long nvcc took (a cache hit keeps that figure, as cubins do, and says it was `reused`). The
+build runs under a lock file beside the library (src/job/file_lock.py): a second worker asking
+meanwhile (another GPU's slot) waits for the first's build and loads its library, rather than
+running nvcc a second time. The library links the CUDA runtime statically: it loads without a
 GPU and needs nothing at run time that the GPU machine lacks.
 
 Without the wheel or without nvcc the peer is `skipped_missing_peer` (PeerMissing).
@@ -28,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 from src.errors import CompileFailed, PeerMissing
+from src.job.file_lock import held
 from src.job.toolchain import nvcc_arch_options, nvcc_path
 
 SOURCE = Path(__file__).with_name("cutlass_3xtf32.cu")
@@ -40,11 +43,13 @@ BUILD_TIMEOUT_S = 900
 
 @dataclass(frozen=True)
 class Library:
-    """The built shared library: its path, nvcc's wall seconds when it was built, its key."""
+    """The built shared library: its path, nvcc's wall seconds when it was built, its key, and
+    whether it was found in the cache (built by another process or an earlier run: `reused`)."""
 
     path: str
     compile_seconds: float
     key: str
+    reused: bool = False
 
 
 def _missing(name: str, what: str) -> PeerMissing:
@@ -114,10 +119,13 @@ def build_library(arch: str, cache_dir: Path | str, name: str = "cutlass_3xtf32"
     library = directory / f"cutlass_3xtf32_{key[:16]}.so"
     meta = library.with_suffix(".json")
     if library.is_file():
-        return Library(str(library.resolve()), _seconds(meta), key)
+        return Library(str(library.resolve()), _seconds(meta), key, reused=True)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        return _build(what, key, library, meta)
+        with held(library.with_suffix(".lock")):  # one nvcc per library: the others wait here
+            if library.is_file():  # built by whoever held the lock before us
+                return Library(str(library.resolve()), _seconds(meta), key, reused=True)
+            return _build(what, key, library, meta)
     except OSError as exc:  # a read-only or full cache: build for this process only
         scratch = Path(tempfile.mkdtemp(prefix="sgemm-cutlass-")) / library.name
         logging.getLogger("sgemm").warning("peer cache: cannot write %s (%s: %s); building into %s",

@@ -72,5 +72,6 @@ class CutlassGemm:
                 f"{self.config(*key)} (can_implement checks the shape and alignment; a CUDA "
                 f"error at launch reads 'Error Internal').")
         if key not in self._tuned:
-            self._tuned[key] = Tuning(self.built.compile_seconds, self.config(*key))
+            self._tuned[key] = Tuning(self.built.compile_seconds, self.config(*key),
+                                      self.built.reused)
         self.tuning = self._tuned[key]

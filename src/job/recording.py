@@ -17,12 +17,15 @@ from src.records.record import Record
 
 @dataclass(frozen=True)
 class Tuning:
-    """A peer's setup at one shape, as its record keeps it (peer_compile_s, peer_config): the wall
-    seconds of its build or compile + autotune (all before timing), and the config it chose.
-    Triton's and CUTLASS's launchers set it as their `tuning`."""
+    """A peer's setup at one shape, as its record keeps it (peer_compile_s, peer_config,
+    peer_setup_reused): the wall seconds of its build or compile + autotune (all before timing),
+    the config it chose, and whether that setup was read from the cache_dir, done by another
+    process (another GPU's slot, an earlier sweep) whose seconds these are. Triton's and
+    CUTLASS's launchers set it as their `tuning`."""
 
     seconds: float
     config: str | None
+    reused: bool = False
 
 
 def keep_timing(record: Record, timing: Timing, flops: int) -> None:
@@ -107,10 +110,12 @@ def keep_peer(record: Record, arms: list[tuple[int, Any]], result: Interleaved,
 
 
 def keep_tuning(record: Record, kernel) -> None:
-    """A Triton peer's compile + autotune at this shape (src/job/triton_gemm.py), if any."""
-    tuning = getattr(kernel, "tuning", None)  # only Triton peers compile at their first launch
+    """A peer's build or compile + autotune at this shape (src/job/triton_gemm.py,
+    cutlass_gemm.py), if any."""
+    tuning = getattr(kernel, "tuning", None)  # only the peers set up at their first launch
     if tuning is not None:
         record.peer_compile_s, record.peer_config = tuning.seconds, tuning.config
+        record.peer_setup_reused = tuning.reused
 
 
 def keep_ratio(record, precision, baseline, base_gflops, pct, low, high, verdict) -> None:

@@ -7,6 +7,9 @@ Imported only by src/job/triton_gemm.py, which turns a missing triton into a ski
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import triton
 import triton.language as tl
 
@@ -64,23 +67,33 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
     tl.store(c_ptrs, acc, mask=c_mask)
 
 
-def launch(a, b, c, alpha: float, beta: float, input_precision: str) -> None:
-    """One autotuned launch on torch tensors (row-major A m x k, B k x n, C m x n)."""
+def launch(a, b, c, alpha: float, beta: float, input_precision: str,
+           config: dict | None = None) -> None:
+    """One launch on torch tensors (row-major A m x k, B k x n, C m x n): autotuned, or with
+    `config` (a chosen config's all_kwargs()), the kernel itself with that config, as the
+    autotuner launches its choice."""
     m, k = a.shape
     n = b.shape[1]
 
     def grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
-    matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                        c.stride(0), c.stride(1), float(alpha), float(beta),
-                        HAS_BETA=beta != 0.0, INPUT_PRECISION=input_precision)
+    kernel = matmul_kernel if config is None else matmul_kernel.fn
+    kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                 c.stride(0), c.stride(1), float(alpha), float(beta),
+                 HAS_BETA=beta != 0.0, INPUT_PRECISION=input_precision, **(config or {}))
 
 
-def chosen_config() -> str | None:
-    """The config the autotuner chose at its last launch (Triton's own `BLOCK_M: 128, ...`)."""
+def chosen() -> tuple[dict, str] | None:
+    """The config the autotuner chose at its last launch: its launch arguments (all_kwargs())
+    and Triton's own text of it (`BLOCK_M: 128, ...`)."""
     best = getattr(matmul_kernel, "best_config", None)
-    return None if best is None else str(best)
+    return None if best is None else (best.all_kwargs(), str(best))
+
+
+def source_sha256() -> str:
+    """This file's SHA-256: the kernel and its configs (a shared autotune choice's key)."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
 def version() -> str:

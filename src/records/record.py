@@ -120,6 +120,8 @@ class Record:
     peer_compile_s: float | None = None    # a Triton peer's compile + autotune at this shape (the
                                            # job's own, or best_*'s strongest peer's), untimed
     peer_config: str | None = None         # the config Triton's autotune chose
+    peer_setup_reused: bool | None = None  # that setup read from cache_dir, done by another process
+                                           # (another GPU's slot, an earlier sweep): its seconds
 
     @property
     def ok(self) -> bool:

@@ -3,8 +3,9 @@ pinned to its GPU (CUDA_VISIBLE_DEVICES) that runs the sweep's jobs one at a tim
 Hydra's basic launcher runs them in the launching process: Hydra's run_job, the job's MLflow child
 run, its worker process (src/sweep/worker.py: a fault or a hang costs that job alone, and the slot
 starts a fresh worker for its next job). Jobs go to the next free slot in the order the launcher
-gives (longest first); results come back in job order. The slots start as the pool is made, so
-their start (process, imports) overlaps what the launcher does before the first job (composing).
+gives (setup first, then longest); results come back in job order. The slots start as the pool is
+made, and each starts its worker at once, so their start (processes, imports, CUDA context)
+overlaps what the launcher does before the first job (composing).
 
 Why processes, not threads of the launcher: Hydra's run_job sets process-wide state for the job it
 runs (the HydraConfig singleton the job reads, the logging handlers that write the job's log file,
@@ -85,6 +86,21 @@ def answer(conn, kind: str, position: int, value) -> None:
     conn.send((kind, position, data))
 
 
+def start_worker_ahead(config) -> None:
+    """The slot's job worker (src/sweep/worker.py), started now, with the slot, rather than by its
+    first job: its imports and CUDA context overlap the launcher's composing of the jobs. Only
+    when the sweep's jobs run in a worker (isolation.mode=process, the default)."""
+    from src.errors import ConfigError
+    from src.sweep.worker import Isolation, shared_worker
+
+    try:
+        if Isolation.from_cfg(config).mode != "process":
+            return
+    except ConfigError:  # each job refuses it with this error when it runs
+        return
+    shared_worker().start_if_stopped()
+
+
 def serve_hydra_jobs(conn, context: bytes) -> None:
     """A slot's loop: each job as Hydra's basic launcher runs it (run_job on the config the
     launcher composed for it, gpu_launcher.Job), until the launcher says None."""
@@ -95,6 +111,7 @@ def serve_hydra_jobs(conn, context: bytes) -> None:
     Singleton.set_state(state)
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    start_worker_ahead(config)
     while True:
         try:
             message = conn.recv()

@@ -9,7 +9,9 @@ forked, since a CUDA context does not survive a fork) and waits for it.
 
 - A healthy job: the worker answers with the record and stays up for the next job, keeping
   its CUDA context, compiled modules and cuBLAS baselines (the cost per job is one pickled
-  config out and one pickled record back; the first job pays for the worker's start).
+  config out and one pickled record back). The worker's start (imports, CuPy, the CUDA
+  context) is paid once: by the first job, or, in a slot of the GPU launcher, while the sweep
+  is still being composed (src/sweep/pool.py starts it with the slot).
 - A fault: the worker answers with the failed record, says its context is poisoned and exits;
   the next job starts a fresh worker.
 - A hang: the worker reports each step it finishes (spec, compiled, verified, timed); when no
@@ -92,6 +94,17 @@ def _context_healthy() -> bool:
         return False
 
 
+def _warm_up() -> None:
+    """CuPy's import and the device's CUDA context now, before the first job is read: a worker
+    started ahead of its jobs (a slot's, src/sweep/pool.py) has them ready when the job comes."""
+    try:
+        import cupy as cp
+
+        cp.cuda.runtime.free(0)  # cudaFree(0): the usual way to create the primary context
+    except Exception:  # no driver or no GPU: the job finds that itself and says so (no_gpu)
+        pass
+
+
 def _serve(conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and kills us
     die_with_parent()
@@ -102,6 +115,7 @@ def _serve(conn) -> None:
     from src.job.measure import JobOutputs
     from src.job.pipeline import run_job
 
+    _warm_up()
     baselines = Baselines()  # this worker's cuBLAS figures, kept for the jobs it runs next
     while True:
         try:
@@ -142,7 +156,8 @@ def _worker_main(target, conn) -> None:
 # --- the launcher's side --------------------------------------------------------------------
 
 class Worker:
-    """One worker process, started when first needed and replaced after a fault or hang."""
+    """One worker process, started ahead of the jobs (start_if_stopped) or when first needed, and
+    replaced after a fault, a hang or a death before its job."""
 
     def __init__(self, target=None) -> None:
         self._target = target  # None: _serve (tests pass stand-ins that hang or crash)
@@ -165,6 +180,18 @@ class Worker:
     @property
     def alive(self) -> bool:
         return self._process is not None and self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start_if_stopped(self) -> None:
+        """Start the worker process now, without a job for it yet (its start overlaps what the
+        caller does before the first job); one that dies meanwhile is replaced by run()."""
+        if not self.alive:
+            if self._process is not None:
+                self.stop(kill=True)
+            self._start()
 
     def stop(self, kill: bool = False) -> None:
         """End the worker: politely (it finishes its loop) or, for a hang, with SIGKILL."""
@@ -189,10 +216,7 @@ class Worker:
         outputs). `fallback` is the record to fail when the worker never reports one."""
         from src.job.measure import JobOutputs
 
-        if not self.alive:
-            if self._process is not None:
-                self.stop(kill=True)
-            self._start()
+        self.start_if_stopped()  # none yet, or it died (a fault, a hang, a crash before this job)
         last = fallback
         step = "start"
         try:

@@ -4,6 +4,7 @@ place, so that no module reads conf/ by file path."""
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 
 from omegaconf import OmegaConf
@@ -41,21 +42,21 @@ def kernel_config(name: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def _tuned_config(gpu_spec: str) -> str | None:
+def _tuned_config(gpu_spec: str) -> dict | None:
     from hydra.errors import MissingConfigException
 
     if not (CONF_DIR / "tuned" / f"{gpu_spec}.yaml").is_file():
         return None  # no tuned file for this GPU: the kernels' own defaults stand
     try:
-        return OmegaConf.to_yaml(_compose((f"+tuned={gpu_spec}",)).tuned)
+        return OmegaConf.to_container(_compose((f"+tuned={gpu_spec}",)).tuned)
     except MissingConfigException:
         return None
 
 
 def tuned_config(gpu_spec: str) -> dict | None:
-    """conf/tuned/<gpu_spec>.yaml through the `tuned` config group, or None when it has none."""
-    text = _tuned_config(gpu_spec)
-    return None if text is None else OmegaConf.to_container(OmegaConf.create(text))
+    """conf/tuned/<gpu_spec>.yaml through the `tuned` config group, or None when it has none (a
+    fresh copy each call; a copy, not a parse, as a sweep looks classes up for every shape)."""
+    return copy.deepcopy(_tuned_config(gpu_spec))
 
 
 def forget() -> None:

@@ -6,6 +6,7 @@ where every run's interval agrees."""
 from __future__ import annotations
 
 import copy
+import sys
 
 import pandas as pd
 import pytest
@@ -177,3 +178,39 @@ def test_the_uuid_is_formatted_as_nvidia_smi_prints_it():
 
     assert format_uuid(bytes(range(16))) == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
     assert format_uuid(None) is None and format_uuid(b"short") is None
+
+
+def test_a_uuid_with_a_zero_byte_is_taken_from_nvml(monkeypatch):
+    """CuPy hands the UUID's 16 raw bytes over as a C string: a card whose UUID holds a zero byte
+    (GPU-9b7cd6fa-81cc-00d8-..., an H100 of the 2026-11-26 runs) came back cut short and its
+    records named no card. detect() then asks NVML, by the card's PCI bus id."""
+    import types
+
+    from src.job import gpu
+
+    full = "GPU-9b7cd6fa-81cc-00d8-7524-a69bd101db75"
+    raw = bytes.fromhex(full[4:].replace("-", ""))
+    runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 1, driverGetVersion=lambda: 13000, runtimeGetVersion=lambda: 13020,
+        getDeviceProperties=lambda i: {"name": b"NVIDIA H100 80GB HBM3", "major": 9, "minor": 0,
+                                       "uuid": raw[:raw.index(0)]})
+    device = types.SimpleNamespace(id=0, pci_bus_id="0000:00:08.0", attributes={
+        "MultiProcessorCount": 132, "MaxThreadsPerBlock": 1024,
+        "MaxSharedMemoryPerBlockOptin": 232448, "L2CacheSize": 52428800})
+    cuda = types.SimpleNamespace(runtime=runtime, Device=lambda: device,
+                                 nvrtc=types.SimpleNamespace(getVersion=lambda: (13, 0)))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda, __version__="14.2.0"))
+
+    class NVMLError(Exception):
+        pass
+
+    asked = []
+    pynvml = types.SimpleNamespace(
+        NVMLError=NVMLError, NVML_CLOCK_SM=1, nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByPciBusId=lambda bus: asked.append(bus) or bus,
+        nvmlDeviceGetMaxClockInfo=lambda handle, clock: 1980,
+        nvmlDeviceGetUUID=lambda handle: full if handle == "0000:00:08.0" else "GPU-wrong")
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    assert gpu.format_uuid(raw[:raw.index(0)]) is None  # what CuPy's bytes alone give
+    found = gpu.detect()
+    assert found.uuid == full and "0000:00:08.0" in asked

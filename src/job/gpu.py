@@ -122,7 +122,7 @@ def detect() -> Device:
         cupy=cp.__version__,
         max_sm_clock_mhz=_nvml_max_sm_clock(dev.pci_bus_id),
         host=socket.gethostname(),
-        uuid=format_uuid(props.get("uuid")),
+        uuid=format_uuid(props.get("uuid")) or _nvml_uuid(dev.pci_bus_id),
     )
 
 
@@ -225,6 +225,21 @@ def _nvml_max_sm_clock(pci_bus_id: str | None) -> int | None:
         return int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
     except pynvml.NVMLError:
         return None
+
+
+def _nvml_uuid(pci_bus_id: str | None) -> str | None:
+    """The card's UUID from NVML: CuPy hands the 16 raw bytes over as a C string, so a UUID with a
+    zero byte arrives cut short (an H100 of 2026-11-26, GPU-9b7cd6fa-81cc-00d8-..., recorded none)."""
+    handle = nvml_handle(pci_bus_id)
+    if handle is None:
+        return None
+    import pynvml
+
+    try:
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+    except pynvml.NVMLError:
+        return None
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
 
 
 def sm_clock_mhz(device: Device) -> int | None:

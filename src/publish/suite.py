@@ -191,8 +191,9 @@ def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=())
              "cuBLASLt at that shape. faster / slower only when the interval excludes 1.0."]
     if peers:
         notes.append("`vs peer`: against the strongest peer a user would pick instead, timed in "
-                     "the same rounds (best_fp32: the FP32-accurate Triton matmuls, tf32x3 and "
-                     "ieee; best_tf32: Triton TF32), with the peer's name; empty where no peer "
+                     "the same rounds (best_fp32: the FP32-accurate ones, Triton's tf32x3 and ieee "
+                     "matmuls and CUTLASS's 3xTF32 GEMM; best_tf32: Triton TF32), with the "
+                     "peer's name; empty where no peer "
                      "ran (the rows' peers_skipped say why). Below 1.0 the peer is faster.")
     runs = sessions(timestamps)
     if len(runs) > 1:

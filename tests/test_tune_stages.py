@@ -40,9 +40,9 @@ def test_screening_shapes_are_the_first_of_the_round_robin_over_the_classes():
     assert {s.dims for s in screen_shapes}.isdisjoint(s.dims for s in rest)
     assert sorted(s.dims for s in screen_shapes + rest) == sorted(s.dims for s in training)
     assert rest == [s for s in training if s not in screen_shapes]  # in their planned order
-    # the committed setting takes each class twice; no `screen` (or too many) is one stage
-    twice, _ = plan_mod.screening(training, plan_mod.load_settings())
-    assert all(sum(s.cls == c for s in twice) == 2 for c in classes)
+    # the committed setting takes every class; no `screen` (or too many) is one stage
+    committed, _ = plan_mod.screening(training, plan_mod.load_settings())
+    assert {s.cls for s in committed} == classes
     assert plan_mod.screening(training[:5], settings(shapes=None)) == (training[:5], [])
     assert plan_mod.screening(training[:5], settings(shapes=5)) == (training[:5], [])
 
@@ -221,20 +221,21 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
 
     cache, measured = {}, []
     monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps(cache, measured))
-    args = ["tune", "--gpu", "h100_sxm", "--shapes", "24", "--sweep-dir", str(tmp_path / "sw"),
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    args = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--sweep-dir", str(tmp_path / "sw"),
             "--csv", str(tmp_path / "e.csv"), "--tuned", str(tmp_path / "t.yaml")]
     assert cli(args) == 0
     out = capsys.readouterr().out
-    assert "stage 1 (screen): 20 shapes" in out and "stage 2: 4 shapes" in out
+    assert f"stage 1 (screen): {count} shapes" in out and "stage 2: 4 shapes" in out
     assert "at most" in out.split("after the screen:")[0]
     assert "the survivors of the screen" in out.split("after the screen:")[1]
     rows = evidence.read(tmp_path / "e.csv")
     first = [r for r in rows if r["stage"] == 1]
     second = [r for r in rows if r["stage"] == 2]
     assert first and second and len(first) + len(second) == len(rows)
-    training = distribution.stratified(distribution.training(), 24)
-    assert {r["shape"] for r in first} == {s.label for s in training[:20]}
-    assert {r["shape"] for r in second} == {s.label for s in training[20:]}
+    training = distribution.stratified(distribution.training(), count + 4)
+    assert {r["shape"] for r in first} == {s.label for s in training[:count]}
+    assert {r["shape"] for r in second} == {s.label for s in training[count:]}
     # stage 2 measured the survivors of stage 1's rows (or the whole grids where none builds)
     kept = screen.survivors(first, plan_mod.load_settings(), command.guards(
         plan_mod.load_settings()))
@@ -243,8 +244,8 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
               for s in staged.stage2 if s.candidates is not None}
     assert listed and all(r["params"] in listed[(r["dispatcher"], r["kernel"])]
                           for r in second if (r["dispatcher"], r["kernel"]) in listed)
-    assert len(second) < sum(1 for r in first) * 4 / 20  # fewer candidates than the screen's
-    assert len([k for k in measured if k[2] in {s.label for s in training[20:]}]) == \
+    assert len(second) < len(first) * 4 / count  # fewer candidates than the screen's
+    assert len([k for k in measured if k[2] in {s.label for s in training[count:]}]) == \
         sum(s.jobs for s in staged.stage2)
     # every candidate that a rule or the catch-all chooses was measured in stage 2
     chosen = {(r["kernel"], json.dumps(r["params"], sort_keys=True))

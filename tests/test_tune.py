@@ -66,6 +66,8 @@ def test_pruning_counts_each_candidate_once_under_the_rule_it_breaks():
     ({"space": {"bm": []}}, "needs tune.space"),
     ({"space": {"bm": [64]}, "strategy": "anneal"}, "tune.strategy must be one of grid, tpe"),
     ({"space": {"bm": [64]}, "strategy": "tpe"}, "needs tune.trials"),
+    ({"space": {"bm": [64], "bn": [64]}, "candidates": [{"bm": 64}]}, "tune.candidates must"),
+    ({"space": {"bm": [64]}, "candidates": []}, "tune.candidates must"),
 ])
 def test_bad_tuning_settings_name_the_rule(block, needle):
     with pytest.raises(InvalidParams, match=needle):
@@ -167,6 +169,28 @@ def test_a_tuning_sweep_prunes_runs_and_summarizes(tmp_path, tracking_uri):
     tags = parents[0].data.tags
     assert tags["tune_measured"] == str(len(records)) and tags["tune_pruned"] == str(data["pruned"])
     assert tags["tune_strategy"] == "grid"
+
+
+def test_a_tuning_sweep_over_listed_candidates_measures_only_those(tmp_path):
+    """`++tune.candidates=[...]` (stage 2 of `sgemm-lab tune`), on a pretend H100 with stand-in
+    workers: the listed candidates that build are the jobs, one that breaks a rule is pruned,
+    and nothing else of the space is measured."""
+    settings = tune.Settings.from_cfg(tune_cfg("10_warptiling"))
+    kernel = kernel_cfg("10_warptiling")
+    pruning = tune.prune(kernel, tune.grid(settings.space), Problem(256, 256, 256, 1.0, 0.0), H100)
+    valid = [p for p, _ in pruning.valid[:2]]
+    broken = next(c for c in tune.grid(settings.space)
+                  if isinstance(tune.check(kernel, c, Problem(256, 256, 256, 1.0, 0.0), H100), str))
+    listed = "[" + ",".join("{" + ",".join(f"{k}:{v}" for k, v in c.items()) + "}"
+                            for c in valid + [broken]) + "]"
+    proc = run_on_fake_gpu(tmp_path, "-m", "+tune=10_warptiling", "size=256", "bench=quick",
+                           f"++tune.candidates={listed}", f"cache_dir={tmp_path}/cache",
+                           "mlflow.enabled=false")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "sweep" / "tune_summary.json").read_text())[0]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/record.json")]
+    assert data["candidates_considered"] == 3 and data["pruned"] == 1
+    assert data["measured"] == len(records) == 2  # the space builds hundreds here
 
 
 def test_a_tuning_sweep_without_a_gpu_stops_before_any_candidate(tmp_path):

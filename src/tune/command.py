@@ -1,5 +1,8 @@
-"""`sgemm-lab tune`: plan (src/tune/plan.py) -> the tuning sweeps, one `python -m src.run -m
-+tune=<kernel> shape=...` each (every GPU of the node, cached, resumable) -> the evidence file
+"""`sgemm-lab tune`: plan (src/tune/plan.py) -> stage 1's tuning sweeps (every candidate at the
+screening shapes) -> the survivors (src/tune/screen.py) -> stage 2's sweeps (the survivors at the
+other shapes); each sweep one `python -m src.run -m +tune=<kernel> shape=...` (every GPU of the
+node, cached, resumable: a re-run takes stage 1 from the cache, so the same survivors) -> the
+evidence file
 results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/tuned/<gpu>.yaml
 (src/tune/fit.py). `--fit-only` re-fits from an existing evidence file, no GPU needed.
 
@@ -70,11 +73,11 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     return dispatch
 
 
-def run_sweeps(plan, settings: dict, sweep_dir: Path, extra: list[str]) -> int:
+def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str]) -> int:
     """Each sweep as its own `python -m src.run` (Hydra runs one app a process); the count of
     sweeps that failed. A sweep directory is cleared first: its records come back from the cache."""
     failed = 0
-    for sweep in plan.sweeps:
+    for sweep in sweeps:
         target = sweep_dir / sweep.name
         if target.exists():
             shutil.rmtree(target)
@@ -84,6 +87,30 @@ def run_sweeps(plan, settings: dict, sweep_dir: Path, extra: list[str]) -> int:
             failed += 1
             print(f"   {sweep.name} exited with an error; its measured jobs are kept", flush=True)
     return failed
+
+
+def rows_of(sweeps, sweep_dir: Path, gpu_spec: str, settings: dict) -> list[dict]:
+    from src.tune import evidence
+
+    return [r for s in sweeps for r in evidence.sweep_rows(s, sweep_dir, gpu_spec, settings)]
+
+
+def screened(plan, settings: dict, rows: list[dict]):
+    """The plan with stage 2 made of the survivors of stage 1's `rows`."""
+    from src.tune import plan as plan_mod
+    from src.tune import screen
+
+    return plan_mod.build(plan.gpu_spec, plan.shapes, settings,
+                          screen.survivors(rows, settings, guards(settings)))
+
+
+def screen_done(plan, sweep_dir: Path) -> bool:
+    """Whether the sweep directory holds a record of every stage-1 job (a finished screen)."""
+    from src.records.record import load_records
+
+    return bool(plan.rest) and all(
+        (sweep_dir / s.name).is_dir() and len(load_records(sweep_dir / s.name)) >= s.jobs
+        for s in plan.sweeps)
 
 
 def main(argv: list[str]) -> int:
@@ -122,12 +149,20 @@ def main(argv: list[str]) -> int:
         per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
         plan = plan_mod.within_budget(gpu_spec, distribution.training(), args.budget,
                                       args.shapes, per_job, gpus, settings)
-        print(plan.describe(per_job, gpus), flush=True)
         if args.dry_run:
+            if screen_done(plan, args.sweep_dir):  # stage 1 has run: stage 2 is known
+                plan = screened(plan, settings,
+                                rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings))
+            print(plan.describe(per_job, gpus), flush=True)
             return 0
-        failed = run_sweeps(plan, settings, args.sweep_dir, args.overrides)
-        rows = [r for s in plan.sweeps
-                for r in evidence.sweep_rows(s, args.sweep_dir, gpu_spec, settings)]
+        print(plan.describe(per_job, gpus), flush=True)
+        failed = run_sweeps(plan.sweeps, settings, args.sweep_dir, args.overrides)
+        rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
+        if plan.rest:
+            plan = screened(plan, settings, rows)
+            print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
+            failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides)
+            rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings)
         evidence.write(rows, csv_path)
         print(f"{len(rows)} rows -> {csv_path}")
         dispatch = refit(gpu_spec, settings, csv_path, args.tuned)

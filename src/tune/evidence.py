@@ -2,7 +2,8 @@
 shape x candidate measured (status, GFLOP/s, ratio to the stronger cuBLAS with its 95% interval),
 and back. A candidate that builds the same kernel and launch as a measured one at that shape
 (src/tune/space.py, SAME_KERNEL) gets that one's figures with `same_as` naming it, so every
-candidate of the grid has a row where it builds. The fit (src/tune/fit.py) and `sgemm-lab
+candidate of the sweep has a row where it builds. `stage` says which stage of the plan measured
+a row (1: the screen, every candidate; 2: the survivors at the other shapes; src/tune/plan.py). The fit (src/tune/fit.py) and `sgemm-lab
 explain` read the file; nothing else is needed to re-fit.
 """
 
@@ -16,14 +17,14 @@ from src.records.record import Record, load_records
 
 COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",
            "params", "status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
-           "best_cublas", "ratio", "baseline", "same_as", "from_cache", "timestamp", "error"]
+           "best_cublas", "ratio", "baseline", "same_as", "from_cache", "timestamp", "error", "stage"]
 
 
 def _ratio(pct) -> float | None:
     return None if pct is None else round(float(pct) / 100, 4)
 
 
-def row(record: Record, gpu_spec: str, dispatcher: str, precision: str) -> dict:
+def row(record: Record, gpu_spec: str, dispatcher: str, precision: str, stage: int = 1) -> dict:
     ok = record.ok
     return {
         "gpu_spec": gpu_spec, "dispatcher": dispatcher, "precision": precision,
@@ -39,6 +40,7 @@ def row(record: Record, gpu_spec: str, dispatcher: str, precision: str) -> dict:
         "baseline": record.baseline, "same_as": None, "from_cache": int(bool(record.from_cache)),
         "timestamp": record.timestamp,
         "error": None if ok else (record.error or "").splitlines()[0][:200] if record.error else None,
+        "stage": stage,
     }
 
 
@@ -54,13 +56,13 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict) -> list[di
     measured = {}
     rows = []
     for record in records:
-        r = row(record, gpu_spec, sweep.dispatcher, sweep.precision)
+        r = row(record, gpu_spec, sweep.dispatcher, sweep.precision, sweep.stage)
         measured[(r["shape"], r["params"])] = r
         rows.append(r)
     cfg = plan.candidate_config(sweep.kernel, sweep.precision)
     limits = limits_from_spec(gpu_spec)
     for shape in sweep.shapes:
-        pruning = tune.prune(cfg, tune.grid(sweep.space), Problem(*shape.dims, settings["alpha"],
+        pruning = tune.prune(cfg, sweep.candidate_list(), Problem(*shape.dims, settings["alpha"],
                                                                    settings["beta"]), limits)
         for dup, first in pruning.same_as.items():
             source = measured.get((shape.label, json.dumps(json.loads(first), sort_keys=True)))
@@ -97,6 +99,7 @@ def read(path: Path) -> list[dict]:
         for r in csv.DictReader(handle):
             for c in ("m", "n", "k", "aligned", "from_cache"):
                 r[c] = number(r[c], int)
+            r["stage"] = number(r.get("stage"), int)  # None in a file from before the two stages
             for c in ("gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high", "ratio"):
                 r[c] = number(r[c], float)
             for c in ("same_as", "error", "best_cublas", "baseline", "timestamp"):

@@ -12,6 +12,13 @@ order. Sibling leaves that choose the same candidate merge. Each leaf is a rule 
 conditions); leaves choosing the catch-all are left out (their shapes reach it anyway); the last
 rule, `True`, is the catch-all: the best candidate that ran at every training shape.
 
+Two-stage evidence (src/tune/plan.py: every candidate at the screening shapes, then only the
+survivors at the rest; a row's `stage` says which): where a dispatcher has stage-2 rows, only the
+candidates measured in stage 2 can be chosen. A candidate the screen dropped ran at the screening
+shapes alone, more than the margin behind each one's best; its rows stay in the evidence, but it
+wins no class, not even one of screening shapes only (where a survivor missing at one of them
+would otherwise hand it the class by absence).
+
 A kernel that runs only some shapes (its size constraints over m, n, k: gemm_ffma_skinny's
 min(m, n) <= 32) carries them in its rule's `when`: a shape outside them falls through to the
 catch-all, and the fit scores it there.
@@ -66,6 +73,9 @@ def score_of(row: dict) -> float | None:
 def table(rows: list[dict], dispatcher: str) -> Table:
     mine = [r for r in rows if r["dispatcher"] == dispatcher]
     shapes = sorted({(int(r["m"]), int(r["n"]), int(r["k"])) for r in mine})
+    survivors = {(r["kernel"], r["params"]) for r in mine if r.get("stage") == 2}
+    if survivors:  # two stages: a candidate the screen dropped is not a choice
+        mine = [r for r in mine if (r["kernel"], r["params"]) in survivors]
     cands = sorted({Candidate(r["kernel"], r["params"]) for r in mine},
                    key=lambda c: (c.kernel, c.params))
     out = Table(shapes, cands)

@@ -1,12 +1,18 @@
 """Tuning plan: what `sgemm-lab tune` measures on one GPU spec, found on the CPU before any job
 runs. Per dispatching kernel (conf/tuning/dispatch.yaml), each candidate kernel's grid
-(conf/tune/<kernel>.yaml) at every training shape (conf/suite/training.yaml) where its rules let
-at least one candidate build; the FFMA fallback's grid only at shapes no candidate can run. The
-counts are exact (the constraints and "measured once" pruning of src/tune/space.py), so
-`--budget` can cut the training shapes (round-robin over their classes) until the estimate fits.
-Each sweep is the ordinary tuning sweeper (`python -m src.run -m +tune=<kernel> shape=...`): it
-spreads over every GPU (hydra/launcher=gpus), reuses cached measurements (resume=true), and
-prunes by the same rules.
+(conf/tune/<kernel>.yaml) at the training shapes (conf/suite/training.yaml) where its rules let
+at least one candidate build; the FFMA fallback's grid only at shapes no candidate can run.
+
+Two stages (`screen:` in the settings): stage 1 measures every candidate at the screening shapes
+(the first few of the round-robin order over the shape classes); stage 2 measures at the other
+shapes only the survivors (src/tune/screen.py: within a margin of the best at some screening shape
+of the same dispatcher), the whole grids at a shape where no survivor builds, and the fallback
+where no candidate builds. Before stage 1 has run, stage 2 is planned as if every candidate
+survived: an upper bound. The counts are exact (the constraints and "measured once" pruning of
+src/tune/space.py), so `--budget` can cut the training shapes (round-robin over their classes)
+until the bound fits. Each sweep is the ordinary tuning sweeper (`python -m src.run -m
++tune=<kernel> shape=...`): it spreads over every GPU (hydra/launcher=gpus), reuses cached
+measurements (resume=true), and prunes by the same rules.
 """
 
 from __future__ import annotations
@@ -54,10 +60,17 @@ class Sweep:
     jobs: int = 0                                    # candidates to measure, summed over shapes
     skipped: Counter = field(default_factory=Counter)  # shapes where nothing builds, per rule
     fallback: bool = False
+    stage: int = 1
+    candidates: list[dict] | None = None             # stage 2's survivors (None: the whole grid)
+    tag: str = ""                                    # tells a stage's sweeps of one kernel apart
 
     @property
     def name(self) -> str:
-        return f"{self.dispatcher}_{self.kernel}"
+        return f"{self.dispatcher}_{self.kernel}{self.tag}"
+
+    def candidate_list(self) -> list[dict]:
+        """What the sweep measures at each of its shapes, before the constraints prune."""
+        return list(self.candidates) if self.candidates is not None else tune.grid(self.space)
 
     def overrides(self, settings: dict, sweep_dir: Path, extra: list[str] = ()) -> list[str]:
         """The command line of `python -m src.run` for this sweep."""
@@ -70,28 +83,53 @@ class Sweep:
         if self.fallback:
             args += [f"tune.space.{k}=[{','.join(str(v) for v in values)}]"
                      for k, values in self.space.items()]
+        if self.candidates is not None:
+            args.append("++tune.candidates=[" + ",".join(
+                "{" + ",".join(f"{k}:{v}" for k, v in c.items()) + "}" for c in self.candidates)
+                + "]")
         return args + list(extra)
 
 
 @dataclass
 class Plan:
     gpu_spec: str
-    sweeps: list[Sweep]
+    sweeps: list[Sweep]   # stage 1: every candidate at the screening shapes
     shapes: list          # the training shapes planned
+    rest: list = field(default_factory=list)        # stage 2's shapes (none: one stage)
+    stage2: list[Sweep] = field(default_factory=list)
+    screened: bool = False  # stage 2 holds the survivors (False: the upper bound, all survive)
 
     @property
     def jobs(self) -> int:
-        return sum(s.jobs for s in self.sweeps)
+        """Both stages' jobs (stage 2 an upper bound until the screen has run)."""
+        return sum(s.jobs for s in self.sweeps) + sum(s.jobs for s in self.stage2)
 
     def describe(self, seconds_per_job: float, gpus: int) -> str:
+        bound = "" if self.screened or not self.rest else "at most "
         lines = [f"tuning plan for {self.gpu_spec}: {len(self.shapes)} training shapes, "
-                 f"{self.jobs} jobs, about {self.jobs * seconds_per_job / max(gpus, 1) / 60:.0f} "
+                 f"{bound}{self.jobs} jobs, about {self.jobs * seconds_per_job / max(gpus, 1) / 60:.0f} "
                  f"min on {gpus} GPU(s) ({seconds_per_job:g} s a job)"]
-        for s in self.sweeps:
-            skipped = "; ".join(f"{n} shapes: {rule}" for rule, n in s.skipped.most_common())
-            lines.append(f"  {s.name:<32} {len(s.shapes):>4} shapes {s.jobs:>6} jobs"
-                         + (f"  (pruned whole: {skipped})" if skipped else ""))
+        if self.rest:
+            lines.append(f" stage 1 (screen): {len(self.shapes) - len(self.rest)} shapes, "
+                         f"{sum(s.jobs for s in self.sweeps)} jobs, every candidate")
+        lines += self._sweep_lines(self.sweeps)
+        if self.rest:
+            which = ("the survivors of the screen" if self.screened else
+                     "at most: every candidate, until the screen has run")
+            lines.append(f" stage 2: {len(self.rest)} shapes, "
+                         f"{sum(s.jobs for s in self.stage2)} jobs ({which})")
+            lines += self._sweep_lines(self.stage2)
         return "\n".join(lines)
+
+    @staticmethod
+    def _sweep_lines(sweeps) -> list[str]:
+        lines = []
+        for s in sweeps:
+            skipped = "; ".join(f"{n} shapes: {rule}" for rule, n in s.skipped.most_common())
+            listed = f" of {len(s.candidates)} listed" if s.candidates is not None else ""
+            lines.append(f"  {s.name:<38} {len(s.shapes):>4} shapes {s.jobs:>6} jobs{listed}"
+                         + (f"  (pruned whole: {skipped})" if skipped else ""))
+        return lines
 
 
 def candidate_config(kernel: str, precision: str) -> dict:
@@ -102,14 +140,16 @@ def candidate_config(kernel: str, precision: str) -> dict:
 
 
 def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, limits: dict,
-           settings: dict, fallback: bool = False) -> tuple[Sweep, set]:
+           settings: dict, fallback: bool = False, stage: int = 1,
+           candidates: list[dict] | None = None, tag: str = "") -> tuple[Sweep, set]:
     cfg = candidate_config(kernel, precision)
-    sweep = Sweep(dispatcher, precision, kernel, space, fallback=fallback)
-    candidates = tune.grid(space)
+    sweep = Sweep(dispatcher, precision, kernel, space, fallback=fallback, stage=stage,
+                  candidates=candidates, tag=tag)
+    listed = sweep.candidate_list()
     runnable = set()
     for shape in shapes:
-        pruning = tune.prune(cfg, candidates, Problem(*shape.dims, settings["alpha"],
-                                                       settings["beta"]), limits)
+        pruning = tune.prune(cfg, listed, Problem(*shape.dims, settings["alpha"],
+                                                  settings["beta"]), limits)
         if pruning.valid:
             sweep.shapes.append(shape)
             sweep.jobs += len(pruning.valid)
@@ -119,19 +159,36 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
     return sweep, runnable
 
 
-def build(gpu_spec: str, shapes, settings: dict | None = None) -> Plan:
-    """The sweeps for `shapes` on `gpu_spec` (its datasheet limits decide what builds)."""
-    from src.job.gpu import limits_from_spec
-
-    settings = settings or load_settings()
-    limits = limits_from_spec(gpu_spec)
+def _stage(shapes, limits: dict, settings: dict, stage: int,
+           survivors: dict | None = None) -> list[Sweep]:
+    """One stage's sweeps over `shapes`. Stage 1 and an unscreened stage 2 (survivors None):
+    every candidate kernel's whole grid, the fallback where none builds. A screened stage 2: each
+    kernel's survivors (in grid order), the whole grids at shapes where no survivor builds, then
+    the fallback where no candidate builds."""
+    tag = "" if stage == 1 else "_stage2"
     sweeps = []
     for dispatcher, entry in settings["dispatchers"].items():
         precision = entry["precision"]
         covered: set = set()
+        if survivors is not None:
+            for kernel in entry["candidates"]:
+                space = kernel_space(kernel)
+                keep = survivors.get((dispatcher, kernel), set())
+                listed = [p for p in tune.grid(space) if tune.params_key(p) in keep]
+                if not listed:
+                    continue
+                sweep, runnable = _sweep(dispatcher, precision, kernel, space, shapes, limits,
+                                         settings, stage=stage, candidates=listed, tag=tag)
+                covered |= runnable
+                if sweep.shapes:
+                    sweeps.append(sweep)
+        whole_tag = tag + ("_all" if survivors is not None else "")
+        rest = [s for s in shapes if s.dims not in covered]
         for kernel in entry["candidates"]:
-            sweep, runnable = _sweep(dispatcher, precision, kernel, kernel_space(kernel), shapes,
-                                     limits, settings)
+            if not rest:
+                break
+            sweep, runnable = _sweep(dispatcher, precision, kernel, kernel_space(kernel), rest,
+                                     limits, settings, stage=stage, tag=whole_tag)
             covered |= runnable
             if sweep.shapes:
                 sweeps.append(sweep)
@@ -140,16 +197,43 @@ def build(gpu_spec: str, shapes, settings: dict | None = None) -> Plan:
         if rest and fallback:
             sweep, _ = _sweep(dispatcher, precision, fallback["kernel"],
                               {k: list(v) for k, v in fallback["space"].items()}, rest, limits,
-                              settings, fallback=True)
+                              settings, fallback=True, stage=stage, tag=tag)
             if sweep.shapes:
                 sweeps.append(sweep)
-    return Plan(gpu_spec, sweeps, list(shapes))
+    return sweeps
+
+
+def screening(shapes, settings: dict) -> tuple[list, list]:
+    """(stage 1's shapes, stage 2's): the first `screen.shapes` of the round-robin order over the
+    shape classes, and the others in their planned order; all in stage 1 without `screen`."""
+    count = (settings.get("screen") or {}).get("shapes")
+    if count is None or count >= len(shapes):
+        return list(shapes), []
+    screen = distribution.stratified(list(shapes), int(count))
+    picked = {s.dims for s in screen}
+    return screen, [s for s in shapes if s.dims not in picked]
+
+
+def build(gpu_spec: str, shapes, settings: dict | None = None,
+          survivors: dict | None = None) -> Plan:
+    """The sweeps for `shapes` on `gpu_spec` (its datasheet limits decide what builds), in two
+    stages where the settings screen; stage 2 from `survivors` ({(dispatcher, kernel): params
+    keys}, src/tune/screen.py), or its upper bound when they are not known yet."""
+    from src.job.gpu import limits_from_spec
+
+    settings = settings or load_settings()
+    limits = limits_from_spec(gpu_spec)
+    screen, rest = screening(shapes, settings)
+    first = _stage(screen, limits, settings, 1)
+    second = _stage(rest, limits, settings, 2, survivors) if rest else []
+    return Plan(gpu_spec, first, list(shapes), rest, second, screened=survivors is not None)
 
 
 def within_budget(gpu_spec: str, training, budget_s: float | None, count: int | None,
                   seconds_per_job: float, gpus: int, settings: dict | None = None) -> Plan:
     """The plan for the first `count` training shapes (round-robin over classes), cut further
-    until its estimated wall time fits `budget_s` (None: no budget). The largest count that fits
+    until its estimated wall time (both stages, stage 2 at its upper bound: the survivors are not
+    known before the screen runs) fits `budget_s` (None: no budget). The largest count that fits
     is found by bisection; a budget too small for one shape per class is refused."""
     settings = settings or load_settings()
     count = len(training) if count is None else min(count, len(training))

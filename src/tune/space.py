@@ -41,6 +41,7 @@ class Settings:
     compile_threads: int | None = None
     write_back: bool = False
     size_class: str = "True"         # the `when` the written-back entry gets
+    candidates: list[dict] | None = None  # grid: exactly these, in order (None: the whole space)
 
     @classmethod
     def from_cfg(cls, block) -> "Settings":
@@ -57,7 +58,14 @@ class Settings:
         if strategy == "tpe" and (not isinstance(trials, int) or trials <= 0):
             raise InvalidParams(f"tune.strategy=tpe needs tune.trials, the number of candidates "
                                 f"to measure (a positive integer), got {trials!r}.")
-        return cls(space=space, strategy=strategy, trials=trials,
+        candidates = data.get("candidates")
+        if candidates is not None:
+            candidates = [{str(k): v for k, v in dict(c).items()} for c in candidates]
+            if not candidates or any(set(c) != set(space) for c in candidates):
+                raise InvalidParams(f"tune.candidates must list one or more candidates, each "
+                                    f"setting every parameter of tune.space "
+                                    f"({', '.join(space)}) and no other; got {candidates!r}.")
+        return cls(space=space, strategy=strategy, trials=trials, candidates=candidates,
                    batch=int(data.get("batch") or 8), seed=int(data.get("seed") or 0),
                    compile_threads=data.get("compile_threads"),
                    write_back=bool(data.get("write_back", False)),
@@ -68,6 +76,11 @@ def grid(space: dict[str, list]) -> list[dict]:
     """Every combination, in the space's order (the last parameter varies fastest)."""
     names = list(space)
     return [dict(zip(names, values)) for values in itertools.product(*space.values())]
+
+
+def candidates_of(settings: Settings) -> list[dict]:
+    """What a grid sweep measures: its listed candidates, else every combination of its space."""
+    return list(settings.candidates) if settings.candidates is not None else grid(settings.space)
 
 
 def space_size(space: dict[str, list]) -> int:

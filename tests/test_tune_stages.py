@@ -1,0 +1,267 @@
+"""The two-stage tuning plan of `sgemm-lab tune` (src/tune/plan.py, src/tune/screen.py,
+src/tune/command.py) and how the fit reads two-stage evidence (src/tune/fit.py), on the CPU.
+
+Every figure here is SYNTHETIC (made up in this file from simple laws or a hash of the candidate
+and shape, not measured on any GPU): the tests check which jobs are planned and which candidates
+survive and can be chosen, never a GPU figure. The sweeps of the command are stood in for by a
+function that writes records as the tuning sweeper does, with a dictionary for the measurement
+cache."""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+
+import pytest
+
+from src.job.gpu import limits_from_spec
+from src.job.problem import Problem
+from src.records.record import Record
+from src.tune import command, distribution, evidence, fit, screen
+from src.tune import plan as plan_mod
+from src.tune import space as tune
+
+H100 = limits_from_spec("h100_sxm")
+
+
+def settings(**screen_settings) -> dict:
+    data = plan_mod.load_settings()
+    data["screen"] = {**data["screen"], **screen_settings}
+    return data
+
+
+def test_screening_shapes_are_the_first_of_the_round_robin_over_the_classes():
+    training = distribution.training()
+    classes = {s.cls for s in training}
+    screen_shapes, rest = plan_mod.screening(training, settings(shapes=len(classes)))
+    assert screen_shapes == distribution.stratified(training, len(classes))
+    assert {s.cls for s in screen_shapes} == classes          # one of each class
+    assert {s.dims for s in screen_shapes}.isdisjoint(s.dims for s in rest)
+    assert sorted(s.dims for s in screen_shapes + rest) == sorted(s.dims for s in training)
+    assert rest == [s for s in training if s not in screen_shapes]  # in their planned order
+    # the committed setting takes every class; no `screen` (or too many) is one stage
+    committed, _ = plan_mod.screening(training, plan_mod.load_settings())
+    assert {s.cls for s in committed} == classes
+    assert plan_mod.screening(training[:5], settings(shapes=None)) == (training[:5], [])
+    assert plan_mod.screening(training[:5], settings(shapes=5)) == (training[:5], [])
+
+
+def test_before_the_screen_stage_two_is_every_candidate_at_the_other_shapes():
+    """The upper bound: the two stages together plan exactly the one-stage plan's jobs, stage 1
+    at the screening shapes and stage 2 at the rest."""
+    shapes = distribution.stratified(distribution.training(), 14)
+    staged = plan_mod.build("h100_sxm", shapes, settings(shapes=10))
+    whole = plan_mod.build("h100_sxm", shapes, settings(shapes=None))
+    assert not whole.rest and not whole.stage2 and not staged.screened
+    assert [s.dims for s in staged.rest] == [s.dims for s in shapes[10:]]
+    assert staged.jobs == whole.jobs
+    per_kernel = {}
+    for sweep in staged.sweeps + staged.stage2:
+        per_kernel[(sweep.dispatcher, sweep.kernel)] = \
+            per_kernel.get((sweep.dispatcher, sweep.kernel), 0) + sweep.jobs
+    assert per_kernel == {(s.dispatcher, s.kernel): s.jobs for s in whole.sweeps}
+    assert {s.name for s in staged.stage2} == {s.name + "_stage2" for s in whole.sweeps}
+    assert all(s.stage == 2 and s.candidates is None for s in staged.stage2)
+
+
+def row(dispatcher, kernel, params, shape, ratio, status="ok", stage=1):
+    m, n, k = shape
+    return {"dispatcher": dispatcher, "kernel": kernel, "params": params, "shape": f"{m}x{n}x{k}",
+            "m": m, "n": n, "k": k, "status": status, "ratio_best": ratio, "ratio": ratio,
+            "stage": stage}
+
+
+P = {name: json.dumps({"bm": i}, sort_keys=True) for i, name in enumerate("ABCDEFG")}
+SKINNY = json.dumps({"warps": 8}, sort_keys=True)
+GUARDS = {"gemm_tf32": None, "gemm_ffma_skinny": "min(m, n) <= 32", "gemm_3xtf32": None}
+
+
+def test_survivors_come_within_the_margin_at_some_screening_shape_of_their_dispatcher():
+    """SYNTHETIC: A is the best at the first shape and B within 2% there; C is best at the second
+    shape only; D is 4% behind everywhere, E only within the margin where it failed; the skinny
+    kernel wins its skinny shape. Another dispatcher's figures never count."""
+    s1, s2, s3 = (512, 512, 512), (4096, 4096, 4096), (8, 4096, 4096)
+    tf = "best_tf32"
+    rows = [row(tf, "gemm_tf32", P["A"], s1, 1.00), row(tf, "gemm_tf32", P["B"], s1, 0.98),
+            row(tf, "gemm_tf32", P["C"], s1, 0.50), row(tf, "gemm_tf32", P["D"], s1, 0.96),
+            row(tf, "gemm_tf32", P["E"], s1, None, status="failed_verification"),
+            row(tf, "gemm_tf32", P["A"], s2, 0.80), row(tf, "gemm_tf32", P["B"], s2, 0.70),
+            row(tf, "gemm_tf32", P["C"], s2, 1.10), row(tf, "gemm_tf32", P["D"], s2, 1.05),
+            row(tf, "gemm_tf32", P["E"], s2, 0.90),
+            row(tf, "gemm_tf32", P["A"], s3, 0.30), row(tf, "gemm_tf32", P["B"], s3, 0.20),
+            row(tf, "gemm_tf32", P["C"], s3, 0.20), row(tf, "gemm_tf32", P["D"], s3, 0.20),
+            row(tf, "gemm_tf32", P["E"], s3, 0.20), row(tf, "gemm_ffma_skinny", SKINNY, s3, 1.4),
+            # best_fp32: G far ahead of A there; it must not drop A from best_tf32
+            row("best_fp32", "gemm_3xtf32", P["G"], s1, 5.0),
+            row("best_fp32", "gemm_3xtf32", P["A"], s1, 1.0)]
+    kept = screen.survivors(rows, settings(margin=0.03), GUARDS)
+    assert kept[("best_tf32", "gemm_tf32")] == {P["A"], P["B"], P["C"]}
+    assert kept[("best_tf32", "gemm_ffma_skinny")] == {SKINNY}
+    assert kept[("best_fp32", "gemm_3xtf32")] == {P["G"]}
+    # a wider margin lets D in (4% behind); order does not matter
+    shuffled = rows[:]
+    random.Random(1).shuffle(shuffled)
+    assert screen.survivors(shuffled, settings(margin=0.05), GUARDS)[("best_tf32", "gemm_tf32")] \
+        == {P["A"], P["B"], P["C"], P["D"]}
+
+
+def test_the_screens_catch_all_survives_so_the_fit_keeps_one():
+    """SYNTHETIC: each of A and B is best where it runs but misses a screening shape; C runs at
+    all of them, never within the margin: it survives as the catch-all the fit needs."""
+    s1, s2 = (512, 512, 512), (4096, 4096, 4096)
+    rows = [row("best_tf32", "gemm_tf32", P["A"], s1, 1.0),
+            row("best_tf32", "gemm_tf32", P["B"], s2, 1.0),
+            row("best_tf32", "gemm_tf32", P["C"], s1, 0.8),
+            row("best_tf32", "gemm_tf32", P["C"], s2, 0.8),
+            row("best_tf32", "gemm_tf32", P["D"], s2, 0.9)]
+    kept = screen.survivors(rows, settings(margin=0.03), GUARDS)
+    assert kept[("best_tf32", "gemm_tf32")] == {P["A"], P["B"], P["C"]}
+
+
+def test_stage_two_measures_the_survivors_and_the_whole_grid_only_where_none_builds():
+    shapes = distribution.stratified(distribution.training(), 16)
+    cfg = settings(shapes=10)
+    tf32 = tune.grid(plan_mod.kernel_space("gemm_tf32"))
+    skinny = tune.grid(plan_mod.kernel_space("gemm_ffma_skinny"))
+    big = next(p for p in tf32 if p["bm"] == 256 and p["bn"] == 128)  # not built everywhere
+    kept = {("best_tf32", "gemm_tf32"): {tune.params_key(p) for p in (tf32[1], big)},
+            ("best_tf32", "gemm_ffma_skinny"): {tune.params_key(skinny[0])}}
+    staged = plan_mod.build("h100_sxm", shapes, cfg, kept)
+    assert staged.screened and [s.name for s in staged.sweeps] == \
+        [s.name for s in plan_mod.build("h100_sxm", shapes, cfg).sweeps]  # stage 1 as before
+    by_name = {s.name: s for s in staged.stage2}
+    survivors = by_name["best_tf32_gemm_tf32_stage2"]
+    assert survivors.candidates == [tf32[1], big]  # in grid order
+    expected = 0
+    for shape in staged.rest:
+        problem = Problem(*shape.dims, 0.5, 3.0)
+        expected += len(tune.prune(plan_mod.candidate_config("gemm_tf32", "tf32"),
+                                   [tf32[1], big], problem, H100).valid)
+    assert survivors.jobs == expected > 0 and survivors.shapes == staged.rest
+    assert "best_tf32_gemm_ffma_skinny_stage2" in by_name
+    # best_fp32 has no survivors: its rest shapes get the whole grids, as a screen never ran
+    assert by_name["best_fp32_gemm_3xtf32_stage2_all"].candidates is None
+    assert by_name["best_fp32_gemm_3xtf32_stage2_all"].shapes == staged.rest
+    assert not any(n.startswith("best_tf32") and n.endswith("_all") for n in by_name)
+    assert staged.jobs < plan_mod.build("h100_sxm", shapes, cfg).jobs
+    # the survivors reach the sweeper as one list override Hydra parses back to them
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    arg = next(a for a in survivors.overrides(cfg, command.SWEEP_DIR)
+               if a.startswith("++tune.candidates="))
+    parsed = OverridesParser.create().parse_overrides([arg])[0]
+    assert parsed.value() == [tf32[1], big] and not parsed.is_sweep_override()
+    assert "resume=false" not in " ".join(survivors.overrides(cfg, command.SWEEP_DIR))
+
+
+def test_the_fit_chooses_only_what_stage_two_measured():
+    """SYNTHETIC two-stage evidence: Z ran only at the four screening shapes (the screen dropped
+    it); V1 and V2 beat it at each screening shape but each misses one; W runs everywhere. Over
+    the screening shapes alone Z would win by the survivors' absence; it must not be chosen."""
+    screen_shapes = [(16, 16, 16), (32, 32, 32), (48, 48, 48), (64, 64, 64)]
+    rest = [(128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024)]
+    d, k = "best_tf32", "gemm_tf32"
+    rows = []
+    for i, s in enumerate(screen_shapes):
+        rows.append(row(d, k, P["A"], s, 1.0))                          # W
+        rows.append(row(d, k, P["C"], s, 1.2))                          # Z (dropped)
+        rows.append(row(d, k, P["B"] if i % 2 else P["D"], s, 1.3))     # V1 / V2
+    for s in rest:
+        rows += [row(d, k, P["A"], s, 1.0, stage=2), row(d, k, P["B"], s, 1.1, stage=2),
+                 row(d, k, P["D"], s, 1.1, stage=2)]
+    settings_fit = {"max_depth": 4, "min_shapes": 2, "min_gain": 0.01, "features": ["m"]}
+    tab = fit.table(rows, d)
+    assert fit.Candidate(k, P["C"]) not in tab.candidates
+    assert tab.shapes == sorted(screen_shapes + rest)
+    rules = fit.rules_for(rows, d, GUARDS, settings_fit, "synthetic.csv")
+    assert rules and all(r["params"] != json.loads(P["C"]) for r in rules)
+    assert rules[-1]["when"] == "True" and rules[-1]["params"] == json.loads(P["A"])
+    # one-stage evidence (no stage 2 rows) is read as before: Z can be chosen there
+    one_stage = [dict(r, stage=None) for r in rows if r["stage"] == 1]
+    chosen = fit.rules_for(one_stage, d, GUARDS, settings_fit, "synthetic.csv")
+    assert any(r["params"] == json.loads(P["C"]) for r in chosen)
+
+
+def stand_in_sweeps(cache: dict, measured: list):
+    """run_sweeps as the tuning sweeper does it, with SYNTHETIC figures (a hash of candidate and
+    shape): each sweep's candidates, pruned by the same rules, a record each; a candidate already
+    in `cache` is taken from it (resume=true), a new one is counted in `measured`."""
+    import shutil
+
+    def run(sweeps, settings, sweep_dir, extra):
+        limits = limits_from_spec("h100_sxm")
+        for sweep in sweeps:
+            target = sweep_dir / sweep.name
+            if target.exists():
+                shutil.rmtree(target)
+            cfg = plan_mod.candidate_config(sweep.kernel, sweep.precision)
+            for shape in sweep.shapes:
+                pruning = tune.prune(cfg, sweep.candidate_list(),
+                                     Problem(*shape.dims, 0.5, 3.0), limits)
+                for i, (params, spec) in enumerate(pruning.valid):
+                    key = (sweep.dispatcher, sweep.kernel, shape.label, tune.params_key(params))
+                    if key not in cache:
+                        measured.append(key)
+                        pct = 50 + zlib.crc32(repr(key).encode()) % 60
+                        cache[key] = dict(gflops=10.0 * pct, pct_of_best_cublas=float(pct),
+                                          pct_best_ci_low=pct - 1.0, pct_best_ci_high=pct + 1.0,
+                                          pct_of_cublas=float(pct))
+                    Record(kernel=sweep.kernel, precision=sweep.precision, backend="nvrtc",
+                           m=shape.m, n=shape.n, k=shape.k, alpha=0.5, beta=3.0,
+                           params=spec.params, **cache[key]).write(
+                        target / f"{i}_{sweep.kernel}_{shape.label}")
+        return 0
+    return run
+
+
+def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_path, monkeypatch,
+                                                                          capsys):
+    from src.cli import main as cli
+
+    cache, measured = {}, []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps(cache, measured))
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    args = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--sweep-dir", str(tmp_path / "sw"),
+            "--csv", str(tmp_path / "e.csv"), "--tuned", str(tmp_path / "t.yaml")]
+    assert cli(args) == 0
+    out = capsys.readouterr().out
+    assert f"stage 1 (screen): {count} shapes" in out and "stage 2: 4 shapes" in out
+    assert "at most" in out.split("after the screen:")[0]
+    assert "the survivors of the screen" in out.split("after the screen:")[1]
+    rows = evidence.read(tmp_path / "e.csv")
+    first = [r for r in rows if r["stage"] == 1]
+    second = [r for r in rows if r["stage"] == 2]
+    assert first and second and len(first) + len(second) == len(rows)
+    training = distribution.stratified(distribution.training(), count + 4)
+    assert {r["shape"] for r in first} == {s.label for s in training[:count]}
+    assert {r["shape"] for r in second} == {s.label for s in training[count:]}
+    # stage 2 measured the survivors of stage 1's rows (or the whole grids where none builds)
+    kept = screen.survivors(first, plan_mod.load_settings(), command.guards(
+        plan_mod.load_settings()))
+    staged = plan_mod.build("h100_sxm", training, plan_mod.load_settings(), kept)
+    listed = {(s.dispatcher, s.kernel): {tune.params_key(p) for p in s.candidates}
+              for s in staged.stage2 if s.candidates is not None}
+    assert listed and all(r["params"] in listed[(r["dispatcher"], r["kernel"])]
+                          for r in second if (r["dispatcher"], r["kernel"]) in listed)
+    assert len(second) < len(first) * 4 / count  # fewer candidates than the screen's
+    assert len([k for k in measured if k[2] in {s.label for s in training[count:]}]) == \
+        sum(s.jobs for s in staged.stage2)
+    # every candidate that a rule or the catch-all chooses was measured in stage 2
+    chosen = {(r["kernel"], json.dumps(r["params"], sort_keys=True))
+              for rules in fit.fit(rows, command.guards(plan_mod.load_settings()),
+                                   {"min_shapes": 4}, "x").values() for r in rules}
+    assert chosen <= {(r["kernel"], r["params"]) for r in second}
+    csv_text, tuned_text = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
+    # a re-run: every job from the cache, the same survivors, the same files
+    count = len(measured)
+    assert cli(args) == 0
+    assert len(measured) == count
+    assert (tmp_path / "e.csv").read_text() == csv_text
+    assert (tmp_path / "t.yaml").read_text() == tuned_text
+    # a dry run after the screen has run knows stage 2 exactly
+    capsys.readouterr()
+    assert cli(args + ["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "the survivors of the screen" in out and "at most" not in out
+    assert f"{sum(s.jobs for s in staged.sweeps) + sum(s.jobs for s in staged.stage2)} jobs" in out

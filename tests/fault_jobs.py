@@ -158,6 +158,25 @@ def pool_serve(conn, rendezvous: bytes):
         answer(conn, "done", position, {"name": job["name"], "pid": os.getpid(), **seen})
 
 
+def stop_meeting_serve(conn, context: bytes):
+    """A slot that answers each job at once and, told to end, waits (at most 20 s) until every
+    slot has been told (context: "DIRECTORY|SLOTS"), noting in DIRECTORY whether they all were."""
+    from src.sweep.pool import answer
+
+    directory, slots = context.decode().split("|")
+    while True:
+        message = conn.recv()
+        if message is None:
+            break
+        answer(conn, "done", message[0], message[1])
+    open(os.path.join(directory, f"told.{os.getpid()}"), "w").close()
+    deadline = time.time() + 20
+    while sum(n.startswith("told.") for n in os.listdir(directory)) < int(slots) and time.time() < deadline:
+        time.sleep(0.05)
+    met = sum(n.startswith("told.") for n in os.listdir(directory)) >= int(slots)
+    open(os.path.join(directory, f"{'met' if met else 'alone'}.{os.getpid()}"), "w").close()
+
+
 def _note(line: str) -> None:
     with open(os.environ["FAKE_EVENTS"], "a") as out:
         out.write(line + "\n")

@@ -522,3 +522,13 @@ def test_a_bad_prebuild_rule_is_one_clear_error(tmp_path):
     assert proc.returncode == 1 and "error [invalid_config]: hydra.launcher.prebuild must map" in output, output
     assert "Traceback" not in output and not list((tmp_path / "sweep").glob("*/record.json"))
 
+
+def test_the_slots_are_told_to_end_all_at_once(tmp_path):
+    """Each slot, told to end, waits for the others to be told: stopped one after another, the
+    first would wait alone (each slot's end, stopping its worker, then added up at the sweep's
+    end)."""
+    pool = Pool(gpus("0", "1", "2"), f"{tmp_path}|3".encode(), serve=fault_jobs.stop_meeting_serve)
+    assert [a.kind for a in pool.run([{"name": f"job{i}"} for i in range(3)])] == ["done"] * 3
+    pool.stop()
+    ends = sorted(name.split(".")[0] for name in os.listdir(tmp_path) if not name.startswith("told."))
+    assert ends == ["met"] * 3

@@ -166,6 +166,7 @@ class Slot:
         self._process = None
         self.conn = None
         self.started = 0  # how many processes this slot has started
+        self._asked = False  # told to end (ask_to_stop), not yet joined
 
     @property
     def alive(self) -> bool:
@@ -220,14 +221,25 @@ class Slot:
             except ProcessLookupError:
                 pass
 
+    def ask_to_stop(self) -> None:
+        """Tell the slot's process to end (its worker with it), without waiting for it."""
+        if self.alive and not self._asked:
+            try:
+                self.conn.send(None)
+                self._asked = True
+            except (OSError, BrokenPipeError):
+                pass
+
     def stop(self, kill: bool = False) -> None:
         process, conn = self._process, self.conn
         self._process = self.conn = None
         if process is None:
             return
+        asked, self._asked = self._asked, False
         if not kill and process.is_alive():
             try:
-                conn.send(None)
+                if not asked:
+                    conn.send(None)
                 process.join(timeout=30)  # it stops its worker on the way out
             except (OSError, BrokenPipeError):
                 pass
@@ -309,6 +321,9 @@ class Pool:
         self.stop(kill=True)
 
     def stop(self, kill: bool = False) -> None:
+        if not kill:  # all at once: each stops its worker, which took 0.1-0.2 s a slot in turn
+            for slot in self.slots:
+                slot.ask_to_stop()
         for slot in self.slots:
             slot.stop(kill=kill)
         atexit.unregister(self.stop)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 from hydra.experimental.callback import Callback
@@ -155,6 +156,82 @@ def pool_serve(conn, rendezvous: bytes):
         while job.get("until") and not os.path.exists(job["until"]) and time.time() < deadline:
             time.sleep(0.05)
         answer(conn, "done", position, {"name": job["name"], "pid": os.getpid(), **seen})
+
+
+def stop_meeting_serve(conn, context: bytes):
+    """A slot that answers each job at once and, told to end, waits (at most 20 s) until every
+    slot has been told (context: "DIRECTORY|SLOTS"), noting in DIRECTORY whether they all were."""
+    from src.sweep.pool import answer
+
+    directory, slots = context.decode().split("|")
+    while True:
+        message = conn.recv()
+        if message is None:
+            break
+        answer(conn, "done", message[0], message[1])
+    open(os.path.join(directory, f"told.{os.getpid()}"), "w").close()
+    deadline = time.time() + 20
+    while sum(n.startswith("told.") for n in os.listdir(directory)) < int(slots) and time.time() < deadline:
+        time.sleep(0.05)
+    met = sum(n.startswith("told.") for n in os.listdir(directory)) >= int(slots)
+    open(os.path.join(directory, f"{'met' if met else 'alone'}.{os.getpid()}"), "w").close()
+
+
+def _note(line: str) -> None:
+    with open(os.environ["FAKE_EVENTS"], "a") as out:
+        out.write(line + "\n")
+
+
+def _await_event(prefix: str, count: int = 1) -> None:
+    """Wait (at most a minute) until $FAKE_EVENTS holds `count` lines starting with `prefix`."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        with open(os.environ["FAKE_EVENTS"]) as events:
+            if sum(line.startswith(prefix) for line in events) >= count:
+                return
+        time.sleep(0.05)
+
+
+def noting_build(kernel: dict, arch: str, cache_dir: str) -> None:
+    """A stand-in for a build ahead (hydra.launcher.prebuild.<backend>=tests.fault_jobs.noting_build),
+    run in the launching process: notes its start in $FAKE_EVENTS (with whether CuPy was imported
+    there), lasts until two jobs have started (other jobs run while it builds), then notes its end, or
+    fails with CompileFailed when FAKE_BUILD_FAILS is set."""
+    import sys
+
+    from src.errors import CompileFailed
+
+    _note(f"build start {kernel['name']} {arch} {cache_dir} cupy={'cupy' in sys.modules}")
+    _await_event("job ", 2)
+    if os.environ.get("FAKE_BUILD_FAILS"):
+        _note(f"build failed {kernel['name']}")
+        raise CompileFailed(f"peer {kernel['name']}: nvcc could not build it (a stand-in failure)")
+    _note(f"build end {kernel['name']}")
+
+
+build_released = threading.Event()
+released_builds: list = []
+
+
+def released_build(kernel: dict, arch: str, cache_dir: str) -> None:
+    """A build ahead, in the test's own process, that lasts until the test sets build_released,
+    then fails for a kernel named `broken`."""
+    assert build_released.wait(60)
+    released_builds.append((kernel["name"], arch, cache_dir))
+    if kernel["name"] == "broken":
+        raise RuntimeError("nvcc: exit 1")
+
+
+def build_waiting_serve(conn):
+    """Every job ok, after noting "job KERNEL M" in $FAKE_EVENTS and waiting (at most a minute)
+    for the build ahead to end (noting_build): a job handed out before that holds its GPU."""
+    for container in _jobs(conn):
+        _note(f"job {container['kernel']['name']} {container['m']}")
+        _await_event("build ")  # its start...
+        _await_event("build ", 2)  # ...and its end or failure
+        record = _record(container, gflops=1.0, time_ms_median=1.0, rel_err=0.0, tolerance=1e-5,
+                         gpu="NVIDIA H100 80GB HBM3")
+        conn.send(("done", record.to_dict(), None, True))
 
 
 def serve_noting_start(conn, context: bytes) -> None:

@@ -460,3 +460,75 @@ def test_each_xdist_worker_sees_one_gpu(monkeypatch, worker, visible, pinned):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
     pin_xdist_worker_to_one_gpu()
     assert os.environ["CUDA_VISIBLE_DEVICES"] == pinned
+
+
+# --- builds ahead, on the launching process's CPU -----------------------------------------------
+
+BUILD_KERNELS = "kernel=best_fp32,01_naive,cutlass_3xtf32,02_gmem_coalesce,best_tf32,03_smem_blocking"
+
+
+def build_sweep(tmp_path: Path, **env: str):
+    """The sweep of BUILD_KERNELS on two pretend H100s, the CUTLASS build ahead being
+    tests.fault_jobs.noting_build, each job in build_waiting_serve; its events, in order."""
+    events = tmp_path / "events"
+    events.write_text("")
+    proc = sweep(tmp_path, "0,1", BUILD_KERNELS, "size=64", "gpu=h100_sxm", "mlflow.enabled=false",
+                 f"cache_dir={tmp_path}/cache",
+                 "hydra.launcher.prebuild.cutlass=tests.fault_jobs.noting_build",
+                 FAKE_SERVE="build_waiting_serve", FAKE_EVENTS=str(events), **env)
+    return proc, events.read_text().splitlines()
+
+
+def test_the_cutlass_library_is_built_ahead_while_the_gpus_run_the_other_jobs(tmp_path):
+    """The build runs once, in the launching process (no CuPy there), for the H100's sm_90 into
+    the sweep's cache; while it lasts the GPUs run jobs that need no build (each holds its GPU
+    until the build ends, so none is free early), and the jobs that need it, cutlass_3xtf32's
+    own and best_fp32's (its peer), go out only after it. best_tf32 (a Triton peer) waits for
+    nothing. Records keep the job order."""
+    proc, events = build_sweep(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [e for e in events if e.startswith("build ")] == [
+        f"build start cutlass_3xtf32 sm_90 {tmp_path}/cache cupy=False", "build end cutlass_3xtf32"]
+    end = events.index("build end cutlass_3xtf32")
+    before = [e.split()[1] for e in events[:end] if e.startswith("job ")]
+    after = [e.split()[1] for e in events[end:] if e.startswith("job ")]
+    assert len(before) == 2 and not {"cutlass_3xtf32", "best_fp32"} & set(before), events
+    assert {"cutlass_3xtf32", "best_fp32"} <= set(after), events
+    handed = [line.split()[0].split("=")[1] for line in progress_lines(proc.stdout)]
+    assert handed[:2] == ["best_tf32", "01_naive"], handed  # setup first, then job order
+    assert set(handed[2:4]) == {"best_fp32", "cutlass_3xtf32"}, handed  # first once built
+    done = records(tmp_path / "sweep")
+    assert [r["status"] for r in done.values()] == ["ok"] * 6
+    assert [name.split("_", 1)[0] for name in done] == [str(i) for i in range(6)]
+
+
+def test_a_failed_build_ahead_hands_its_jobs_out_and_the_sweep_goes_on(tmp_path):
+    """The build ahead fails: said once as a warning, and its jobs are handed out as the others
+    are (each builds in its worker and records what that gives: here the stand-in's ok)."""
+    proc, events = build_sweep(tmp_path, FAKE_BUILD_FAILS="1")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "building cutlass_3xtf32 for sm_90 ahead failed (CompileFailed: peer cutlass_3xtf32: " \
+           "nvcc could not build it" in output and "Traceback" not in output
+    failed = events.index("build failed cutlass_3xtf32")
+    assert {"cutlass_3xtf32", "best_fp32"} <= {e.split()[1] for e in events[failed:] if e.startswith("job ")}
+    assert len(records(tmp_path / "sweep")) == 6
+
+
+def test_a_bad_prebuild_rule_is_one_clear_error(tmp_path):
+    proc = sweep(tmp_path, "0,1", "kernel=01_naive,06_vectorize", "size=64", "mlflow.enabled=false",
+                 "hydra.launcher.prebuild.cutlass=build_it")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "error [invalid_config]: hydra.launcher.prebuild must map" in output, output
+    assert "Traceback" not in output and not list((tmp_path / "sweep").glob("*/record.json"))
+
+
+def test_the_slots_are_told_to_end_all_at_once(tmp_path):
+    """Each slot, told to end, waits for the others to be told: stopped one after another, the
+    first would wait alone (each slot's end, stopping its worker, then added up at the sweep's
+    end)."""
+    pool = Pool(gpus("0", "1", "2"), f"{tmp_path}|3".encode(), serve=fault_jobs.stop_meeting_serve)
+    assert [a.kind for a in pool.run([{"name": f"job{i}"} for i in range(3)])] == ["done"] * 3
+    pool.stop()
+    ends = sorted(name.split(".")[0] for name in os.listdir(tmp_path) if not name.startswith("told."))
+    assert ends == ["met"] * 3

@@ -108,10 +108,12 @@ class SlotLost(RuntimeError):
 class GpuLauncher(BasicLauncher):
     composes_batch_first = True  # lab_sweeper.LabSweeper: no second compose to validate a batch
 
-    def __init__(self, devices: Optional[List[int]] = None, setup_first: Any = None) -> None:
+    def __init__(self, devices: Optional[List[int]] = None, setup_first: Any = None,
+                 prebuild: Any = None) -> None:
         super().__init__()
         self.devices = list(devices) if devices is not None else None
         self.setup_first = setup_first  # read by launch(): a bad one is one clear error there
+        self.prebuild = prebuild  # the same
         self._gpus = None
         self._pool = None
 
@@ -147,11 +149,13 @@ class GpuLauncher(BasicLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from src.errors import LabError
+        from src.sweep.prebuild import prebuild_rule
 
         try:
             pooled = self._pooled()
             setup_first = SetupFirst.from_cfg(self.setup_first)
-        except LabError as exc:  # a bad hydra.launcher.devices or setup_first: one clear error
+            build_rule = prebuild_rule(self.prebuild)
+        except LabError as exc:  # a bad hydra.launcher.devices, setup_first or prebuild: one clear error
             log.error("error [%s]: %s", exc.status, exc)
             raise SystemExit(1) from None
         from hydra.core.utils import configure_log, setup_globals
@@ -162,7 +166,8 @@ class GpuLauncher(BasicLauncher):
         if not pooled:
             return self._launch_here(self._composed(job_overrides, initial_job_idx))
         pool = self._started_pool()  # first: the slots start while the jobs are composed
-        return self._launch_on_slots(pool, self._composed(job_overrides, initial_job_idx), setup_first)
+        return self._launch_on_slots(pool, self._composed(job_overrides, initial_job_idx), setup_first,
+                                     build_rule)
 
     def _composed(self, job_overrides, initial_job_idx: int) -> List[Job]:
         """Every job's config, as Hydra's basic launcher composes it; what does not compose
@@ -189,8 +194,9 @@ class GpuLauncher(BasicLauncher):
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns
 
-    def _launch_on_slots(self, pool, jobs: List[Job], setup_first: SetupFirst) -> List[JobReturn]:
-        from src.sweep import progress
+    def _launch_on_slots(self, pool, jobs: List[Job], setup_first: SetupFirst,
+                         build_rule: dict) -> List[JobReturn]:
+        from src.sweep import prebuild, progress
         from src.sweep.tracking import signals
 
         def on_start(job, gpu) -> None:
@@ -203,7 +209,13 @@ class GpuLauncher(BasicLauncher):
                 ok = answer.kind == "done" and answer.value.status == JobStatus.COMPLETED
                 progress.current.job_ended(answer.value._return_value if ok else None)
 
-        answers = pool.run(jobs, on_start=on_start, on_end=on_end, order=hand_out_order(jobs, setup_first))
+        builds = prebuild.started([job.config for job in jobs], build_rule)  # while the GPUs run the rest
+        try:
+            answers = pool.run(jobs, on_start=on_start, on_end=on_end,
+                               order=hand_out_order(jobs, setup_first), held=builds.held, wake=builds.wake)
+            builds.join()  # no nvcc left behind: a job that needed it waited on its lock anyway
+        finally:
+            builds.close()
         raised = next((a.value for a in answers if a is not None and a.kind == "raised"), None)
         if raised is not None:  # as in one process: what a job raised (sys.exit) ends the sweep
             raise raised

@@ -133,6 +133,12 @@ def build_library(arch: str, cache_dir: Path | str, name: str = "cutlass_3xtf32"
         return _build(what, key, scratch, scratch.with_suffix(".json"))
 
 
+def build_for(kernel: dict, arch: str, cache_dir: Path | str) -> Library:
+    """build_library for a kernel config of backend `cutlass` (conf/kernel/*.yaml): what a sweep's
+    launcher builds ahead on its CPU (src/sweep/prebuild.py) for the jobs that will load it."""
+    return build_library(arch, cache_dir, str(kernel.get("name") or "cutlass_3xtf32"))
+
+
 def _build(what: dict, key: str, library: Path, meta: Path) -> Library:
     cmd = [_nvcc("cutlass_3xtf32"), *OPTIONS, *nvcc_arch_options(what["arch"]),
            f"-I{what['include']}"]

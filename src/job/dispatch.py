@@ -28,17 +28,23 @@ class DispatchChoice:
     kernel: str                                 # the chapter (conf/kernel/<kernel>.yaml) that runs
     params: dict = field(default_factory=dict)  # the rule's parameters over the chapter's tuned ones
     rule: str = ""                              # which rule chose it, and why
+    when: str | None = None                     # that rule's `when` (None: no rule held, the default)
 
 
 def is_dispatcher(kernel_cfg: dict) -> bool:
     return bool(kernel_cfg.get("dispatch"))
 
 
+def rules(kernel_cfg: dict, gpu_spec: str) -> list[dict]:
+    """The dispatch rules of a dispatching kernel config on `gpu_spec`, in order (none: [])."""
+    return list(((tuned_config(gpu_spec) or {}).get("dispatch") or {}).get(str(kernel_cfg["name"])) or [])
+
+
 def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem) -> DispatchChoice:
     """The chapter a dispatching kernel config (`dispatch: true`, `default: <chapter>`) runs at
     `problem` on `gpu_spec`."""
     name = str(kernel_cfg["name"])
-    rules = ((tuned_config(gpu_spec) or {}).get("dispatch") or {}).get(name) or []
+    rules_here = rules(kernel_cfg, gpu_spec)
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
     def names_a_kernel(index: int, rule: dict) -> None:
@@ -46,14 +52,14 @@ def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem) -> DispatchChoice:
             raise ConfigError(f"conf/tuned/{gpu_spec}.yaml: dispatch rule {name}[{index}] names "
                               f"no kernel (rule: every dispatch rule has `kernel:`).")
 
-    found = first_rule(rules, names, f"conf/tuned/{gpu_spec}.yaml: dispatch rule {name}",
+    found = first_rule(rules_here, names, f"conf/tuned/{gpu_spec}.yaml: dispatch rule {name}",
                        check=names_a_kernel)
     if found is not None:
         index, rule = found
         why = str(rule.get("why", "")).strip()
         return DispatchChoice(str(rule["kernel"]), dict(rule.get("params") or {}),
                               f"conf/tuned/{gpu_spec}.yaml: {name}[{index}] (when {when_text(rule)})"
-                              + (f": {why}" if why else ""))
+                              + (f": {why}" if why else ""), when_text(rule))
     default = kernel_cfg.get("default")
     if not default:
         raise ConfigError(f"kernel {name} dispatches per shape but has no `default` chapter "

@@ -154,6 +154,27 @@ def verify_only(prepared: PreparedJob, record: Record, cache_dir: str = DEFAULT_
     return record.rel_err
 
 
+def time_candidate(prepared: PreparedJob, inputs: Inputs, ref, cache_dir: str = DEFAULT_CACHE_DIR
+                   ) -> tuple[float, float]:
+    """One candidate of a run-time autotune (src/job/autotune.py): compiled, verified on
+    `inputs` against `ref`, timed alone with `prepared.bench` (no baseline), and its last timed
+    launch checked: (rel_err, median ms). Raises the LabError of the first step it fails."""
+    import cupy as cp
+
+    spec, problem = prepared.spec, prepared.problem
+    tolerance = float(prepared.bench.tolerance[spec.precision])
+    kernel = compile_kernel(spec, cache_dir)
+    rel_err = verify(kernel, problem, inputs, tolerance, spec.name, ref=ref).rel_err
+    spot = SpotCheck(inputs, problem.beta, prepared.bench.min_samples)
+    try:
+        result = _time(kernel, prepared, inputs, spot, prepared.require_device(), [])
+    except cp.cuda.runtime.CUDARuntimeError as exc:
+        raise LaunchFailed(f"kernel {spec.name} faulted while being timed: {exc}") from exc
+    check(inputs.c, ref, tolerance, spec.name, "verification of the last timed launch",
+          TimedVerificationFailed)
+    return rel_err, result.timings[0].median_ms
+
+
 def _paired_inputs(baseline: Baseline | None, problem, inputs: Inputs, ref,
                    refused: list[str] | None = None) -> Inputs | None:
     """The baseline's own C (same A, B, C0), after checking the baseline on them; None (and no

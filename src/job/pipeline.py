@@ -15,6 +15,7 @@ from dataclasses import asdict
 from omegaconf import DictConfig
 
 from src.errors import Implausible, InternalError, LabError
+from src.job import autotune
 from src.job.baselines import Baselines
 from src.job.cache import Cache
 from src.job.cache import key as measurement_key
@@ -79,6 +80,14 @@ def run_job(cfg: DictConfig, outputs: JobOutputs | None = None,
         progress("spec", record)
 
         cache_dir = str(cfg.get("cache_dir") or DEFAULT_CACHE_DIR)
+        settings = autotune.Settings.from_cfg(cfg)
+        if settings.enabled and prepared.dispatched is not None:  # best_*: before the timed measurement
+            prepared = autotune.run(prepared, kcfg, settings, record, cache_dir,
+                                    bool(cfg.get("use_tuned", True)))
+            _describe(record, prepared)
+            if outputs is not None:
+                outputs.source = prepared.source
+            progress("autotuned", record)
         cache = Cache(cache_dir)
         digest = measurement_key(prepared)
         if cfg.get("resume"):

@@ -29,7 +29,8 @@ from src.records import math_units
 from src.records.record import RECORD_FILE, REPLICATES_DIR, Record, read_record, record_paths
 
 _JSON_FIELDS = ("params", "grid", "block", "sample_clock_mhz", "kernel_time_ms", "baseline_time_ms",
-                "throttle_reasons", "clock_range_mhz", "sustained_clock_mhz", "peers_skipped")
+                "throttle_reasons", "clock_range_mhz", "sustained_clock_mhz", "peers_skipped",
+                "autotune_candidates")
 _SPREAD_FIELDS = ("device", "bench")
 _RECORD_FIELDS = list(fields(Record))
 SET_RULE = "rule: results/<gpu>/ holds figures measured on that GPU only"

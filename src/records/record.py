@@ -122,6 +122,15 @@ class Record:
     peer_config: str | None = None         # the config Triton's autotune chose
     peer_setup_reused: bool | None = None  # that setup read from cache_dir, done by another process
                                            # (another GPU's slot, an earlier sweep): its seconds
+    # best_* with dispatch.autotune=true (src/job/autotune.py): the candidates measured at a shape
+    # no dispatch rule covers well, before (and apart from) the timed measurement
+    autotuned: str | None = None           # measured, reused (from cache_dir), not_needed (covered
+                                           # well), all_failed (the rule's choice ran); None: off
+    autotune_why: str | None = None        # why the shape is or is not covered well
+    autotune_candidates: list | None = None  # "kernel {params}: GFLOP/s (where from)" or "...: left
+                                           # out (where from): status: why"; "<- runs" marks the winner
+    autotune_s: float | None = None        # the candidates' brief measurement, untimed (reused: the
+                                           # seconds of the job that measured them)
 
     @property
     def ok(self) -> bool:

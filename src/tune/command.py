@@ -19,14 +19,10 @@ import sys
 from pathlib import Path
 
 from src.errors import ConfigError, LabError
+from src.job.training import EVIDENCE_DIR, evidence_path  # noqa: F401 (used here and by explain)
 from src.paths import ROOT
 
-EVIDENCE_DIR = ROOT / "results" / "tuning"
 SWEEP_DIR = ROOT / "sweeps" / "tuning"
-
-
-def evidence_path(gpu_spec: str) -> Path:
-    return EVIDENCE_DIR / f"{gpu_spec}.csv"
 
 
 def detected_spec() -> str:

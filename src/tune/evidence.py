@@ -13,6 +13,7 @@ import csv
 import json
 from pathlib import Path
 
+from src.job.training import read  # noqa: F401 (the file is read where a job can read it too)
 from src.records.record import Record, load_records
 
 COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",
@@ -87,22 +88,3 @@ def write(rows: list[dict], path: Path) -> Path:
             writer.writerow({c: r.get(c) for c in COLUMNS})
     tmp.replace(path)
     return path
-
-
-def read(path: Path) -> list[dict]:
-    """The rows of an evidence file, numbers as numbers (empty cells None)."""
-    def number(text, kind):
-        return None if text in ("", None) else kind(text)
-
-    rows = []
-    with path.open(newline="") as handle:
-        for r in csv.DictReader(handle):
-            for c in ("m", "n", "k", "aligned", "from_cache"):
-                r[c] = number(r[c], int)
-            r["stage"] = number(r.get("stage"), int)  # None in a file from before the two stages
-            for c in ("gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high", "ratio"):
-                r[c] = number(r[c], float)
-            for c in ("same_as", "error", "best_cublas", "baseline", "timestamp"):
-                r[c] = r[c] or None
-            rows.append(r)
-    return rows

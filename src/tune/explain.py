@@ -8,22 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
+from src.job.training import distance, nearest  # noqa: F401 (explain's API too)
+
 DISPATCHERS = {"fp32": "best_fp32", "tf32": "best_tf32"}
-
-
-def distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
-    """Euclidean distance of log2 dimensions: 2x in one side is 1."""
-    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b)))
-
-
-def nearest(rows: list[dict], dispatcher: str, shape, count: int = 3) -> list[tuple]:
-    """The `count` measured training shapes nearest to `shape` (ties by the shape)."""
-    shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows if r["dispatcher"] == dispatcher})
-    return sorted(shapes, key=lambda s: (distance(s, shape), s))[:count]
 
 
 def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: list[dict] | None,

@@ -1,0 +1,357 @@
+"""Autotune step of a dispatching job (`kernel=best_fp32|best_tf32 dispatch.autotune=true`,
+conf/dispatch/default.yaml): at a shape no dispatch rule covers well, a few candidates are
+measured briefly on the job's own inputs before its timed measurement; the fastest verified one
+runs the job, and the choice is kept in `<cache_dir>/dispatch/` so a later job at the shape, in
+this process or another, reuses it without measuring (as cuBLASLt's and Triton's autotunes do).
+
+    prepared job (the rule's choice) -> covered well? -> candidates -> the kept choice, or each
+    candidate compiled, verified, timed briefly (under a lock) -> the winner's prepared job
+
+Covered well (`coverage`): with the tuner's evidence file (results/tuning/<gpu>.csv), when the
+nearest training shape lies within `dispatch.autotune_max_distance` in log2(m, n, k); without
+one, when a rule other than a catch-all (`when: True`) holds. A shape no rule holds (the
+dispatcher's default) is never covered well. Candidates (`candidates`): the rule's choice first,
+then the best measured candidates at the nearest training shapes (evidence), or else the dispatch
+rules' other choices and the dispatcher's default. The record says what happened: `autotuned`,
+`autotune_why`, `autotune_candidates`, `autotune_s`; the brief timings are not the job's figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from src.errors import ConfigError, LabError, LaunchFailed
+from src.job import cache as measurement_cache
+from src.job import dispatch, training
+from src.job.config import kernel_config
+from src.job.file_lock import held
+from src.job.prepare import PreparedJob, prepare_kernel
+from src.job.protocol import BenchProtocol
+from src.paths import CONF_DIR
+from src.records.record import Record
+
+log = logging.getLogger("sgemm")
+
+SUBDIR = "dispatch"  # under cache_dir: one JSON file per autotuned key
+
+# What `autotuned` says in the record.
+MEASURED = "measured"        # this job measured the candidates (and kept the choice)
+REUSED = "reused"            # the choice was read from cache_dir: measured by an earlier job or process
+NOT_NEEDED = "not_needed"    # a rule covers the shape well: the rule's choice runs, nothing measured
+ALL_FAILED = "all_failed"    # no candidate compiled and verified: the rule's choice runs
+
+
+@dataclass(frozen=True)
+class Settings:
+    """dispatch.* (conf/dispatch/default.yaml)."""
+
+    enabled: bool = False
+    candidates: int = 4
+    max_distance: float = 1.0
+    nearest: int = 3
+    protocol: str = "tune"
+    evidence: str | None = None
+
+    @classmethod
+    def from_cfg(cls, cfg) -> Settings:
+        """The job's dispatch.* settings (defaults where the config has none); ConfigError naming
+        the first value that breaks its rule."""
+        data = cfg.get("dispatch") if cfg is not None else None
+        data = OmegaConf.to_container(data, resolve=True) if OmegaConf.is_config(data) else dict(data or {})
+
+        def bad(key: str, rule: str) -> ConfigError:
+            return ConfigError(f"dispatch.{key} = {data.get(key)!r} is not allowed (rule: {rule}).")
+
+        enabled = data.get("autotune", False)
+        if not isinstance(enabled, bool):
+            raise bad("autotune", "dispatch.autotune is true or false")
+        count = data.get("autotune_candidates", cls.candidates)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise bad("autotune_candidates", "at least 1 candidate, an integer (the rule's choice is the first)")
+        nearest = data.get("autotune_nearest", cls.nearest)
+        if isinstance(nearest, bool) or not isinstance(nearest, int) or nearest < 1:
+            raise bad("autotune_nearest", "at least 1 training shape, an integer")
+        distance = data.get("autotune_max_distance", cls.max_distance)
+        if isinstance(distance, bool) or not isinstance(distance, (int, float)) or distance < 0:
+            raise bad("autotune_max_distance", "a log2 distance, a number >= 0")
+        protocol = str(data.get("autotune_protocol", cls.protocol))
+        if not (CONF_DIR / "bench" / f"{protocol}.yaml").is_file():
+            raise bad("autotune_protocol", "the name of a conf/bench/ file")
+        evidence = data.get("autotune_evidence")
+        return cls(enabled, count, float(distance), nearest, protocol,
+                   None if evidence in (None, "") else str(evidence))
+
+
+@dataclass(frozen=True)
+class Coverage:
+    well: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kernel: str     # the chapter (conf/kernel/<kernel>.yaml)
+    params: dict    # over the chapter's tuned parameters (a measured candidate's: all of them)
+    source: str     # where it comes from: the rule, the evidence at a training shape
+
+
+def _label(shape) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int, int, int],
+             rows: list[dict] | None, max_distance: float, evidence_name: str) -> Coverage:
+    """Whether the dispatch rules cover `shape` well (see the module's docstring), and why."""
+    if choice.when is None:
+        return Coverage(False, f"no dispatch rule of {dispatcher} holds at {_label(shape)}: the "
+                               f"dispatcher's default runs, chosen for running anywhere, not for speed")
+    if rows is not None:
+        near = training.nearest(rows, dispatcher, shape, 1)
+        if not near:
+            return Coverage(False, f"{evidence_name} has no {dispatcher} rows: nothing measured "
+                                   f"near {_label(shape)}")
+        far = training.distance(near[0], shape)
+        if far > max_distance:
+            return Coverage(False, f"the nearest training shape {_label(near[0])} is {far:.2f} away "
+                                   f"in log2(m, n, k) (> {max_distance:g}): the rules extrapolate here")
+        return Coverage(True, f"the nearest training shape {_label(near[0])} is {far:.2f} away in "
+                              f"log2(m, n, k) (<= {max_distance:g}): the rules were fitted near it")
+    if choice.when.strip() == "True":
+        return Coverage(False, f"only the catch-all rule holds at {_label(shape)} and there is no "
+                               f"evidence file {evidence_name}: nothing measured says its choice suits it")
+    return Coverage(True, f"the rule `{choice.when}` holds at {_label(shape)} (not a catch-all)")
+
+
+def _ratio(row: dict) -> float:
+    value = row["ratio_best"] if row["ratio_best"] is not None else row["ratio"]
+    return value or 0.0
+
+
+def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str,
+               shape: tuple[int, int, int], rows: list[dict] | None, nearest: int) -> list[Candidate]:
+    """Every candidate in the order they are tried (the caller keeps the first few that build):
+    the rule's choice; then, with evidence, the measured ones at the `nearest` training shapes,
+    rank 1 at each shape (nearest first), then rank 2, ...; without, the other rules' choices in
+    order and the dispatcher's default. Repeats are left in (the caller drops a candidate that
+    builds the same kernel as an earlier one)."""
+    name = str(dispatcher_cfg["name"])
+    found = [Candidate(choice.kernel, dict(choice.params), "the rule's choice")]
+    if rows is not None:
+        ranked = []
+        for near in training.nearest(rows, name, shape, nearest):
+            ok = [r for r in rows if r["dispatcher"] == name and (r["m"], r["n"], r["k"]) == near
+                  and r["status"] == "ok"]
+            ranked.append((near, sorted(ok, key=lambda r: (-_ratio(r), r["kernel"], r["params"]))))
+        for rank in range(max((len(ok) for _, ok in ranked), default=0)):
+            for near, ok in ranked:
+                if rank < len(ok):
+                    r = ok[rank]
+                    found.append(Candidate(r["kernel"], json.loads(r["params"]),
+                                           f"#{rank + 1} at {_label(near)}, {_ratio(r):.3f}x the "
+                                           f"stronger cuBLAS"))
+        return found
+    for index, rule in enumerate(dispatch.rules(dispatcher_cfg, gpu_spec)):
+        found.append(Candidate(str(rule["kernel"]), dict(rule.get("params") or {}),
+                               f"{name}[{index}]'s choice (when {rule.get('when', 'True')})"))
+    if dispatcher_cfg.get("default"):
+        found.append(Candidate(str(dispatcher_cfg["default"]), {}, f"{name}'s default"))
+    return found
+
+
+def brief_protocol(bench: BenchProtocol, protocol: str) -> BenchProtocol:
+    """The job's protocol with conf/bench/<protocol>.yaml's own values laid over it."""
+    values = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bench" / f"{protocol}.yaml"), resolve=True)
+    values.pop("defaults", None)
+    return BenchProtocol.from_config({**dict(bench.settings), **values})
+
+
+def _params(job: PreparedJob) -> dict:
+    return dict(job.kernel_cfg.get("params") or {})
+
+
+def _identity(job: PreparedJob) -> str:
+    return json.dumps([job.spec.name, job.spec.entry, job.source_sha256, list(job.spec.grid),
+                       list(job.spec.block)], sort_keys=True, default=str)
+
+
+def key(prepared: PreparedJob, dispatcher: str, jobs: list[PreparedJob]) -> dict:
+    """What a choice depends on: the GPU (name, driver, runtime), the dispatcher and its
+    precision, the shape, whether alpha and beta are zero, and each candidate (its kernel,
+    parameters, entry and the SHA-256 of its source)."""
+    device = prepared.require_device()
+    data = device if isinstance(device, dict) else vars(device)
+    problem = prepared.problem
+    described = {
+        "device": {f: data.get(f) for f in measurement_cache.DEVICE_FIELDS},
+        "gpu_spec": prepared.target.gpu_spec_name, "dispatcher": dispatcher,
+        "precision": prepared.kernel_cfg.get("precision"),
+        "shape": [problem.m, problem.n, problem.k],
+        "alpha_zero": problem.alpha == 0.0, "beta_zero": problem.beta == 0.0,
+        "candidates": [{"kernel": job.spec.name, "params": _params(job), "entry": job.spec.entry,
+                        "source_sha256": job.source_sha256} for job in jobs],
+    }
+    return json.loads(json.dumps(described, sort_keys=True, default=str))  # canonical
+
+
+def path_for(cache_dir: Path | str, described: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+    return Path(cache_dir) / SUBDIR / f"{digest[:24]}.json"
+
+
+def _read(path: Path, described: dict) -> dict | None:
+    """The kept choice, or None (absent, unreadable, another key's: measure again)."""
+    try:
+        data = json.loads(path.read_text())
+        if data["described"] != described:
+            return None
+        winner, results = int(data["winner"]), list(data["results"])
+        if len(results) != len(described["candidates"]) or not 0 <= winner < len(results):
+            return None
+        return {"winner": winner, "results": results, "seconds": float(data["seconds"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write(path: Path, described: dict, winner: int, results: list[dict], seconds: float) -> None:
+    text = json.dumps({"described": described, "winner": winner, "results": results,
+                       "seconds": seconds}, indent=1)
+    private = None
+    try:
+        fd, private = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(private, path)  # whole or not at all: a reader never sees half a choice
+    except OSError as exc:
+        if private is not None and os.path.exists(private):
+            os.unlink(private)
+        log.warning("dispatch autotune cache: cannot write %s (%s: %s); the next job at this "
+                    "shape measures again", path, type(exc).__name__, exc)
+
+
+def _measure(jobs: list[PreparedJob], brief: BenchProtocol, cache_dir: str) -> list[dict]:
+    """Each candidate compiled, verified and timed briefly on the same inputs (the job's shape,
+    alpha, beta and seed): {"gflops": ...} or {"error": "status: why"} per candidate. A fault
+    ends the job (its CUDA context is gone): LaunchFailed."""
+    import cupy as cp
+
+    from src.job.measure import time_candidate
+    from src.job.problem import make_inputs
+    from src.job.verify import reference
+
+    problem = jobs[0].problem
+    inputs = make_inputs(problem, brief.seed)
+    results = []
+    try:
+        ref = reference(problem, inputs)
+        for job in jobs:
+            try:
+                _, median_ms = time_candidate(replace(job, bench=brief), inputs, ref, cache_dir)
+                results.append({"gflops": problem.flops / (median_ms * 1e-3) / 1e9})
+            except LaunchFailed as exc:
+                raise LaunchFailed(f"autotune at {problem.label}: candidate {job.spec.name} "
+                                   f"{json.dumps(_params(job), sort_keys=True)} faulted, which "
+                                   f"ends the job (its CUDA context is lost): {exc}") from exc
+            except LabError as exc:
+                first = (str(exc).splitlines() or [""])[0][:300]
+                results.append({"error": f"{exc.status}: {first}"})
+    finally:
+        inputs = ref = None
+        cp.get_default_memory_pool().free_all_blocks()
+    return results
+
+
+def _line(job: PreparedJob, candidate: Candidate, result: dict, ran: bool) -> str:
+    what = f"{job.spec.name} {json.dumps(_params(job), sort_keys=True)}"
+    if "error" in result:
+        return f"{what}: left out ({candidate.source}): {result['error']}"
+    return f"{what}: {result['gflops']:,.0f} GFLOP/s ({candidate.source})" + ("  <- runs" if ran else "")
+
+
+def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record: Record,
+        cache_dir: str, use_tuned: bool = True) -> PreparedJob:
+    """The prepared job that runs this dispatching job: the rule's choice (`prepared`) when the
+    autotune is off, the shape is covered well or every candidate fails; else the fastest
+    verified candidate (kept or measured now). Fills the record's autotune fields."""
+    if not settings.enabled or prepared.dispatched is None:
+        return prepared
+    started = time.perf_counter()
+    name = str(dispatcher_cfg["name"])
+    gpu_spec = prepared.target.gpu_spec_name
+    problem = prepared.problem
+    shape = (problem.m, problem.n, problem.k)
+    path = Path(settings.evidence) if settings.evidence else training.evidence_path(gpu_spec)
+    rows = training.read(path) if path.is_file() else None
+    covered = coverage(prepared.dispatched, name, shape, rows, settings.max_distance, str(path))
+    record.autotune_why = covered.why
+    if covered.well:
+        record.autotuned = NOT_NEEDED
+        return prepared
+
+    # the first `settings.candidates` that build, each kernel once; the rule's choice is `prepared`
+    listed = candidates(prepared.dispatched, dispatcher_cfg, gpu_spec, shape, rows, settings.nearest)
+    kept: list[tuple[Candidate, PreparedJob]] = [(listed[0], prepared)]
+    seen, refused = {_identity(prepared)}, []
+    for candidate in listed[1:]:
+        if len(kept) >= settings.candidates:
+            break
+        chapter = {**kernel_config(candidate.kernel), "precision": prepared.kernel_cfg["precision"]}
+        try:
+            job = prepare_kernel(chapter, problem, prepared.target, prepared.bench,
+                                 use_tuned=use_tuned, overrides=candidate.params or None)
+        except LabError as exc:
+            first = (str(exc).splitlines() or [""])[0][:300]
+            refused.append(f"{candidate.kernel} {json.dumps(candidate.params, sort_keys=True)}: "
+                           f"left out ({candidate.source}): {exc.status}: {first}")
+            continue
+        if _identity(job) not in seen:
+            seen.add(_identity(job))
+            kept.append((candidate, job))
+    jobs = [job for _, job in kept]
+
+    described = key(prepared, name, jobs)
+    where = path_for(cache_dir, described)
+    with contextlib.ExitStack() as stack:
+        try:
+            where.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(held(where.with_suffix(".lock")))  # a second process waits here
+        except OSError as exc:
+            log.warning("dispatch autotune cache: cannot use %s (%s: %s); measuring in this job "
+                        "only", where.parent, type(exc).__name__, exc)
+        found = _read(where, described)
+        if found is not None:
+            record.autotuned = REUSED
+            winner, results, seconds = found["winner"], found["results"], found["seconds"]
+        else:
+            record.autotuned = MEASURED
+            results = _measure(jobs, brief_protocol(prepared.bench, settings.protocol), cache_dir)
+            seconds = time.perf_counter() - started
+            timed = [i for i, r in enumerate(results) if "gflops" in r]
+            winner = max(timed, key=lambda i: results[i]["gflops"]) if timed else None
+            if winner is not None:
+                _write(where, described, winner, results, seconds)
+    record.autotune_s = seconds
+    record.autotune_candidates = [_line(job, candidate, result, i == winner)
+                                  for i, ((candidate, job), result) in enumerate(zip(kept, results))
+                                  ] + refused
+    if winner is None:
+        record.autotuned = ALL_FAILED
+        record.autotune_why = (f"{covered.why}; every candidate failed (autotune_candidates says "
+                               f"why), so the rule's choice runs")
+        return prepared
+    candidate, job = kept[winner]
+    rule = (f"autotune at {problem.label}: the fastest verified of {len(jobs)} candidates "
+            f"({candidate.source}; {record.autotuned}); the rule: {prepared.dispatched.rule}")
+    return replace(job, bench=prepared.bench, peers=prepared.peers,
+                   peers_not_built=prepared.peers_not_built,
+                   dispatched=dispatch.DispatchChoice(candidate.kernel, dict(candidate.params), rule,
+                                                      prepared.dispatched.when))

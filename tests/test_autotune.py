@@ -1,0 +1,369 @@
+"""Autotune at run time (`kernel=best_* dispatch.autotune=true`, src/job/autotune.py) on CPU, with
+the NumPy stand-in for CuPy (tests/fake_cupy.py) and Python kernels in place of the compiled
+chapters: which shapes the rules cover well, the candidates (from a small evidence file, or from
+the rules), the cache key, the choice measured once and reused (in this process and by another),
+the record's fields, and what happens when candidates fail. One GPU test runs it for real."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from src.errors import CompileFailed, ConfigError, LaunchFailed
+from src.job import autotune
+from src.job import gpu as gpu_mod
+from src.job import measure as measure_mod
+from src.job.config import kernel_config
+from src.job.dispatch import DispatchChoice
+from src.job.prepare import Target, prepare_kernel
+from src.job.problem import Problem
+from src.job.protocol import BenchProtocol
+from src.paths import CONF_DIR
+from src.records.record import new_record
+from src.tune import evidence
+from tests import fake_cupy
+from tests.test_measure_cpu import DEVICE, Gemm
+
+ODD = (100, 99, 37)  # best_tf32 on the H100: only the catch-all rule holds (gemm_tf32)
+
+
+class Sleepy(Gemm):
+    """Right, and `delay` seconds slower per launch than a plain Gemm (the host clock times it)."""
+
+    def __init__(self, delay: float):
+        super().__init__()
+        self.delay = delay
+
+    def launch(self, a, b, c, alpha, beta):
+        super().launch(a, b, c, alpha, beta)
+        time.sleep(self.delay)
+
+
+class Wrong(Gemm):
+    def launch(self, a, b, c, alpha, beta):
+        super().launch(a, b, c, alpha, beta)
+        c[...] *= 1.5
+
+
+def _where() -> Target:
+    return Target(DEVICE, gpu_mod.limits_from_spec("h100_sxm"),
+                  gpu_mod.spec_for_device_name("NVIDIA H100 80GB HBM3"))
+
+
+def _bench() -> BenchProtocol:
+    bench = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "bench" / "default.yaml"))
+    bench.update(flush_l2=False, min_samples=12, max_samples=40, max_seconds=0.5, seed=7, warmup_ms=0.0)
+    return BenchProtocol.from_config(bench)
+
+
+def _job(shape=ODD, alpha=0.5, beta=3.0, dispatcher="best_tf32"):
+    return prepare_kernel(kernel_config(dispatcher), Problem(*shape, alpha, beta), _where(), _bench())
+
+
+def _settings(tmp_path, **changes) -> autotune.Settings:
+    # no evidence file unless a test writes one (results/tuning/ may hold a real one)
+    return replace(autotune.Settings(enabled=True, evidence=str(tmp_path / "no_evidence.csv")), **changes)
+
+
+def _row(shape, kernel, params, ratio, status="ok", dispatcher="best_tf32") -> dict:
+    m, n, k = shape
+    return {"gpu_spec": "h100_sxm", "dispatcher": dispatcher, "precision": "tf32",
+            "shape": f"{m}x{n}x{k}", "m": m, "n": n, "k": k, "aligned": 0, "kernel": kernel,
+            "params": json.dumps(params, sort_keys=True), "status": status,
+            "gflops": 1000.0 * ratio if status == "ok" else None,
+            "ratio_best": ratio if status == "ok" else None, "stage": 2}
+
+
+def _evidence(tmp_path) -> str:
+    """Two training shapes near ODD (96x96x32 nearest, 128x128x48 next) and one far away."""
+    rows = [
+        _row((96, 96, 32), "gemm_tf32", {"bm": 64, "bn": 64, "stages": 4}, 0.9),
+        _row((96, 96, 32), "17_flagship", {"bm": 128, "bn": 128, "bk": 16}, 1.1),
+        _row((96, 96, 32), "gemm_tf32", {"bm": 64, "bn": 128, "stages": 4}, 0.8),
+        _row((96, 96, 32), "gemm_tf32", {"bm": 128, "bn": 64, "stages": 2}, 2.0, status="failed_compile"),
+        _row((128, 128, 48), "gemm_tf32", {"bm": 64, "bn": 64, "stages": 6}, 1.05),
+        _row((128, 128, 48), "17_flagship", {"bm": 128, "bn": 128, "bk": 16}, 0.7),
+        _row((96, 96, 32), "gemm_3xtf32", {"bm": 64}, 3.0, dispatcher="best_fp32"),
+        _row((4096, 4096, 4096), "gemm_tf32", {"bm": 256, "bn": 128, "stages": 4}, 1.0),
+    ]
+    path = tmp_path / "h100_sxm.csv"
+    evidence.write(rows, path)
+    return str(path)
+
+
+# --- the switch ---------------------------------------------------------------------------------
+
+def test_autotune_is_off_by_default_and_on_from_the_command_line(compose):
+    assert autotune.Settings.from_cfg(compose("kernel=best_tf32")).enabled is False
+    on = autotune.Settings.from_cfg(compose("kernel=best_tf32", "dispatch.autotune=true",
+                                            "dispatch.autotune_candidates=2"))
+    assert on.enabled and on.candidates == 2 and on.protocol == "tune"
+
+
+@pytest.mark.parametrize("override,rule", [("dispatch.autotune_candidates=0", "at least 1 candidate"),
+                                           ("dispatch.autotune_protocol=nope", "conf/bench/"),
+                                           ("dispatch.autotune_max_distance=-1", "a number >= 0")])
+def test_a_bad_autotune_setting_is_refused_naming_its_rule(compose, override, rule):
+    with pytest.raises(ConfigError, match=rule) as raised:
+        autotune.Settings.from_cfg(compose("kernel=best_tf32", override))
+    assert override.split("=")[0] in str(raised.value)
+
+
+# --- covered well ---------------------------------------------------------------------------------
+
+def test_without_evidence_only_a_catch_all_shape_is_not_covered_well():
+    odd, skinny = _job(ODD), _job((4, 4096, 4096))
+    uncovered = autotune.coverage(odd.dispatched, "best_tf32", ODD, None, 1.0, "none.csv")
+    assert not uncovered.well and "catch-all" in uncovered.why
+    covered = autotune.coverage(skinny.dispatched, "best_tf32", (4, 4096, 4096), None, 1.0, "none.csv")
+    assert covered.well and "m <= 8 or n <= 16" in covered.why
+    default = DispatchChoice("17_flagship", {}, "best_tf32 default", None)  # no rule held
+    assert not autotune.coverage(default, "best_tf32", ODD, None, 1.0, "none.csv").well
+
+
+def test_with_evidence_a_shape_far_from_every_training_shape_is_not_covered_well(tmp_path):
+    rows = evidence.read(Path(_evidence(tmp_path)))
+    choice = _job(ODD).dispatched  # the catch-all: with evidence, the distance decides
+    near = autotune.coverage(choice, "best_tf32", ODD, rows, 1.0, "e.csv")
+    assert near.well and "96x96x32" in near.why
+    far = autotune.coverage(choice, "best_tf32", (700, 99, 37), rows, 1.0, "e.csv")
+    assert not far.well and "128x128x48 is 2.51 away" in far.why and "> 1" in far.why
+    assert autotune.coverage(choice, "best_tf32", (700, 99, 37), rows, 3.0, "e.csv").well
+    # another dispatcher's rows are not this one's evidence
+    assert not autotune.coverage(choice, "best_tf32", ODD, [r for r in rows if r["dispatcher"] == "best_fp32"],
+                                 1.0, "e.csv").well
+
+
+# --- candidates ----------------------------------------------------------------------------------
+
+def test_candidates_from_evidence_are_the_best_at_the_nearest_shapes_rank_by_rank(tmp_path):
+    rows = evidence.read(Path(_evidence(tmp_path)))
+    job = _job(ODD)
+    found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, rows, 2)
+    assert [(c.kernel, c.params) for c in found] == [
+        ("gemm_tf32", {}),                                          # the rule's choice
+        ("17_flagship", {"bm": 128, "bn": 128, "bk": 16}),            # #1 at 96x96x32 (nearest)
+        ("gemm_tf32", {"bm": 64, "bn": 64, "stages": 6}),           # #1 at 128x128x48
+        ("gemm_tf32", {"bm": 64, "bn": 64, "stages": 4}),           # #2 at 96x96x32
+        ("17_flagship", {"bm": 128, "bn": 128, "bk": 16}),            # #2 at 128x128x48 (a repeat)
+        ("gemm_tf32", {"bm": 64, "bn": 128, "stages": 4}),          # #3 at 96x96x32
+    ]  # the failed row, best_fp32's row and the far 4096^3 shape are not candidates
+    assert found[1].source.startswith("#1 at 96x96x32, 1.100x")
+
+
+def test_without_evidence_the_candidates_are_the_rules_choices_and_the_default():
+    job = _job(ODD)
+    found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, None, 3)
+    assert [c.kernel for c in found] == ["gemm_tf32", "gemm_ffma_skinny", "gemm_tf32", "17_flagship"]
+    assert "best_tf32[0]" in found[1].source and "default" in found[3].source
+
+
+# --- the cache key -------------------------------------------------------------------------------
+
+def test_the_key_holds_the_gpu_the_shape_the_zeroness_of_alpha_and_beta_and_the_sources():
+    def key_of(job, device=DEVICE):
+        job = replace(job, target=replace(job.target, device=device))
+        other = prepare_kernel({**kernel_config("17_flagship"), "precision": "tf32"}, job.problem,
+                               job.target, job.bench)
+        return autotune.key(job, "best_tf32", [job, other])
+
+    base = key_of(_job(ODD, alpha=0.5, beta=3.0))
+    assert key_of(_job(ODD, alpha=2.0, beta=1.0)) == base       # only zero or not matters
+    assert key_of(_job(ODD, alpha=0.5, beta=0.0)) != base       # beta = 0 skips reading C
+    assert key_of(_job((100, 99, 38))) != base
+    assert key_of(_job(ODD), replace(DEVICE, driver="999.1")) != base
+    assert [c["source_sha256"] for c in base["candidates"]] == [
+        _job(ODD).source_sha256, prepare_kernel({**kernel_config("17_flagship"), "precision": "tf32"},
+                                                _job(ODD).problem, _where(), _bench()).source_sha256]
+    assert base["precision"] == "tf32" and base["shape"] == list(ODD)
+
+
+# --- measuring, reuse, the record ------------------------------------------------------------------
+
+def _kernels(monkeypatch, kernels: dict, compiled: list):
+    fake_cupy.install(monkeypatch)
+
+    def compile_kernel(spec, cache_dir=None):
+        compiled.append(spec.name)
+        made = kernels[spec.name]
+        if isinstance(made, Exception):
+            raise made
+        return made
+
+    monkeypatch.setattr(measure_mod, "compile_kernel", compile_kernel)
+
+
+def _autotune(tmp_path, settings=None, job=None):
+    job = job or _job(ODD)
+    record = new_record("best_tf32", "tf32", "dispatch", vars(job.problem))
+    chosen = autotune.run(job, kernel_config("best_tf32"), settings or _settings(tmp_path), record,
+                          str(tmp_path / "cache"))
+    return job, chosen, record
+
+
+def test_the_fastest_verified_candidate_runs_and_a_second_job_reuses_the_choice(monkeypatch, tmp_path):
+    compiled: list = []
+    _kernels(monkeypatch, {"gemm_tf32": Sleepy(0.004), "17_flagship": Gemm()}, compiled)
+    job, chosen, record = _autotune(tmp_path)
+    assert record.autotuned == "measured" and "catch-all" in record.autotune_why
+    assert chosen.spec.name == "17_flagship" and chosen.dispatched.kernel == "17_flagship"
+    assert chosen.dispatched.rule.startswith("autotune at 100x99x37") and "best_tf32[1]" in chosen.dispatched.rule
+    assert chosen.bench == job.bench and chosen.peers == job.peers  # the job's own protocol times it
+    lines = record.autotune_candidates
+    assert len(lines) == 3 and lines[0].startswith("gemm_tf32 ") and "GFLOP/s (the rule's choice)" in lines[0]
+    assert lines[1].startswith("17_flagship ") and lines[1].endswith("<- runs")
+    assert lines[2].startswith("gemm_ffma_skinny ") and "left out" in lines[2] and "unsupported_size" in lines[2]
+    assert record.autotune_s > 0 and compiled == ["gemm_tf32", "17_flagship"]
+    assert len(list((tmp_path / "cache" / "dispatch").glob("*.json"))) == 1
+
+    compiled.clear()
+    _, again, second = _autotune(tmp_path)
+    assert second.autotuned == "reused" and compiled == []  # nothing measured
+    assert again.spec.name == "17_flagship" and second.autotune_s == record.autotune_s
+    assert second.autotune_candidates == lines
+
+
+def test_the_candidate_count_caps_what_is_measured(monkeypatch, tmp_path):
+    compiled: list = []
+    _kernels(monkeypatch, {"gemm_tf32": Gemm(), "17_flagship": Gemm()}, compiled)
+    _, chosen, record = _autotune(tmp_path, _settings(tmp_path, candidates=1))
+    assert record.autotuned == "measured" and compiled == ["gemm_tf32"]
+    assert chosen.spec.name == "gemm_tf32" and len(record.autotune_candidates) == 1
+
+
+def test_a_covered_shape_is_not_measured(monkeypatch, tmp_path):
+    compiled: list = []
+    _kernels(monkeypatch, {}, compiled)
+    job = _job((4, 4096, 64))
+    _, chosen, record = _autotune(tmp_path, job=job)
+    assert record.autotuned == "not_needed" and chosen is job and compiled == []
+    assert record.autotune_candidates is None
+
+
+def test_a_candidate_that_fails_to_compile_or_verify_is_left_out_with_its_reason(monkeypatch, tmp_path):
+    compiled: list = []
+    _kernels(monkeypatch, {"gemm_tf32": Wrong(), "17_flagship": CompileFailed("nvrtc: bad")}, compiled)
+    _, chosen, record = _autotune(tmp_path)
+    assert record.autotuned == "all_failed" and "the rule's choice runs" in record.autotune_why
+    assert chosen.spec.name == "gemm_tf32"  # the rule's choice, as without the autotune
+    assert "failed_verification" in record.autotune_candidates[0]
+    assert "failed_compile: nvrtc: bad" in record.autotune_candidates[1]
+    assert not list((tmp_path / "cache" / "dispatch").glob("*.json"))  # a failure is not kept
+
+    _kernels(monkeypatch, {"gemm_tf32": Wrong(), "17_flagship": Gemm()}, compiled)
+    _, chosen, record = _autotune(tmp_path)
+    assert record.autotuned == "measured" and chosen.spec.name == "17_flagship"
+    assert "left out" in record.autotune_candidates[0] and "failed_verification" in record.autotune_candidates[0]
+
+
+class Faulting(Gemm):
+    def launch(self, a, b, c, alpha, beta):
+        import cupy
+
+        raise cupy.cuda.runtime.CUDARuntimeError("an illegal address")
+
+
+def test_a_candidate_that_faults_ends_the_job_as_a_launch_failure(monkeypatch, tmp_path):
+    _kernels(monkeypatch, {"gemm_tf32": Faulting(), "17_flagship": Gemm()}, [])
+    with pytest.raises(LaunchFailed, match="autotune at 100x99x37: candidate gemm_tf32"):
+        _autotune(tmp_path)
+
+
+def test_the_candidates_from_evidence_are_measured(monkeypatch, tmp_path):
+    compiled: list = []
+    _kernels(monkeypatch, {"gemm_tf32": Sleepy(0.004), "17_flagship": Gemm()}, compiled)
+    settings = _settings(tmp_path, evidence=_evidence(tmp_path), max_distance=0.1, nearest=2)
+    _, chosen, record = _autotune(tmp_path, settings)
+    assert record.autotuned == "measured" and "(> 0.1)" in record.autotune_why
+    lines = record.autotune_candidates
+    assert len(lines) == 4 and compiled == ["gemm_tf32", "17_flagship", "gemm_tf32", "gemm_tf32"]
+    assert lines[1].startswith("17_flagship ") and "#1 at 96x96x32" in lines[1] and lines[1].endswith("<- runs")
+    assert '"stages": 6' in lines[2] and "#1 at 128x128x48" in lines[2]
+    assert chosen.kernel_cfg["params"]["bk"] == 16 and chosen.dispatched.params == {"bm": 128, "bn": 128, "bk": 16}
+
+
+def test_the_record_of_an_autotuned_job_says_what_happened(monkeypatch, tmp_path, compose):
+    """Through the pipeline, as a worker runs it: the job is measured with the winner, its record
+    names the autotune, and the runs table keeps the candidates as JSON."""
+    import sys
+
+    from src.job import pipeline
+    from src.job.baselines import Baselines
+    from src.records.collect import record_row
+
+    for name in ("triton", "torch", "src.job.triton_matmul"):
+        monkeypatch.setitem(sys.modules, name, None)  # the Triton peer is skipped
+    _kernels(monkeypatch, {"gemm_tf32": Sleepy(0.004), "17_flagship": Gemm()}, [])
+    monkeypatch.setattr(pipeline, "prepare", lambda cfg, explicit=frozenset(): _job(ODD))
+    baselines = Baselines()
+    monkeypatch.setattr(baselines, "paired", lambda name, job: measure_mod.Baseline(name, Gemm(), 1e-3))
+    cfg = compose("kernel=best_tf32", "shape=100x99x37", "alpha=0.5", "beta=3.0",
+                  "dispatch.autotune=true", f"dispatch.autotune_evidence={tmp_path}/none.csv",
+                  f"cache_dir={tmp_path / 'cache'}")
+    record = pipeline.run_job(cfg, baselines=baselines)
+    assert record.status == "ok", record.error
+    assert record.autotuned == "measured" and record.dispatched_to == "17_flagship"
+    assert record.dispatch_rule.startswith("autotune at 100x99x37") and record.autotune_s > 0
+    assert record.samples >= 12  # the job's protocol (min_samples 20 by default), not the brief one's
+    row = record_row(record, "j0")
+    assert json.loads(row["autotune_candidates"]) == record.autotune_candidates
+    assert record.autotune_s not in (record.time_ms_median, None)
+
+
+# --- two processes ---------------------------------------------------------------------------------
+
+def _child(cache_dir: str, evidence_path: str, out) -> None:
+    """Another process: the same autotune, its own fake CuPy and kernels."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        compiled: list = []
+        _kernels(monkeypatch, {"gemm_tf32": Sleepy(0.004), "17_flagship": Gemm()}, compiled)
+        job = _job(ODD)
+        record = new_record("best_tf32", "tf32", "dispatch", vars(job.problem))
+        settings = autotune.Settings(enabled=True, evidence=evidence_path)
+        chosen = autotune.run(job, kernel_config("best_tf32"), settings, record, cache_dir)
+        out.put((record.autotuned, chosen.spec.name, len(compiled)))
+
+
+def test_two_processes_at_one_shape_measure_once(tmp_path):
+    """Both start at once: one measures under the lock, the other waits and reuses its choice."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    args = (str(tmp_path / "cache"), str(tmp_path / "no_evidence.csv"), out)
+    children = [ctx.Process(target=_child, args=args) for _ in range(2)]
+    for child in children:
+        child.start()
+    results = sorted(out.get(timeout=120) for _ in children)
+    for child in children:
+        child.join(timeout=30)
+    assert [r[0] for r in results] == ["measured", "reused"]
+    assert {r[1] for r in results} == {"17_flagship"}
+    assert [r[2] for r in results] == [2, 0]  # the reusing process compiled nothing
+
+
+# --- on the GPU ------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_best_tf32_autotunes_an_odd_shape_verifies_it_and_reuses_the_choice(compose, tmp_path):
+    from src.job.pipeline import run_job
+
+    args = ("kernel=best_tf32", "m=1000", "n=999", "k=77", "alpha=0.5", "beta=3.0", "bench=quick",
+            "dispatch.autotune=true", f"dispatch.autotune_evidence={tmp_path}/none.csv",
+            f"cache_dir={tmp_path}")
+    first = run_job(compose(*args))
+    assert first.status == "ok", first.error
+    assert max(first.rel_err, first.rel_err_timed, first.rel_err_fresh) <= first.tolerance
+    assert first.autotuned == "measured" and "catch-all" in first.autotune_why
+    assert first.autotune_s > 0 and first.dispatch_rule.startswith("autotune at 1000x999x77")
+    timed = [line for line in first.autotune_candidates if "GFLOP/s" in line]
+    assert timed and sum(line.endswith("<- runs") for line in first.autotune_candidates) == 1
+    second = run_job(compose(*args))
+    assert second.status == "ok", second.error
+    assert second.autotuned == "reused" and second.dispatched_to == first.dispatched_to
+    assert max(second.rel_err, second.rel_err_timed, second.rel_err_fresh) <= second.tolerance
+    assert list((tmp_path / "dispatch").glob("*.json"))

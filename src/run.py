@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import NoReturn
 
@@ -124,12 +125,17 @@ def exit_code(exc: SystemExit) -> int:
 
 
 def end_process(code: int) -> NoReturn:
-    """The process's end once its work is done: the atexit handlers run (slots and workers
-    stopped, unfinished runs ended KILLED), logs and output are flushed, and then the process
+    """The process's end once its work is done: non-daemon threads are joined and the atexit
+    handlers run (slots and workers stopped, unfinished runs ended KILLED; in this order, as the
+    interpreter's own exit runs them), logs and output are flushed, and then the process
     exits without the interpreter's finalization. Why: a soak sweep once wrote its summary and
     never exited, its main thread in the final garbage collection with no Python frame; that
     collection runs the finalizers of every library object still in a reference cycle, and one
     that blocks there hangs a finished sweep. Nothing of the lab's own is left to finalize."""
+    # First what the interpreter's exit runs before atexit: the callbacks registered with
+    # threading (concurrent.futures' and joblib's executors stop their workers) and the join of
+    # non-daemon threads; skipping it left a joblib-launched sweep waiting on its loky workers.
+    threading._shutdown()
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

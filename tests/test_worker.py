@@ -38,6 +38,30 @@ def test_healthy_jobs_share_one_worker():
     assert not worker.alive
 
 
+def test_a_ctrl_c_while_the_worker_spawns_leaves_nothing_for_stop_to_trip_on(monkeypatch):
+    """Ctrl-C landing while the worker process is being spawned (a soak run, seed 3123084134):
+    the atexit handler that stops the worker must end quietly, not join a process that never
+    started (multiprocessing asserts, and the sweep printed that traceback)."""
+    import multiprocessing
+
+    spawn_process = type(multiprocessing.get_context("spawn").Process())
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    worker = Worker(fault_jobs.ok_serve)
+    monkeypatch.setattr(spawn_process, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        worker.start_if_stopped()
+    worker.stop()  # what the atexit handler does: no AssertionError
+    assert not worker.alive and worker.pid is None and worker.started == 0
+    monkeypatch.undo()
+    try:
+        assert run(worker, "good").ok and worker.started == 1  # the next job gets a worker
+    finally:
+        worker.stop()
+
+
 def test_a_worker_started_ahead_runs_the_first_job_and_one_dead_before_its_job_is_replaced():
     import signal
 

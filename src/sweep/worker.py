@@ -168,11 +168,15 @@ class Worker:
 
     def _start(self) -> None:
         parent_conn, child_conn = self._ctx.Pipe()
-        self._process = self._ctx.Process(target=_worker_main, args=(self._target or _serve, child_conn),
-                                          daemon=True, name="sgemm-worker")
-        self._process.start()
-        child_conn.close()
-        self._conn = parent_conn
+        process = self._ctx.Process(target=_worker_main, args=(self._target or _serve, child_conn),
+                                    daemon=True, name="sgemm-worker")
+        try:
+            process.start()
+        finally:  # a Ctrl-C during the spawn leaves no half-started worker for stop() to join
+            child_conn.close()
+            if process.pid is None:
+                parent_conn.close()
+        self._process, self._conn = process, parent_conn
         self.started += 1
         log.info("job worker process %d started%s", self._process.pid,
                  "" if self.started == 1 else f" (replacing a failed one, {self.started} so far)")
@@ -197,7 +201,7 @@ class Worker:
         """End the worker: politely (it finishes its loop) or, for a hang, with SIGKILL."""
         process, conn = self._process, self._conn
         self._process = self._conn = None
-        if process is None:
+        if process is None or process.pid is None:  # none, or never started
             return
         if not kill and process.is_alive():
             try:

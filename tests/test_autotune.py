@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from src.job import training
 from src.errors import CompileFailed, ConfigError, LaunchFailed
 from src.job import autotune
 from src.job import gpu as gpu_mod
@@ -128,7 +129,7 @@ def test_without_evidence_only_a_catch_all_shape_is_not_covered_well():
 
 
 def test_with_evidence_a_shape_far_from_every_training_shape_is_not_covered_well(tmp_path):
-    rows = evidence.read(Path(_evidence(tmp_path)))
+    rows = training.read(Path(_evidence(tmp_path)))
     choice = _job(ODD).dispatched  # the catch-all: with evidence, the distance decides
     near = autotune.coverage(choice, "best_tf32", ODD, rows, 1.0, "e.csv")
     assert near.well and "96x96x32" in near.why
@@ -143,7 +144,7 @@ def test_with_evidence_a_shape_far_from_every_training_shape_is_not_covered_well
 # --- candidates ----------------------------------------------------------------------------------
 
 def test_candidates_from_evidence_are_the_best_at_the_nearest_shapes_rank_by_rank(tmp_path):
-    rows = evidence.read(Path(_evidence(tmp_path)))
+    rows = training.read(Path(_evidence(tmp_path)))
     job = _job(ODD)
     found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, rows, 2)
     assert [(c.kernel, c.params) for c in found] == [

@@ -10,12 +10,11 @@ import json
 import math
 import random
 
-import pytest
 from omegaconf import OmegaConf
 
-from src.job import dispatch
+from src.job import dispatch, training
 from src.job.problem import Problem
-from src.tune import evidence, explain, fit
+from src.tune import evidence, fit
 
 BIG = json.dumps({"bm": 256, "bn": 128}, sort_keys=True)
 SMALL = json.dumps({"bm": 64, "bn": 64}, sort_keys=True)
@@ -111,13 +110,13 @@ def test_the_fit_is_deterministic_and_a_refit_writes_the_same_file(tmp_path):
     rows = synthetic_rows()
     path = tmp_path / "synthetic.csv"
     evidence.write(rows, path)
-    back = evidence.read(path)
+    back = training.read(path)
     first = fit.fit(back, GUARDS, SETTINGS, EVIDENCE)
     assert first == fit.fit(list(reversed(back)), GUARDS, SETTINGS, EVIDENCE)  # row order is moot
     tuned = tmp_path / "synthetic.yaml"
     fit.write(tuned, first, EVIDENCE)
     text = tuned.read_text()
-    fit.write(tuned, fit.fit(evidence.read(path), GUARDS, SETTINGS, EVIDENCE), EVIDENCE)
+    fit.write(tuned, fit.fit(training.read(path), GUARDS, SETTINGS, EVIDENCE), EVIDENCE)
     assert tuned.read_text() == text
     loaded = OmegaConf.to_container(OmegaConf.load(tuned))
     assert loaded["dispatch"]["best_tf32"] == first["best_tf32"]
@@ -182,7 +181,7 @@ def test_fit_only_refits_from_the_csv_and_explain_shows_the_rule_and_nearest_evi
     out = capsys.readouterr().out
     assert '"bm": 256' in out.splitlines()[1] and "chosen by conf/tuned/synthetic.yaml: best_tf32[" in out
     near = fit.table(rows, "best_tf32").shapes
-    closest = min(near, key=lambda s: (explain.distance(s, shape), s))
+    closest = min(near, key=lambda s: (training.distance(s, shape), s))
     assert f"measured at {'x'.join(map(str, closest))}" in out
     assert out.count("measured at ") == 3 and "<- the rule's choice" in out
     # without an evidence file it says so, and still names the rule
@@ -229,7 +228,7 @@ def test_evidence_rows_from_a_sweep_give_every_built_candidate_a_row(tmp_path):
     for r in copies:
         assert r["ratio_best"] == measured[r["same_as"]]["ratio_best"]
     path = evidence.write(rows, tmp_path / "e.csv")
-    assert [r["params"] for r in evidence.read(path)] == \
+    assert [r["params"] for r in training.read(path)] == \
         [r["params"] for r in sorted(rows, key=evidence.sort_key)]
 
 

@@ -283,11 +283,15 @@ def test_an_interrupt_ends_every_gpus_job_killed_and_every_process(tmp_path, tra
     assert not [pid for pid in workers + slots if Path(f"/proc/{pid}").exists()]
 
 
-def test_bad_devices_are_one_clear_error(tmp_path):
+@pytest.mark.parametrize("setting, error", [
+    ("hydra.launcher.devices=[0,2]", "hydra.launcher.devices"),              # no GPU 2 of two
+    ("hydra.launcher.prebuild.cutlass=build_it", "hydra.launcher.prebuild must map"),  # not a function
+])
+def test_a_bad_launcher_setting_is_one_clear_error(tmp_path, setting, error):
     proc = sweep(tmp_path, "0,1", "kernel=01_naive,06_vectorize", "size=64", "mlflow.enabled=false",
-                 "hydra.launcher.devices=[0,2]")
+                 setting)
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and "error [invalid_config]: hydra.launcher.devices" in output, output
+    assert proc.returncode == 1 and f"error [invalid_config]: {error}" in output, output
     assert "Traceback" not in output and not list((tmp_path / "sweep").glob("*/record.json"))
 
 
@@ -513,14 +517,6 @@ def test_a_failed_build_ahead_hands_its_jobs_out_and_the_sweep_goes_on(tmp_path)
     failed = events.index("build failed cutlass_3xtf32")
     assert {"cutlass_3xtf32", "best_fp32"} <= {e.split()[1] for e in events[failed:] if e.startswith("job ")}
     assert len(records(tmp_path / "sweep")) == 6
-
-
-def test_a_bad_prebuild_rule_is_one_clear_error(tmp_path):
-    proc = sweep(tmp_path, "0,1", "kernel=01_naive,06_vectorize", "size=64", "mlflow.enabled=false",
-                 "hydra.launcher.prebuild.cutlass=build_it")
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and "error [invalid_config]: hydra.launcher.prebuild must map" in output, output
-    assert "Traceback" not in output and not list((tmp_path / "sweep").glob("*/record.json"))
 
 
 def test_the_slots_are_told_to_end_all_at_once(tmp_path):

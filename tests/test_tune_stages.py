@@ -13,12 +13,12 @@ import json
 import random
 import zlib
 
-import pytest
 
+from src.job.training import read as read_evidence
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.records.record import Record
-from src.tune import command, distribution, evidence, fit, screen
+from src.tune import command, distribution, fit, screen
 from src.tune import plan as plan_mod
 from src.tune import space as tune
 
@@ -229,7 +229,7 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
     assert f"stage 1 (screen): {count} shapes" in out and "stage 2: 4 shapes" in out
     assert "at most" in out.split("after the screen:")[0]
     assert "the survivors of the screen" in out.split("after the screen:")[1]
-    rows = evidence.read(tmp_path / "e.csv")
+    rows = read_evidence(tmp_path / "e.csv")
     first = [r for r in rows if r["stage"] == 1]
     second = [r for r in rows if r["stage"] == 2]
     assert first and second and len(first) + len(second) == len(rows)

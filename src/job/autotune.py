@@ -22,8 +22,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,7 +32,7 @@ from src.errors import ConfigError, LabError, LaunchFailed
 from src.job import cache as measurement_cache
 from src.job import dispatch, training
 from src.job.config import kernel_config
-from src.job.file_lock import held
+from src.job.file_lock import held, write_atomically
 from src.job.prepare import PreparedJob, prepare_kernel
 from src.job.protocol import BenchProtocol
 from src.paths import CONF_DIR
@@ -132,11 +130,6 @@ def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int,
     return Coverage(True, f"the rule `{choice.when}` holds at {_label(shape)} (not a catch-all)")
 
 
-def _ratio(row: dict) -> float:
-    value = row["ratio_best"] if row["ratio_best"] is not None else row["ratio"]
-    return value or 0.0
-
-
 def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str,
                shape: tuple[int, int, int], rows: list[dict] | None, nearest: int) -> list[Candidate]:
     """Every candidate in the order they are tried (the caller keeps the first few that build):
@@ -151,13 +144,14 @@ def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: 
         for near in training.nearest(rows, name, shape, nearest):
             ok = [r for r in rows if r["dispatcher"] == name and (r["m"], r["n"], r["k"]) == near
                   and r["status"] == "ok"]
-            ranked.append((near, sorted(ok, key=lambda r: (-_ratio(r), r["kernel"], r["params"]))))
+            ranked.append((near, sorted(ok, key=lambda r: (-(training.score(r) or 0.0), r["kernel"],
+                                                            r["params"]))))
         for rank in range(max((len(ok) for _, ok in ranked), default=0)):
             for near, ok in ranked:
                 if rank < len(ok):
                     r = ok[rank]
                     found.append(Candidate(r["kernel"], json.loads(r["params"]),
-                                           f"#{rank + 1} at {_label(near)}, {_ratio(r):.3f}x the "
+                                           f"#{rank + 1} at {_label(near)}, {training.score(r) or 0.0:.3f}x the "
                                            f"stronger cuBLAS"))
         return found
     for index, rule in enumerate(dispatch.rules(dispatcher_cfg, gpu_spec)):
@@ -225,15 +219,9 @@ def _read(path: Path, described: dict) -> dict | None:
 def _write(path: Path, described: dict, winner: int, results: list[dict], seconds: float) -> None:
     text = json.dumps({"described": described, "winner": winner, "results": results,
                        "seconds": seconds}, indent=1)
-    private = None
     try:
-        fd, private = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(private, path)  # whole or not at all: a reader never sees half a choice
+        write_atomically(path, text)  # a reader never sees half a choice
     except OSError as exc:
-        if private is not None and os.path.exists(private):
-            os.unlink(private)
         log.warning("dispatch autotune cache: cannot write %s (%s: %s); the next job at this "
                     "shape measures again", path, type(exc).__name__, exc)
 

@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 from src.errors import CompileFailed, PeerMissing
-from src.job.file_lock import held
+from src.job.file_lock import held, write_atomically
 from src.job.toolchain import nvcc_arch_options, nvcc_path
 
 SOURCE = Path(__file__).with_name("cutlass_3xtf32.cu")
@@ -162,19 +162,12 @@ def _build(what: dict, key: str, library: Path, meta: Path) -> Library:
                 f"{errors[0].strip() if errors else 'exit ' + str(proc.returncode)}\n"
                 f"nvcc's messages:\n{proc.stderr.strip()[-4000:]}")
         built = Library(str(library.resolve()), seconds, key)
-        _write_atomically(meta, json.dumps({**asdict(built), "described": what}, indent=1))
+        write_atomically(meta, json.dumps({**asdict(built), "described": what}, indent=1))
         os.replace(private, library)  # last: a library in place always has its JSON
     finally:
         if os.path.exists(private):
             os.unlink(private)
     return built
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, private = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.replace(private, path)
 
 
 def _seconds(meta: Path) -> float | None:

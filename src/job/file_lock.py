@@ -1,13 +1,16 @@
 """A lock file of the job cache: a setup that several processes may want at once (the CUTLASS
-peer's nvcc build, a Triton peer's autotune at one shape) is done by the first, under the lock,
-while the others wait and then read what it left in the cache instead of doing it again. An
-flock: the kernel drops it when its holder dies (a worker killed for a hang), so no stale lock
-outlives a process."""
+peer's nvcc build, a Triton peer's autotune at one shape, a dispatch autotune) is done by the
+first, under the lock, while the others wait and then read what it left in the cache instead of
+doing it again. An flock: the kernel drops it when its holder dies (a worker killed for a hang),
+so no stale lock outlives a process. What the first leaves is written whole or not at all
+(write_atomically), so a reader never sees half a file."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
+import tempfile
 from pathlib import Path
 
 
@@ -21,3 +24,17 @@ def held(path: Path):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary beside it, renamed over it: whole or not at all.
+    OSError (a read-only or full cache) is the caller's; no temporary is left behind."""
+    fd, private = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(private, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(private)
+        raise

@@ -38,6 +38,15 @@ def read(path: Path) -> list[dict]:
     return rows
 
 
+def score(row: dict) -> float | None:
+    """A row's ratio: to the stronger cuBLAS where it was measured, else to cuBLAS's default
+    (None where neither is a positive number)."""
+    value = row.get("ratio_best")
+    if value is None:
+        value = row.get("ratio")
+    return None if value is None or value <= 0 else float(value)
+
+
 def distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
     """Euclidean distance of log2 dimensions: 2x in one side is 1."""
     return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b)))

@@ -13,13 +13,11 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from src.job.file_lock import held
+from src.job.file_lock import held, write_atomically
 from src.job.recording import Tuning
 
 log = logging.getLogger("sgemm")
@@ -73,15 +71,9 @@ def _read(path: Path, described: dict) -> Choice | None:
 def _write(path: Path, described: dict, choice: Choice) -> None:
     text = json.dumps({"described": described, "kwargs": choice.kwargs,
                        "seconds": choice.tuning.seconds, "config": choice.tuning.config}, indent=1)
-    private = None
     try:
-        fd, private = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(private, path)  # whole or not at all: a reader never sees half a choice
+        write_atomically(path, text)  # a reader never sees half a choice
     except OSError as exc:
-        if private is not None and os.path.exists(private):
-            os.unlink(private)
         log.warning("triton autotune cache: cannot write %s (%s: %s); the next process autotunes "
                     "again", path, type(exc).__name__, exc)
 

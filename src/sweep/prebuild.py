@@ -16,6 +16,7 @@ worker and records that error as its status, as it would have without the build 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import threading
@@ -107,7 +108,7 @@ def plan(configs: Sequence, rule: dict[str, str], device_archs: Callable[[], lis
         from src.job.config import kernel_config as peer_config
     builds: dict[Build, dict] = {}
     needs: list[set[Build]] = []
-    archs_once = _once(device_archs)
+    archs_once = functools.cache(device_archs)  # NVML asked once a batch
     for config in configs:
         wanted: set[Build] = set()
         try:
@@ -126,16 +127,6 @@ def plan(configs: Sequence, rule: dict[str, str], device_archs: Callable[[], lis
                 wanted.add(build)
         needs.append(wanted)
     return builds, needs
-
-
-def _once(function: Callable[[], list[str]]) -> Callable[[], list[str]]:
-    kept: list = []
-
-    def called() -> list[str]:
-        if not kept:
-            kept.append(function())
-        return kept[0]
-    return called
 
 
 class Prebuilds:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from src.errors import ConfigError, LabError
-from src.job.training import EVIDENCE_DIR, evidence_path  # noqa: F401 (used here and by explain)
+from src.job.training import evidence_path
 from src.paths import ROOT
 
 SWEEP_DIR = ROOT / "sweeps" / "tuning"
@@ -58,9 +58,10 @@ def guards(settings: dict) -> dict[str, str | None]:
 def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None = None) -> dict:
     """The dispatch fitted from `csv_path`, written into conf/tuned/<gpu>.yaml (or tuned_path)."""
     from src.job.tuned import tuned_file
-    from src.tune import evidence, fit
+    from src.job.training import read
+    from src.tune import fit
 
-    rows = evidence.read(csv_path)
+    rows = read(csv_path)
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)

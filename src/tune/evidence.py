@@ -13,7 +13,6 @@ import csv
 import json
 from pathlib import Path
 
-from src.job.training import read  # noqa: F401 (the file is read where a job can read it too)
 from src.records.record import Record, load_records
 
 COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from src.job.training import distance, nearest  # noqa: F401 (explain's API too)
+from src.job.training import distance, nearest, score
 
 DISPATCHERS = {"fp32": "best_fp32", "tf32": "best_tf32"}
 
@@ -43,12 +43,12 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
     for near in nearest(rows, dispatcher, shape):
         mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
         ok = sorted((r for r in mine if r["status"] == "ok"),
-                    key=lambda r: -(r["ratio_best"] if r["ratio_best"] is not None else r["ratio"] or 0))
+                    key=lambda r: -(score(r) or 0.0))
         failed = len(mine) - len(ok)
         lines.append(f"measured at {'x'.join(map(str, near))} (log2 distance "
                      f"{distance(near, shape):.2f}; {len(ok)} ok, {failed} failed) from {evidence_name}:")
         for rank, r in enumerate(ok[:top], start=1):
-            value = r["ratio_best"] if r["ratio_best"] is not None else r["ratio"]
+            value = score(r) or 0.0
             interval = ("" if r["ratio_best_ci_low"] is None else
                         f" [{r['ratio_best_ci_low']:.3f}, {r['ratio_best_ci_high']:.3f}]")
             mark = "  <- the rule's choice" if is_choice(r) else ""
@@ -62,8 +62,8 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
 def main(argv: list[str]) -> int:
     from src.errors import LabError
     from src.job.shapes import parse
-    from src.tune import evidence
-    from src.tune.command import detected_spec, evidence_path
+    from src.job.training import evidence_path, read
+    from src.tune.command import detected_spec
 
     parser = argparse.ArgumentParser(prog="sgemm-lab explain", description=__doc__.split("\n\n")[0])
     parser.add_argument("shape", help="MxNxK, e.g. 2500x3500x900")
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     try:
         gpu_spec = args.gpu or detected_spec()
         path = args.csv or evidence_path(gpu_spec)
-        rows = evidence.read(path) if path.is_file() else None
+        rows = read(path) if path.is_file() else None
         print(report(dims, gpu_spec, args.precision, rows, str(path)), end="")
     except LabError as exc:
         print(f"error [{exc.status}]: {exc}", file=sys.stderr)

@@ -30,6 +30,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from src.job.training import score
+
 ALIGNED = "n % 4 == 0 and k % 4 == 0"
 UNALIGNED = "n % 4 != 0 or k % 4 != 0"
 
@@ -62,14 +64,6 @@ class Table:
     failed: set = field(default_factory=set)
 
 
-def score_of(row: dict) -> float | None:
-    """A row's ratio: to the stronger cuBLAS where it was measured, else to cuBLAS's default."""
-    value = row.get("ratio_best")
-    if value is None:
-        value = row.get("ratio")
-    return None if value is None or value <= 0 else float(value)
-
-
 def table(rows: list[dict], dispatcher: str) -> Table:
     mine = [r for r in rows if r["dispatcher"] == dispatcher]
     shapes = sorted({(int(r["m"]), int(r["n"]), int(r["k"])) for r in mine})
@@ -81,7 +75,7 @@ def table(rows: list[dict], dispatcher: str) -> Table:
     out = Table(shapes, cands)
     for r in mine:
         key = ((int(r["m"]), int(r["n"]), int(r["k"])), Candidate(r["kernel"], r["params"]))
-        value = score_of(r) if r["status"] == "ok" else None
+        value = score(r) if r["status"] == "ok" else None
         if value is None:
             out.failed.add(key)
         else:

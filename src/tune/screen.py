@@ -9,6 +9,7 @@ deterministic: the same rows give the same survivors in any order.
 
 from __future__ import annotations
 
+from src.job.training import score
 from src.tune import fit
 
 
@@ -20,7 +21,7 @@ def survivors(rows: list[dict], settings: dict,
     for dispatcher, entry in settings["dispatchers"].items():
         mine = [r for r in rows if r["dispatcher"] == dispatcher
                 and r["kernel"] in entry["candidates"]]
-        scored = [(r, fit.score_of(r)) for r in mine if r["status"] == "ok"]
+        scored = [(r, score(r)) for r in mine if r["status"] == "ok"]
         best: dict[str, float] = {}
         for r, value in scored:
             if value is not None:

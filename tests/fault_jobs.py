@@ -141,14 +141,20 @@ def pool_serve(conn, rendezvous: bytes):
     flight (_meet, in the directory `rendezvous`) when one is given, waits until the file
     `until` exists (at most a minute) when it names one, then answers what it saw; job `die`
     ends its slot process at once (exit code 3)."""
-    from src.sweep.pool import answer
+    from src.sweep.pool import answer, receive
 
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     while True:
-        message = conn.recv()
+        message = receive(conn)
         if message is None:
             return
-        position, job = message
+        if message[0] == "compose":  # a share of a batch: each config is its overrides joined,
+            shares = [(i, " ".join(overrides)) for i, overrides, _idx in message[1]]  # or it dies
+            if any("die" in text for _i, text in shares):
+                os._exit(3)
+            answer(conn, "composed", -1, [(i, f"{text} on {gpu}") for i, text in shares])
+            continue
+        _, position, job = message
         if job["name"] == "die":
             os._exit(3)
         seen = _meet(rendezvous.decode(), gpu, 2) if rendezvous else {"visible": gpu}
@@ -161,14 +167,14 @@ def pool_serve(conn, rendezvous: bytes):
 def stop_meeting_serve(conn, context: bytes):
     """A slot that answers each job at once and, told to end, waits (at most 20 s) until every
     slot has been told (context: "DIRECTORY|SLOTS"), noting in DIRECTORY whether they all were."""
-    from src.sweep.pool import answer
+    from src.sweep.pool import answer, receive
 
     directory, slots = context.decode().split("|")
     while True:
-        message = conn.recv()
+        message = receive(conn)
         if message is None:
             break
-        answer(conn, "done", message[0], message[1])
+        answer(conn, "done", message[1], message[2])
     open(os.path.join(directory, f"told.{os.getpid()}"), "w").close()
     deadline = time.time() + 20
     while sum(n.startswith("told.") for n in os.listdir(directory)) < int(slots) and time.time() < deadline:
@@ -234,13 +240,37 @@ def build_waiting_serve(conn):
         conn.send(("done", record.to_dict(), None, True))
 
 
+def note_composes() -> None:
+    """From now on in this process, each job Hydra composes for a sweep is noted in the file
+    $FAKE_EVENTS ("composed OVERRIDES on GPU"); the batch's job with size=256 is composed only
+    once a line starting with $FAKE_AWAIT (default "slot") is there (at most 60 s)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    compose = ConfigLoaderImpl.load_sweep_config
+    awaited = os.environ.get("FAKE_AWAIT", "slot")
+
+    def load_sweep_config(self, master_config, sweep_overrides):
+        if "size=256" in sweep_overrides:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                with open(os.environ["FAKE_EVENTS"]) as events:
+                    if any(line.startswith(awaited) for line in events):
+                        break
+                time.sleep(0.05)
+        config = compose(self, master_config, sweep_overrides)
+        _note(f"composed {' '.join(sweep_overrides)} on {os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
+        return config
+
+    ConfigLoaderImpl.load_sweep_config = load_sweep_config
+
+
 def serve_noting_start(conn, context: bytes) -> None:
     """A slot's loop (src/sweep/pool.py's serve_hydra_jobs) that first notes, in the file
-    $FAKE_EVENTS, that this slot process has started."""
+    $FAKE_EVENTS, that this slot process has started, then each job it composes."""
     from src.sweep.pool import serve_hydra_jobs
 
-    with open(os.environ["FAKE_EVENTS"], "a") as out:
-        out.write(f"slot {os.environ.get('CUDA_VISIBLE_DEVICES', '')} started\n")
+    _note(f"slot {os.environ.get('CUDA_VISIBLE_DEVICES', '')} started")
+    note_composes()
     serve_hydra_jobs(conn, context)
 
 def ok_serve_noting_start(conn):
@@ -251,11 +281,13 @@ def ok_serve_noting_start(conn):
 
 
 def serve_noting_worker_start(conn, context: bytes) -> None:
-    """A slot's loop (serve_hydra_jobs) whose job worker serves ok_serve_noting_start."""
+    """A slot's loop (serve_hydra_jobs) whose job worker serves ok_serve_noting_start; each job
+    it composes is noted."""
     import src.sweep.worker
     from src.sweep.pool import serve_hydra_jobs
 
     src.sweep.worker._serve = ok_serve_noting_start
+    note_composes()
     serve_hydra_jobs(conn, context)
 
 

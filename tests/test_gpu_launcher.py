@@ -143,6 +143,27 @@ def test_jobs_go_out_in_the_order_given_and_answers_come_in_job_order(tmp_path):
     assert [answer.value["name"] for answer in answers] == ["job0", "job1", "job2", "job3"]
 
 
+def test_the_slots_compose_a_share_each_and_a_lost_share_is_composed_here():
+    """Pool.compose: the configs in job order, the slots a round-robin share each; the share of
+    a slot that dies while composing is composed by the caller, in job order, and the slot is
+    started again for the jobs."""
+    items = [([f"job{i}"], i) for i in range(5)]
+    here = []
+    pool = Pool(gpus("0", "1"), serve=fault_jobs.pool_serve)
+    try:
+        assert pool.compose(items, lambda o, idx: here.append(idx)) == [
+            "job0 on 0", "job1 on 1", "job2 on 0", "job3 on 1", "job4 on 0"]
+        assert here == []
+        dying = [([f"job{i}"] if i != 3 else ["die"], i) for i in range(5)]
+        composed = pool.compose(dying, lambda o, idx: here.append(idx) or f"{o[0]} here")
+        answers = pool.run([{"name": "after"}, {"name": "after"}])
+    finally:
+        pool.stop()
+    assert composed == ["job0 on 0", "job1 here", "job2 on 0", "die here", "job4 on 0"]
+    assert here == [1, 3] and [a.kind for a in answers] == ["done", "done"]
+    assert [slot.started for slot in pool.slots] == [1, 2]
+
+
 def test_the_largest_problems_go_out_first_then_job_order():
     from omegaconf import OmegaConf
 
@@ -378,68 +399,49 @@ def test_a_job_that_does_not_compose_stops_the_sweep_before_any_job_runs(tmp_pat
     assert not progress_lines(proc.stdout)
 
 
-# `python -m src.run ...` that writes an event to $FAKE_EVENTS, one line each, as each slot process
-# (or, with FAKE_AWAIT=worker, each slot's job worker) starts and as each job is composed; the
-# batch's last compose waits (at most 60 s) until one has said it started, so a launcher that
-# started them only after composing fails the order.
+# `python -m src.run ...` whose slots (tests/fault_jobs.py serve_noting_start, or with
+# FAKE_SLOT_SERVE another) write an event to $FAKE_EVENTS, one line each, as each slot process (or
+# each slot's job worker) starts and as each slot composes a job; the batch's job with size=256
+# is composed only once a line starting with $FAKE_AWAIT is there.
 EVENTS_RUN = """
-import os, runpy, time
+import os, runpy
 import src.sweep.pool
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 import tests.fault_jobs
 
-events = os.environ["FAKE_EVENTS"]
-awaited = os.environ.get("FAKE_AWAIT", "slot")
 src.sweep.pool.serve_hydra_jobs = getattr(tests.fault_jobs, os.environ.get("FAKE_SLOT_SERVE",
                                                                            "serve_noting_start"))
-compose = ConfigLoaderImpl.load_sweep_config
-
-def load_sweep_config(self, master_config, sweep_overrides):
-    if "size=256" in sweep_overrides:  # the batch's last job
-        deadline = time.time() + 60
-        while awaited not in open(events).read() and time.time() < deadline:
-            time.sleep(0.05)
-    config = compose(self, master_config, sweep_overrides)
-    with open(events, "a") as out:
-        out.write("composed " + " ".join(sweep_overrides) + "\\n")
-    return config
-
-ConfigLoaderImpl.load_sweep_config = load_sweep_config
 runpy.run_module("src.run", run_name="__main__", alter_sys=True)
 """
 
 
-def test_the_slots_start_while_the_jobs_are_composed(tmp_path):
+def events_sweep(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     events = tmp_path / "events"
     events.write_text("")
     proc = subprocess.run(
         [sys.executable, "-c", EVENTS_RUN, "-m", "kernel=01_naive", "size=64,128,256",
-         "mlflow.enabled=false", STAND_IN, f"hydra.sweep.dir={tmp_path}/sweep"],
-        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES="0,1", FAKE_SERVE="ok_serve", FAKE_EVENTS=str(events)),
+         "mlflow.enabled=false", *args, f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES="0,1", FAKE_EVENTS=str(events), **env),
         capture_output=True, text=True, timeout=300)
+    return proc, events.read_text().splitlines()
+
+
+def test_the_slots_compose_the_batch_a_share_each_once_started(tmp_path):
+    """The slots compose the batch's jobs (each job once, each slot a share, in the slot's own
+    process, which has started by then), and every job then runs."""
+    proc, lines = events_sweep(tmp_path, STAND_IN, FAKE_SERVE="ok_serve")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = events.read_text().splitlines()
-    composed = [i for i, line in enumerate(lines) if line.startswith("composed ")]
-    slots = [i for i, line in enumerate(lines) if line.startswith("slot ")]
-    assert len(composed) == 3 and len(slots) == 2, lines  # each job composed once
-    assert slots[0] < composed[-1], lines
-    assert len(records(tmp_path / "sweep")) == 3
+    composed = [line for line in lines if line.startswith("composed ")]
+    assert len(composed) == 3 and {line.split()[-1] for line in composed} == {"0", "1"}, lines
+    assert all(lines.index(f"slot {line.split()[-1]} started") < lines.index(line) for line in composed)
+    assert [r["status"] for r in records(tmp_path / "sweep").values()] == ["ok"] * 3
 
 
-def test_each_slot_starts_its_job_worker_while_the_jobs_are_composed(tmp_path):
+def test_each_slot_starts_its_job_worker_before_it_composes(tmp_path):
     """Each slot starts its worker with itself, not at its first job: a worker has started
     before the batch's last job is composed, and that worker (one per slot, none replaced) ran
     the slot's jobs."""
-    events = tmp_path / "events"
-    events.write_text("")
-    proc = subprocess.run(
-        [sys.executable, "-c", EVENTS_RUN, "-m", "kernel=01_naive", "size=64,128,256",
-         "mlflow.enabled=false", f"hydra.sweep.dir={tmp_path}/sweep"],
-        cwd=ROOT, env=cli_env(CUDA_VISIBLE_DEVICES="0,1", FAKE_EVENTS=str(events), FAKE_AWAIT="worker",
-                              FAKE_SLOT_SERVE="serve_noting_worker_start"),
-        capture_output=True, text=True, timeout=300)
+    proc, lines = events_sweep(tmp_path, FAKE_AWAIT="worker", FAKE_SLOT_SERVE="serve_noting_worker_start")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = events.read_text().splitlines()
     composed = [i for i, line in enumerate(lines) if line.startswith("composed ")]
     workers = [i for i, line in enumerate(lines) if line.startswith("worker ")]
     assert len(composed) == 3 and sorted(lines[i].split()[1] for i in workers) == ["0", "1"], lines

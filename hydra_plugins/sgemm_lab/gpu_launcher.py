@@ -10,11 +10,11 @@ of the node at once, one job at a time on each GPU.
   results in job order, so that sweepers, summaries and records read as in one process. The
   slots live for the whole sweep: a tuning sweep's batches reuse them.
 
-Either way every job of a batch is composed once, here, before the first job starts: that compose
-is the batch's validation (a job that does not compose stops the sweep before any job ran, with
+Either way every job of a batch is composed once before the first job starts (on several GPUs by
+the slots, a share each at once: src/sweep/pool.py): that compose is the batch's validation (a job that does not compose stops the sweep before any job ran, with
 Hydra's error, as Hydra's check did), so the lab's sweeper (lab_sweeper.py) skips Hydra's own,
 which composed every job a second time. On several GPUs the slots (and their job workers) are
-started first, so their start overlaps the composing, and the jobs are handed out by estimated
+started first, in setup, and the jobs are handed out by estimated
 cost: first those that build or autotune off the GPU before their first launch (the launcher's
 `setup_first`: Triton's and CUTLASS's backends, kernels with `peers`), then the largest M*N*K,
 then job order: a long job last would leave the other GPUs idle. Job numbers, directories and
@@ -165,22 +165,24 @@ class GpuLauncher(BasicLauncher):
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         if not pooled:
             return self._launch_here(self._composed(job_overrides, initial_job_idx))
-        pool = self._started_pool()  # first: the slots start while the jobs are composed
-        return self._launch_on_slots(pool, self._composed(job_overrides, initial_job_idx), setup_first,
-                                     build_rule)
+        pool = self._started_pool()
+        return self._launch_on_slots(pool, self._composed(job_overrides, initial_job_idx, pool),
+                                     setup_first, build_rule)
 
-    def _composed(self, job_overrides, initial_job_idx: int) -> List[Job]:
-        """Every job's config, as Hydra's basic launcher composes it; what does not compose
-        raises here, before any job of the batch has started."""
-        from omegaconf import open_dict
+    def _composed(self, job_overrides, initial_job_idx: int, pool=None) -> List[Job]:
+        """Every job's config, as Hydra's basic launcher composes it (src/sweep/pool.py
+        compose_job; with a pool, by its slots at once); what does not compose raises here,
+        before any job of the batch has started."""
+        from src.sweep.pool import compose_job
 
-        jobs = []
-        for i, overrides in enumerate(job_overrides):
-            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            with open_dict(config):
-                config.hydra.job.id = config.hydra.job.num = initial_job_idx + i
-            jobs.append(Job(initial_job_idx + i, list(overrides), config))
-        return jobs
+        items = [(list(overrides), initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
+
+        def here(overrides, job_idx):
+            return compose_job(self.hydra_context, self.config, overrides, job_idx)
+
+        configs = (pool.compose(items, here) if pool is not None
+                   else [here(*item) for item in items])
+        return [Job(idx, overrides, config) for (overrides, idx), config in zip(items, configs)]
 
     def _launch_here(self, jobs: List[Job]) -> List[JobReturn]:
         """One after another in this process, as Hydra's basic launcher runs them."""

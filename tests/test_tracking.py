@@ -650,3 +650,19 @@ def test_a_sweep_run_is_ended_even_when_the_store_fails_while_describing_it(prog
         callback.on_multirun_end(config)
     assert MlflowClient(tracking_uri).get_run(parent.run_id).info.status == "FAILED"
     assert refusals == ["FAILED", "FAILED"]
+
+
+@pytest.mark.parametrize("set_by_user", [None, "false"])
+def test_mlflows_usage_telemetry_is_off_unless_the_user_says(monkeypatch, tmp_path, set_by_user):
+    """The store's client turns MLflow 3's usage telemetry off (MLFLOW_DISABLE_TELEMETRY), as
+    MLflow reads it; a value the user set is kept."""
+    from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY
+
+    from src.sweep.tracking.store import client
+
+    if set_by_user is None:
+        monkeypatch.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", set_by_user)
+    client(f"sqlite:///{tmp_path}/mlflow.db")
+    assert MLFLOW_DISABLE_TELEMETRY.get() is (set_by_user is None)

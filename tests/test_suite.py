@@ -155,7 +155,7 @@ def test_the_chosen_kernel_takes_its_own_tuned_parameters(compose):
     for shape, index, entry in [
             ("32x4096x4096", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2>"),    # 64 tiles: 2 slices
             ("333x333x333", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2>"),     # 36 tiles, slices from K 256
-            ("256x256x256", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2>"),     # 16 tiles, 2 slices of 128
+            ("256x256x256", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 4>"),     # 16 tiles, 4 slices of 64
             ("128x4096x8192", 3, "<0, 64, 64, 8, 8, 1, 2, 1>"),           # 128 tiles: no slices
             ("511x513x8191", 4, "_cluster<0, 128, 128, 4, 8, 1, 2, 4>"),  # 20 tiles: 4 slices
             ("1024x1024x1024", 4, "_cluster<0, 128, 128, 4, 8, 1, 2, 2>"),

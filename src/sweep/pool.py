@@ -6,9 +6,8 @@ starts a fresh worker for its next job). Jobs go to the next free slot in the or
 gives (setup first, then longest); results come back in job order. The slots start as the pool is
 made, and each starts its worker at once, so their start (processes, imports, CUDA context)
 overlaps what the launcher does before the first job. The slots also compose the batch's jobs
-(compose(): a share each, at once, before any job runs): one Hydra compose is about 0.1 s of CPU,
-and composed one after another in the launcher, a tuning sweep's 25 candidates at a shape were
-seconds of idle GPUs before each shape.
+(compose(): a share each, at once, before any job runs): composed one after another in the
+launcher (about 0.1 s each), 104 tuning candidates were seconds of idle GPUs.
 
 Why processes, not threads of the launcher: Hydra's run_job sets process-wide state for the job it
 runs (the HydraConfig singleton the job reads, the logging handlers that write the job's log file,
@@ -89,15 +88,14 @@ def answer(conn, kind: str, position: int, value) -> None:
 
 
 def receive(conn):
-    """A slot's next message from the launcher (Slot.send): None (end), ("compose", share) or
-    ("run", position, job); EOFError or OSError when the launcher has gone."""
+    """The next message from the launcher (Slot.send): None, ("compose", share) or ("run",
+    position, job); EOFError or OSError when the launcher has gone."""
     return pickle.loads(conn.recv_bytes())
 
 
 def start_worker_ahead(config) -> None:
-    """The slot's job worker (src/sweep/worker.py), started now, with the slot, rather than by its
-    first job: its imports and CUDA context overlap the launcher's composing of the jobs. Only
-    when the sweep's jobs run in a worker (isolation.mode=process, the default)."""
+    """The slot's job worker (src/sweep/worker.py), started with the slot, not by its first job
+    (its imports and CUDA context overlap the composing), when jobs run in one (isolation=process)."""
     from src.errors import ConfigError
     from src.sweep.worker import Isolation, shared_worker
 
@@ -110,9 +108,8 @@ def start_worker_ahead(config) -> None:
 
 
 def compose_job(hydra_context, master_config, overrides, job_idx: int):
-    """One job's config, as Hydra's basic launcher composes it (its sweep config, with the job's
-    id and number); what does not compose raises Hydra's error. In any process: the lab's compose
-    rules (src/compose/rules.py) are installed first."""
+    """One job's config as Hydra's basic launcher composes it (with the job's id and number), the
+    lab's compose rules (src/compose/rules.py) installed first; Hydra's error if it does not."""
     from omegaconf import open_dict
 
     from src.compose import rules
@@ -125,9 +122,8 @@ def compose_job(hydra_context, master_config, overrides, job_idx: int):
 
 
 def _compose_share(conn, hydra_context, master_config, share) -> None:
-    """Compose `share` [(position, overrides, job_idx)] and send back [(position, config)]; at
-    the first that does not compose, "not_composed" (the launcher composes the share itself and
-    raises Hydra's error there, in job order)."""
+    """Compose `share` [(position, overrides, job_idx)]: [(position, config)] back, or at the
+    first that does not compose "not_composed" (the launcher composes it, raising in job order)."""
     composed = []
     for position, overrides, job_idx in share:
         try:
@@ -237,9 +233,8 @@ class Slot:
             self._start()
 
     def send(self, message) -> None:
-        """`message` to the slot (receive() there), through cloudpickle: a config a slot composed
-        holds classes of Hydra's plugins, which Hydra's plugin scan loads again in the launching
-        process, so pickle by reference refuses them there (cloudpickle sends them by value)."""
+        """`message` to the slot (receive() there) through cloudpickle: a config a slot composed
+        holds Hydra plugin classes the launcher's plugin scan loaded again (pickle refuses them)."""
         import cloudpickle
 
         data = cloudpickle.dumps(message)
@@ -352,21 +347,19 @@ class Pool:
         return answers
 
     def compose(self, items: list, compose_here) -> list:
-        """The configs of `items` [(overrides, job_idx)], in their order, composed by the slots at
-        once (round-robin shares; compose_job in each). A share that does not compose whole, or
-        whose slot dies, is composed here (`compose_here(overrides, job_idx)`) in job order, so
-        what does not compose raises here, the first error in job order, before any job of the
-        batch runs."""
-        configs: list = [None] * len(items)
-        waiting: dict = {}
+        """The configs of `items` [(overrides, job_idx)] in order, composed by the slots at once
+        (round-robin shares, compose_job in each); a share that does not compose whole, or whose
+        slot dies, is composed here by `compose_here(overrides, job_idx)` in job order, so the
+        first error in job order raises here, before any job of the batch runs."""
+        configs, waiting = [None] * len(items), {}
         for s, slot in enumerate(self.slots):
             share = [(i, list(items[i][0]), items[i][1]) for i in range(s, len(items), len(self.slots))]
-            if share:
-                try:
+            try:
+                if share:
                     slot.send(("compose", share))
                     waiting[slot.conn] = slot
-                except (OSError, BrokenPipeError):  # composed here, below
-                    pass
+            except (OSError, BrokenPipeError):  # composed here, below
+                pass
         try:
             while waiting:
                 for conn in wait(list(waiting)):

@@ -7,10 +7,9 @@ sqlite `mlflow.db` there, artifacts in `mlruns/` beside it. A relative sqlite pa
 the same way, so every process of a sweep writes to the same file whatever its working directory.
 
 Only MLflow's client API is used (MlflowClient, as in mlflow-skinny), imported when first needed
-so that mlflow.enabled=false costs nothing. MLflow's usage telemetry (on by default since MLflow 3)
-is off unless $MLFLOW_DISABLE_TELEMETRY says otherwise: a lab run sends nothing anywhere, and its
-client calls and background thread took the GIL beside the timing loop (about 20 ms a call,
-profiled on the H100 box in a tuning sweep).
+so that mlflow.enabled=false costs nothing. MLflow 3's usage telemetry is off unless
+$MLFLOW_DISABLE_TELEMETRY says otherwise: a lab run sends nothing, and its calls (about 20 ms each,
+profiled on the H100 box) ran beside the timing loop.
 """
 
 from __future__ import annotations
@@ -35,11 +34,7 @@ from src.paths import ROOT
 from src.sweep.tracking.views import view_tags
 
 PROJECT = "sgemm-lab"
-
-
 DEFAULT_DB = "mlflow.db"            # MLflow 3's default store: sqlite:///mlflow.db ...
-
-
 ARTIFACTS_DIR = "mlruns"            # ... with artifacts under ./mlruns beside it
 
 

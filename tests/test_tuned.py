@@ -153,3 +153,19 @@ def test_first_rule_vets_rules_up_to_the_winner_and_names_a_bad_one():
         first_rule(rules[2:], {"m": 1}, "conf/tuned/h100_sxm.yaml: dispatch rule best_fp32")
     assert str(error.value).startswith(
         "conf/tuned/h100_sxm.yaml: dispatch rule best_fp32[0] has a bad `when` expression 'm >': ")
+
+
+def test_known_specs_are_read_again_when_a_spec_file_changes(tmp_path, monkeypatch):
+    """conf/gpu/ is read once while its files are unchanged; an edited or added file is read."""
+    from src.job import gpu
+
+    (tmp_path / "a100.yaml").write_text("name: a100\nsms: 108\n")
+    (tmp_path / "auto.yaml").write_text("name: auto\n")
+    monkeypatch.setattr(gpu, "GPU_CONF_DIR", tmp_path)
+    first = gpu.known_specs()
+    assert first == {"a100": {"name": "a100", "sms": 108}}
+    first["a100"]["sms"] = 0  # the caller's copy, not the kept one
+    assert gpu.known_specs()["a100"]["sms"] == 108
+    (tmp_path / "a100.yaml").write_text("name: a100\nsms: 1080\n")
+    (tmp_path / "h100_sxm.yaml").write_text("name: h100_sxm\nsms: 132\n")
+    assert {k: v["sms"] for k, v in gpu.known_specs().items()} == {"a100": 1080, "h100_sxm": 132}

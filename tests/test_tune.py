@@ -276,3 +276,26 @@ def test_library_spaces_prune_by_the_rules_and_measure_each_kernel_once(name):
                 CONF_DIR / "tuned" / "h100_sxm.yaml"))["kernels"][name]:
             for key, value in (entry.get("params") or {}).items():
                 assert value in settings.space[key], (entry, key)
+
+
+def test_a_grid_over_several_problems_launches_their_candidates_together(tmp_path):
+    """size=256,512 on two pretend GPUs (stand-in workers): each problem keeps its own pruning,
+    records and summary, and both problems' candidates go out in one launch (the first progress
+    line already counts them all), so no GPU idles at the first problem's end."""
+    import re
+
+    from tests.test_gpu_launcher import STAND_IN
+
+    proc = run_on_fake_gpu(tmp_path, "-m", "+tune=10_warptiling", "size=256,512", *SMALL_SPACE,
+                           "bench=quick", f"cache_dir={tmp_path}/cache", "mlflow.enabled=false",
+                           STAND_IN, FAKE_GPUS="0,1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summaries = json.loads((tmp_path / "sweep" / "tune_summary.json").read_text())
+    assert [[o for o in s["overrides"] if o.startswith("size=")] for s in summaries] == [
+        ["size=256"], ["size=512"]]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/record.json")]
+    by_size = {m: sum(r["m"] == m for r in records) for m in (256, 512)}
+    assert [s["measured"] for s in summaries] == [by_size[256], by_size[512]] and min(by_size.values()) > 0
+    assert all(s["ok"] == s["measured"] for s in summaries)
+    first = re.search(r"^job 1 of (\d+)", proc.stdout, re.MULTILINE)
+    assert first and int(first[1]) == len(records), proc.stdout[:2000]

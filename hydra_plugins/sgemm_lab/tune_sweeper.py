@@ -9,7 +9,8 @@ are invalid by construction, of a measurement cache or of compiling ahead. This 
 runs on current Optuna (imported only for tpe):
 
 1. Other sweep arguments (e.g. `size=1024,4096`) expand as in Hydra's basic sweeper; each
-   combination is tuned on its own.
+   combination is tuned on its own (its candidates, pruning and summary), and with a grid the
+   candidates of successive combinations share launches (no GPU idles at a problem's end).
 2. Every candidate is checked against the kernel's constraints with the GPU's limits; broken
    ones are pruned (counted per rule) and never compiled (src/tune/space.py).
 3. With `resume=true` (the tune configs' default), a candidate whose exact measurement is in the
@@ -78,8 +79,11 @@ class TuneSweeper(Sweeper):
         with ThreadPoolExecutor(max_workers=settings.compile_threads,
                                 thread_name_prefix="nvrtc") as executor:
             try:
-                for combo in combos:
-                    summaries.append(self._tune(settings, list(combo), sweep_dir, executor))
+                if settings.strategy == "grid":
+                    summaries = self._grid(settings, [list(c) for c in combos], sweep_dir, executor)
+                else:
+                    for combo in combos:
+                        summaries.append(self._tune(settings, list(combo), sweep_dir, executor))
             except LabError as exc:  # no GPU, a broken kernel config: one clear error
                 log.error("error [%s]: %s", exc.status, exc)
                 raise SystemExit(1) from None
@@ -90,7 +94,39 @@ class TuneSweeper(Sweeper):
 
     # --- one problem --------------------------------------------------------------------------
 
+    def _grid(self, settings, combos: list, sweep_dir: Path, executor) -> list[dict]:
+        """Every problem's candidates (grid, or the listed ones), planned one problem after
+        another and launched in chunks that run on across problems: a launch returns when its
+        last job does, so one per problem left GPUs idle at each problem's end and composed its
+        few candidates with the GPUs idle before it."""
+        chunk = max(settings.batch, 32) * getattr(self.launcher, "slots", 1)
+        planned, pending = [], []
+        for combo in combos:
+            plan = self._plan(settings, combo, sweep_dir, executor)
+            planned.append(plan)
+            items = list(plan.valid)
+            while items:
+                room = chunk - sum(len(batch) for _, batch in pending)
+                pending.append((plan, items[:room]))
+                items = items[room:]
+                if sum(len(batch) for _, batch in pending) >= chunk:
+                    self._evaluate_many(pending, sweep_dir)
+                    pending = []
+        if pending:
+            self._evaluate_many(pending, sweep_dir)
+        return [self._summary(settings, plan) for plan in planned]
+
     def _tune(self, settings, combo: list[str], sweep_dir: Path, executor) -> dict:
+        """One problem, its candidates asked of TPE in batches (strategy tpe)."""
+        plan = self._plan(settings, combo, sweep_dir, executor)
+        _progress_total(settings.trials)
+        self._tpe(settings, plan.kernel_cfg, plan.state.problem, plan.limits, plan.state,
+                  plan.compile_ahead, lambda batch: self._evaluate_many([(plan, batch)], sweep_dir))
+        return self._summary(settings, plan)
+
+    def _plan(self, settings, combo: list[str], sweep_dir: Path, executor) -> "_Plan":
+        """One problem: its config, the kernel as configured (untuned), the GPU's limits and,
+        for grid, the candidates the constraints leave (compiled ahead on CPU threads)."""
         from src.job.cache import Cache
         from src.job.compile import build_arch, precompile
         from src.job.prepare import prepare_kernel, target
@@ -118,26 +154,21 @@ class TuneSweeper(Sweeper):
                             f"started.") from None
         # the kernel as configured, untuned: its source, and what each candidate's spec replaces
         base = prepare_kernel(kernel_cfg, problem, where, bench, use_tuned=False)
-        device, limits, gpu_spec = where.device, where.limits, where.gpu_spec_name
-        cache = Cache(cfg.cache_dir)
-        resume = bool(cfg.get("resume"))
-        source_text = base.source
-
+        device = where.device
+        cache = Cache(cfg.cache_dir) if (cfg.get("resume") and device) else None
         state = _State(combo=combo, problem=problem, kernel=kernel_cfg["name"])
 
         def compile_ahead(specs):
             arch = build_arch(base.spec, device)
             if arch is not None:
-                precompile([(s.name, source_text, s.entry) for s in specs], arch, cfg.cache_dir,
+                precompile([(s.name, base.source, s.entry) for s in specs], arch, cfg.cache_dir,
                            executor=executor)
 
-        def evaluate(batch):
-            return self._evaluate(batch, state, cache if (resume and device) else None, base,
-                                  sweep_dir)
-
+        plan = _Plan(state, base, cache, kernel_cfg, where.limits, where.gpu_spec_name, device,
+                     started, compile_ahead)
         if settings.strategy == "grid":
             candidates = tune.candidates_of(settings)
-            pruning = tune.prune(kernel_cfg, candidates, problem, limits)
+            pruning = tune.prune(kernel_cfg, candidates, problem, where.limits)
             state.pruned.update(pruning.pruned)
             state.considered = len(candidates)
             log.info("tune %s at %s: %d candidates, %d pruned by the constraints, %d to measure",
@@ -145,21 +176,22 @@ class TuneSweeper(Sweeper):
                      len(pruning.valid))
             _progress_total(len(pruning.valid))
             compile_ahead([spec for _, spec in pruning.valid])
-            # a chunk is launched at once: enough jobs to keep every GPU busy to the chunk's end
-            chunk = max(settings.batch, 32) * getattr(self.launcher, "slots", 1)
-            for start in range(0, len(pruning.valid), chunk):
-                evaluate(pruning.valid[start:start + chunk])
-        else:
-            _progress_total(settings.trials)
-            self._tpe(settings, kernel_cfg, problem, limits, state, compile_ahead, evaluate)
+            plan.valid = list(pruning.valid)
+        return plan
 
-        data = tune.summary(settings, state.kernel, problem, state.records, state.pruned,
-                            state.considered, state.cached, time.perf_counter() - started,
-                            device.name if device else None)
-        data["gpu_spec"] = gpu_spec
-        data["overrides"] = combo
+    def _summary(self, settings, plan: "_Plan") -> dict:
+        """One problem's summary (src/tune/space.py summary; seconds from its plan to here), and
+        its write-back when asked."""
+        from src.tune import space as tune
+
+        state = plan.state
+        data = tune.summary(settings, state.kernel, state.problem, state.records, state.pruned,
+                            state.considered, state.cached, time.perf_counter() - plan.started,
+                            plan.device.name if plan.device else None)
+        data["gpu_spec"] = plan.gpu_spec
+        data["overrides"] = state.combo
         if settings.write_back:
-            self._write_back(settings, data, gpu_spec)
+            self._write_back(settings, data, plan.gpu_spec)
         return data
 
     def _tpe(self, settings, kernel_cfg, problem, limits, state, compile_ahead, evaluate) -> None:
@@ -195,7 +227,10 @@ class TuneSweeper(Sweeper):
 
     # --- measuring a batch ------------------------------------------------------------------
 
-    def _evaluate(self, batch, state, cache, base, sweep_dir):
+    def _evaluate_many(self, pieces, sweep_dir) -> list:
+        """Measure `pieces` [(plan, [(params, spec), ...])], of one problem or several, in one
+        launch: a candidate whose exact measurement is cached (resume) is reused, the others run
+        as jobs; each record goes to its problem's state in the pieces' order."""
         from dataclasses import replace
 
         from src.job.cache import key as measurement_key
@@ -203,40 +238,45 @@ class TuneSweeper(Sweeper):
         from src.sweep.worker import WorkerCrashed
         from src.tune import space as tune
 
-        out: list = [None] * len(batch)
-        launch = []
-        for i, (params, spec) in enumerate(batch):
-            if cache is not None:
-                hit = cache.get(measurement_key(replace(base, spec=spec)))
-                if hit is not None:
-                    hit.from_cache = True
-                    name = f"{self.job_idx}_{state.kernel}_{state.problem.m}x{state.problem.n}x{state.problem.k}"
-                    self.job_idx += 1
-                    hit.write(sweep_dir / name)  # the sweep's record; its MLflow run is the
-                    # one that measured it (hit.mlflow_run_id), listed in the sweep run's trials
-                    state.cached += 1
-                    _progress_reused()
-                    out[i] = hit
+        outs = [[None] * len(batch) for _, batch in pieces]
+        launch = []  # (piece, index in its batch)
+        for p, (plan, batch) in enumerate(pieces):
+            state = plan.state
+            for i, (params, spec) in enumerate(batch):
+                hit = None if plan.cache is None else plan.cache.get(
+                    measurement_key(replace(plan.base, spec=spec)))
+                if hit is None:
+                    launch.append((p, i))
                     continue
-            launch.append(i)
+                hit.from_cache = True
+                name = f"{self.job_idx}_{state.kernel}_{state.problem.m}x{state.problem.n}x{state.problem.k}"
+                self.job_idx += 1
+                hit.write(sweep_dir / name)  # the sweep's record; its MLflow run is the
+                # one that measured it (hit.mlflow_run_id), listed in the sweep run's trials
+                state.cached += 1
+                _progress_reused()
+                outs[p][i] = hit
         if launch:
-            overrides = [state.combo + tune.overrides_for(batch[i][0]) for i in launch]
+            overrides = [pieces[p][0].state.combo + tune.overrides_for(pieces[p][1][i][0])
+                         for p, i in launch]
             returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
             self.job_idx += len(launch)
-            for i, ret in zip(launch, returns):
+            for (p, i), ret in zip(launch, returns):
                 try:
-                    out[i] = Record.from_dict(ret.return_value)
+                    outs[p][i] = Record.from_dict(ret.return_value)
                 except Exception as exc:  # the job raised instead of returning its record
-                    record = Record(kernel=state.kernel, precision="fp32", backend="nvrtc",
-                                    m=state.problem.m, n=state.problem.n, k=state.problem.k,
-                                    alpha=state.problem.alpha, beta=state.problem.beta,
-                                    params=dict(batch[i][0]))
+                    problem = pieces[p][0].state.problem
+                    record = Record(kernel=pieces[p][0].state.kernel, precision="fp32",
+                                    backend="nvrtc", m=problem.m, n=problem.n, k=problem.k,
+                                    alpha=problem.alpha, beta=problem.beta,
+                                    params=dict(pieces[p][1][i][0]))
                     mark_failed(record, WorkerCrashed(f"the job raised: {type(exc).__name__}: {exc}"))
-                    out[i] = record
-        for (params, _), record in zip(batch, out):
-            state.records.append(record)
-            state.seen[tune.params_key(params)] = record
-        return out
+                    outs[p][i] = record
+        for (plan, batch), out in zip(pieces, outs):
+            for (params, _), record in zip(batch, out):
+                plan.state.records.append(record)
+                plan.state.seen[tune.params_key(params)] = record
+        return [record for out in outs for record in out]
 
     # --- the end ------------------------------------------------------------------------------
 
@@ -280,6 +320,18 @@ def _progress_reused() -> None:
 
     if progress.current is not None:
         progress.current.reused(1)
+
+
+class _Plan:
+    """One problem, planned: its state, the kernel as configured (`base`), the measurement cache
+    (None: measure everything), the GPU's limits and spec, and, for grid, the candidates left."""
+
+    def __init__(self, state, base, cache, kernel_cfg, limits, gpu_spec, device, started,
+                 compile_ahead):
+        self.state, self.base, self.cache = state, base, cache
+        self.kernel_cfg, self.limits, self.gpu_spec, self.device = kernel_cfg, limits, gpu_spec, device
+        self.started, self.compile_ahead = started, compile_ahead
+        self.valid: list = []
 
 
 class _State:

@@ -11,14 +11,14 @@ of the node at once, one job at a time on each GPU.
   slots live for the whole sweep: a tuning sweep's batches reuse them.
 
 Either way every job of a batch is composed once before the first job starts (on several GPUs by
-the slots, a share each at once: src/sweep/pool.py): that compose is the batch's validation (a job that does not compose stops the sweep before any job ran, with
-Hydra's error, as Hydra's check did), so the lab's sweeper (lab_sweeper.py) skips Hydra's own,
-which composed every job a second time. On several GPUs the slots (and their job workers) are
-started first, in setup, and the jobs are handed out by estimated
-cost: first those that build or autotune off the GPU before their first launch (the launcher's
-`setup_first`: Triton's and CUTLASS's backends, kernels with `peers`), then the largest M*N*K,
-then job order: a long job last would leave the other GPUs idle. Job numbers, directories and
-results keep the job order.
+the slots, a share each at once: src/sweep/pool.py): that compose is the batch's validation (a
+job that does not compose stops the sweep before any job ran, with Hydra's error, as Hydra's
+check did), so the lab's sweeper (lab_sweeper.py) skips Hydra's own, which composed every job a
+second time. On several GPUs the slots (and their job workers) are started first, in setup, and
+the jobs are handed out by estimated cost: first those that build or autotune off the GPU before
+their first launch (the launcher's `setup_first`: Triton's and CUTLASS's backends, kernels with
+`peers`), then the largest M*N*K, then job order: a long job last would leave the other GPUs
+idle. Job numbers, directories and results keep the job order.
 
 The launching process creates no CUDA context for this: which GPUs there are comes from the
 environment or from NVML.

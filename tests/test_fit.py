@@ -241,3 +241,18 @@ def test_a_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):
     assert "tuning plan for h100_sxm: 3 training shapes" in out
     assert "best_tf32_gemm_tf32" in out and "best_fp32_gemm_3xtf32" in out
     assert not list(tmp_path.iterdir())
+
+
+def test_cross_validation_scores_each_shape_with_rules_fitted_without_it():
+    """SYNTHETIC evidence: where the classes carry over (small tiles below m * n = 2^20, big
+    above, skinny where a side is <= 32), the rules fitted without a fold choose the law's winner
+    at its shapes, so the left-out figures are the winners' (1.00, 1.05, 1.30, +-1%); a fit kept
+    to one class (min_shapes too large to split) scores the catch-all, and its low shapes show."""
+    rows = synthetic_rows()
+    cv = fit.cross_validated(rows, GUARDS, SETTINGS, folds=5)["best_tf32"]
+    assert cv["shapes"] == 60 and cv["unmeasured"] == 0
+    assert cv["min"] >= 0.98 * 1.00 and 1.0 < cv["geomean"] < 1.31
+    flat = fit.cross_validated(rows, GUARDS, {**SETTINGS, "min_shapes": 60}, folds=5)["best_tf32"]
+    assert flat["min"] < 0.9 and flat["geomean"] < cv["geomean"]
+    low = tuple(int(x) for x in flat["min_shape"].split("x"))
+    assert low[0] * low[1] > 2 ** 20 or min(low[:2]) <= 32  # where the catch-all (small) loses

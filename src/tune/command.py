@@ -67,6 +67,11 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
     dispatch = fit.fit(rows, guards(settings), settings.get("fit") or {}, cited)
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited)
+    for dispatcher, cv in fit.cross_validated(rows, guards(settings), settings.get("fit") or {}).items():
+        print(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), geomean "
+              f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "
+              f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
+              f"there", flush=True)
     return dispatch
 
 

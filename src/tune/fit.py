@@ -241,6 +241,40 @@ def fit(rows: list[dict], guards: dict[str, str | None], settings: dict, evidenc
             for d in sorted({r["dispatcher"] for r in rows})}
 
 
+def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
+                    folds: int = 5) -> dict[str, dict]:
+    """How the fit does on training shapes it did not see, per dispatching kernel: the shapes
+    (sorted) go round-robin into `folds` folds; the rules fitted without a fold choose at each of
+    its shapes (the first rule whose `when` holds, as the runner reads them), and the measured
+    ratio of that choice there is the shape's figure. A choice not measured at the shape (the
+    screen dropped it there) is counted apart. The held-out set is the judge; this says before
+    measuring it whether the classes carry over or only remember their shapes."""
+    out = {}
+    for dispatcher in sorted({r["dispatcher"] for r in rows}):
+        whole = table(rows, dispatcher)
+        held = {s: i % folds for i, s in enumerate(whole.shapes)}
+        figures, unmeasured = [], 0
+        for fold in range(min(folds, len(whole.shapes))):
+            train = [r for r in rows if r["dispatcher"] == dispatcher
+                     and held[(int(r["m"]), int(r["n"]), int(r["k"]))] != fold]
+            rules = rules_for(train, dispatcher, guards, settings, "cv")
+            for shape in (s for s in whole.shapes if held[s] == fold):
+                rule = next((r for r in rules if holds(r["when"], shape)), None)
+                choice = None if rule is None else Candidate(
+                    rule["kernel"], json.dumps(rule["params"], sort_keys=True))
+                value = None if choice is None else whole.ratio.get((shape, choice))
+                if value is None:
+                    unmeasured += 1
+                else:
+                    figures.append((value, shape))
+        if figures:
+            low = min(figures)
+            out[dispatcher] = {"folds": folds, "shapes": len(whole.shapes), "unmeasured": unmeasured,
+                               "geomean": math.exp(sum(math.log(v) for v, _ in figures) / len(figures)),
+                               "min": low[0], "min_shape": "x".join(map(str, low[1]))}
+    return out
+
+
 def guard_of(kernel_cfg: dict) -> str | None:
     """A kernel's size constraints that read only m, n and k, joined: the shapes it runs."""
     import ast

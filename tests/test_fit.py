@@ -256,3 +256,31 @@ def test_cross_validation_scores_each_shape_with_rules_fitted_without_it():
     assert flat["min"] < 0.9 and flat["geomean"] < cv["geomean"]
     low = tuple(int(x) for x in flat["min_shape"].split("x"))
     assert low[0] * low[1] > 2 ** 20 or min(low[:2]) <= 32  # where the catch-all (small) loses
+
+
+def test_two_runs_fit_the_same_choices_within_noise_and_a_changed_law_is_named(tmp_path, capsys):
+    """SYNTHETIC evidence: a second run (other noise, +-1%) fits the same choices, or choices each
+    run measured within 2% of its own (exit 0); a run whose big tiles lost their lead (0.80 where
+    they were 1.05) fits small tiles there, and `--against` names those shapes (exit 1)."""
+    from src.tune import command
+
+    import random
+
+    rng = random.Random(1)
+    first = synthetic_rows(seed=0)  # the second run: the same shapes and laws, its own noise
+    second = [dict(r, ratio_best=round(r["ratio_best"] * (1 + rng.uniform(-0.01, 0.01)), 4))
+              for r in first]
+    report = fit.agreement(first, second, GUARDS, SETTINGS, 0.02)["best_tf32"]
+    assert report["agrees"] + report["within_noise"] == 60 and not report["differs"]
+    changed = [dict(r, ratio_best=0.80) if r["params"] == BIG else r for r in second]
+    report = fit.agreement(first, changed, GUARDS, SETTINGS, 0.02)["best_tf32"]
+    assert report["differs"] and all(int(d["shape"].split("x")[0]) * int(d["shape"].split("x")[1])
+                                     > 2 ** 20 for d in report["differs"])
+    paths = []
+    for name, rows in (("a.csv", first), ("b.csv", changed)):
+        evidence.write(rows, tmp_path / name)
+        paths.append(tmp_path / name)
+    assert command.main(["--gpu", "synthetic", "--csv", str(paths[0]), "--against", str(paths[0])]) == 0
+    assert command.main(["--gpu", "synthetic", "--csv", str(paths[0]), "--against", str(paths[1])]) == 1
+    out = capsys.readouterr().out
+    assert "best_tf32: 60 shapes the same choice" in out and "a.csv chose gemm_tf32" in out

@@ -4,10 +4,12 @@ other shapes); each sweep one `python -m src.run -m +tune=<kernel> shape=...` (e
 node, cached, resumable: a re-run takes stage 1 from the cache, so the same survivors) -> the
 evidence file
 results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/tuned/<gpu>.yaml
-(src/tune/fit.py). `--fit-only` re-fits from an existing evidence file, no GPU needed.
+(src/tune/fit.py). `--fit-only` re-fits from an existing evidence file, no GPU needed;
+`--against OTHER.csv` says whether another run's evidence fits the same choices (within noise).
 
     sgemm-lab tune [--gpu SPEC] [--shapes N] [--budget SECONDS] [--protocol quick] [--dry-run]
     sgemm-lab tune --fit-only --gpu h100_sxm
+    sgemm-lab tune --gpu h100_sxm --against earlier.csv      # exit 1 if a choice differs
 """
 
 from __future__ import annotations
@@ -75,6 +77,30 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     return dispatch
 
 
+def compare(settings: dict, csv_path: Path, other: Path) -> int:
+    """Print whether the fits of two runs' evidence choose alike at their common training shapes
+    (fit.agreement, `reproduce.tolerance` of conf/tuning/dispatch.yaml); 1 if a choice differs
+    beyond it."""
+    from src.job.training import read
+    from src.tune import fit
+
+    for path in (csv_path, other):
+        if not path.is_file():
+            raise ConfigError(f"--against compares two evidence files; {path} is not one.")
+    tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
+    reports = fit.agreement(read(csv_path), read(other), guards(settings), settings.get("fit") or {},
+                            tolerance)
+    for dispatcher, r in reports.items():
+        print(f"{dispatcher}: {r['agrees']} shapes the same choice, {r['within_noise']} another "
+              f"within {tolerance:.0%} in both runs, {len(r['differs'])} differ, {r['unmeasured']} "
+              f"not comparable (a choice unmeasured in one run)")
+        for d in r["differs"]:  # run_a, run_b: (the first fit's choice, the second's) in that run
+            print(f"   {d['shape']}: {csv_path.name} chose {d['a']}, {other.name} {d['b']}; measured "
+                  f"{d['run_a'][0]:.3f}x / {d['run_a'][1]:.3f}x in the first, "
+                  f"{d['run_b'][0]:.3f}x / {d['run_b'][1]:.3f}x in the second")
+    return 1 if any(r["differs"] for r in reports.values()) else 0
+
+
 def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str]) -> int:
     """Each sweep as its own `python -m src.run` (Hydra runs one app a process); the count of
     sweeps that failed. A sweep directory is cleared first: its records come back from the cache."""
@@ -130,6 +156,8 @@ def main(argv: list[str]) -> int:
                         help="where the fitted dispatch goes (default conf/tuned/<gpu>.yaml)")
     parser.add_argument("--sweep-dir", type=Path, default=SWEEP_DIR)
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another run's evidence: do both fit the same choices? (no GPU)")
     parser.add_argument("overrides", nargs="*", help="more overrides for every sweep (after --)")
     args = parser.parse_args(argv)
     from src.tune import distribution, evidence, plan as plan_mod
@@ -140,6 +168,8 @@ def main(argv: list[str]) -> int:
             settings["protocol"] = args.protocol
         gpu_spec = args.gpu or detected_spec()
         csv_path = args.csv or evidence_path(gpu_spec)
+        if args.against is not None:
+            return compare(settings, csv_path, args.against)
         if args.fit_only:
             if not csv_path.is_file():
                 raise ConfigError(f"--fit-only needs the evidence file {csv_path}; run "

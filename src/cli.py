@@ -7,6 +7,7 @@
     sgemm-lab ui --published         ... on the published runs (no GPU needed; built once)
     sgemm-lab links [--published]    only the links
     sgemm-lab tune [--gpu SPEC] [--shapes N] [--budget S] [--fit-only]   learn this GPU's dispatch
+    sgemm-lab tune --against EARLIER.csv                               does a re-run choose alike?
     sgemm-lab explain MxNxK [--gpu SPEC] [--precision fp32|tf32]       which rule chose what, and why
 """
 

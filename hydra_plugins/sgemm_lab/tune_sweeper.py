@@ -100,18 +100,17 @@ class TuneSweeper(Sweeper):
         last job does, so one per problem left GPUs idle at each problem's end and composed its
         few candidates with the GPUs idle before it."""
         chunk = max(settings.batch, 32) * getattr(self.launcher, "slots", 1)
-        planned, pending = [], []
+        planned, pending, room = [], [], chunk
         for combo in combos:
             plan = self._plan(settings, combo, sweep_dir, executor)
             planned.append(plan)
             items = list(plan.valid)
             while items:
-                room = chunk - sum(len(batch) for _, batch in pending)
                 pending.append((plan, items[:room]))
-                items = items[room:]
-                if sum(len(batch) for _, batch in pending) >= chunk:
+                room, items = room - len(items[:room]), items[room:]
+                if room == 0:
                     self._evaluate_many(pending, sweep_dir)
-                    pending = []
+                    pending, room = [], chunk
         if pending:
             self._evaluate_many(pending, sweep_dir)
         return [self._summary(settings, plan) for plan in planned]

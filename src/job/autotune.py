@@ -18,7 +18,6 @@ rules' other choices and the dispatcher's default. The record says what happened
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -32,7 +31,7 @@ from src.errors import ConfigError, LabError, LaunchFailed
 from src.job import cache as measurement_cache
 from src.job import dispatch, training
 from src.job.config import kernel_config
-from src.job.file_lock import held, write_atomically
+from src.job.file_lock import entry_held, write_atomically
 from src.job.prepare import PreparedJob, prepare_kernel
 from src.job.protocol import BenchProtocol
 from src.paths import CONF_DIR
@@ -308,13 +307,7 @@ def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record:
 
     described = key(prepared, name, jobs)
     where = path_for(cache_dir, described)
-    with contextlib.ExitStack() as stack:
-        try:
-            where.parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(held(where.with_suffix(".lock")))  # a second process waits here
-        except OSError as exc:
-            log.warning("dispatch autotune cache: cannot use %s (%s: %s); measuring in this job "
-                        "only", where.parent, type(exc).__name__, exc)
+    with entry_held(where, "dispatch autotune cache", "measuring in this job only"):
         found = _read(where, described)
         if found is not None:
             record.autotuned = REUSED

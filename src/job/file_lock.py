@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import tempfile
 from pathlib import Path
+
+log = logging.getLogger("sgemm")
 
 
 @contextlib.contextmanager
@@ -24,6 +27,24 @@ def held(path: Path):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def entry_held(path: Path, what: str, instead: str):
+    """Hold the lock of the cache entry `path` (`path`.lock, its folder made if missing) for the
+    block and yield True: a second process waits here, then finds the entry. When the cache cannot
+    be used (read-only, full), warn once ("`what`: cannot use ...; `instead`") and yield False:
+    the caller does the work in this process without sharing it."""
+    with contextlib.ExitStack() as stack:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(held(path.with_suffix(".lock")))
+            locked = True
+        except OSError as exc:
+            log.warning("%s: cannot use %s (%s: %s); %s", what, path.parent, type(exc).__name__,
+                        exc, instead)
+            locked = False
+        yield locked
 
 
 def write_atomically(path: Path, text: str) -> None:

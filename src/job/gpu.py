@@ -140,9 +140,8 @@ def known_specs() -> dict[str, dict]:
     asks, and reading them was about 40 ms of each tuning job (profiled on the H100 box)."""
     import copy
 
-    paths = sorted(GPU_CONF_DIR.glob("*.yaml"))
-    return copy.deepcopy(_specs_read(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns)
-                                           for p in paths)))
+    stats = [(path, path.stat()) for path in sorted(GPU_CONF_DIR.glob("*.yaml"))]
+    return copy.deepcopy(_specs_read(tuple((str(p), st.st_size, st.st_mtime_ns) for p, st in stats)))
 
 
 @lru_cache(maxsize=4)

@@ -9,7 +9,6 @@ process asking meanwhile waits for the first's choice. A choice read back says `
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from src.job.file_lock import held, write_atomically
+from src.job.file_lock import entry_held, write_atomically
 from src.job.recording import Tuning
 
 log = logging.getLogger("sgemm")
@@ -41,13 +40,8 @@ def shared(cache_dir: Path | str, described: dict, autotune: Callable[[], Choice
     """The choice kept for `described` in `cache_dir` (reused), else `autotune()`'s, kept there
     for the next process. A cache that cannot be written costs the sharing only."""
     path = path_for(cache_dir, described)
-    with contextlib.ExitStack() as stack:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(held(path.with_suffix(".lock")))  # a second process waits here
-        except OSError as exc:
-            log.warning("triton autotune cache: cannot use %s (%s: %s); autotuning in this "
-                        "process only", path.parent, type(exc).__name__, exc)
+    with entry_held(path, "triton autotune cache", "autotuning in this process only") as locked:
+        if not locked:
             return autotune()
         kept = _read(path, described)
         if kept is not None:

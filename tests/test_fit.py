@@ -284,3 +284,28 @@ def test_two_runs_fit_the_same_choices_within_noise_and_a_changed_law_is_named(t
     assert command.main(["--gpu", "synthetic", "--csv", str(paths[0]), "--against", str(paths[1])]) == 1
     out = capsys.readouterr().out
     assert "best_tf32: 60 shapes the same choice" in out and "a.csv chose gemm_tf32" in out
+
+
+def test_a_class_that_chooses_a_guarded_kernel_sends_its_other_shapes_to_their_own_best():
+    """SYNTHETIC. One class (max_depth 0): the skinny kernel wins its shapes; SMALL is the best
+    candidate over all shapes (so the catch-all) only because it is fast at the skinny ones,
+    while BIG is the best where the skinny kernel does not run. Those shapes go to BIG (the
+    class's fallback), not to the catch-all: the real H100 evidence had a class of 41 large
+    shapes sent to a 0.77x catch-all this way."""
+    rows = []
+    for i in range(24):
+        m, n, k = (16, 2048 + 64 * i, 1024) if i < 14 else (1024 + 64 * i, 2048, 1024)
+        skinny = min(m, n) <= 32
+        laws = [("gemm_tf32", BIG, 0.80 if skinny else 1.00), ("gemm_tf32", SMALL, 1.60 if skinny else 0.90)]
+        if skinny:
+            laws.append(("gemm_ffma_skinny", SKINNY, 2.00))
+        for kernel, params, ratio in laws:
+            rows.append({"dispatcher": "best_tf32", "shape": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
+                         "kernel": kernel, "params": params, "status": "ok", "ratio_best": ratio,
+                         "ratio": ratio, "stage": 2})
+    settings = dict(SETTINGS, max_depth=0)
+    rules = fit.fit(rows, GUARDS, settings, EVIDENCE)["best_tf32"]
+    assert [(r["when"], r["kernel"], json.dumps(r["params"], sort_keys=True)) for r in rules] == [
+        ("min(m, n) <= 32", "gemm_ffma_skinny", SKINNY), ("True", "gemm_tf32", BIG)]
+    assert choose(rules, (3000, 2048, 1024)).params == json.loads(BIG)
+    assert all(r["why"].startswith(EVIDENCE) and "\n" not in r["why"] for r in rules)

@@ -136,6 +136,18 @@ def test_a_job_with_enough_usable_rounds_is_timed_on_those(monkeypatch):
     assert result.timings[0].samples_throttled == 30 and result.rounds.slowdown == 30
 
 
+def test_one_slow_round_at_the_time_limit_takes_more_rounds_instead_of_failing(monkeypatch):
+    """A heavy job fills max_seconds with its first 10 rounds (16384^3 TF32 does in the tune
+    protocol's 0.6 s); one of them under the clock floor left 9 usable, and the job failed. Past
+    the limit it now takes rounds up to 2 x min_samples, and fails only short of min_samples."""
+    result = _measure(monkeypatch, [1400.0] * 9 + [500.0] + [1400.0] * 30, [None] * 5,
+                      max_seconds=0.0)
+    assert len(result.rounds.kept) >= 10 and result.rounds.slow_clock == 1
+    with pytest.raises(Throttled, match="only 9 of 20 timed rounds are usable"):
+        _measure(monkeypatch, [1400.0] * 9 + [500.0] + [1400.0] * 30, [0, 0] + [HW_THERMAL] * 3,
+                 max_seconds=0.0)
+
+
 def test_a_floor_above_the_sustained_clock_fails_the_job(monkeypatch):
     """bench.throttle_threshold above 1: no round reaches the floor (the GPU test's way to
     force failed_throttled)."""

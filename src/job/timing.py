@@ -247,7 +247,8 @@ def throttled_error(rounds: Rounds, taken: int, min_samples: int, threshold: flo
     clock = f"sustained SM clock per arm {', '.join(arms)}" if arms else "no SM clock was read"
     return Throttled(
         f"only {len(rounds.kept)} of {taken} timed rounds are usable, fewer than "
-        f"bench.min_samples={min_samples} (rule: a job needs at least min_samples rounds in which "
+        f"bench.min_samples={min_samples} (rule: a job needs at least min_samples rounds, within "
+        f"2 x min_samples taken once bench.max_seconds has passed, in which "
         f"NVML reports no thermal or hardware slowdown and every arm's SM clock is at least "
         f"bench.throttle_threshold={threshold} x the clock the card sustained under that arm's "
         f"load in this run; the power cap is the card's normal state under load and never fails a job): "
@@ -269,8 +270,10 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
     after its own `between` (the L2 flush). Which rounds count: select_rounds, with the NVML
     reasons (`read_reasons`, a bit mask) read at each batch's edges standing for every round of
     the batch. Stops once `min_samples` rounds are kept and every arm's IQR / median is at most
-    `target_rel_iqr`, or at `max_seconds` / `max_samples`; fewer than `min_samples` kept rounds
-    then is failed_throttled (throttled_error). A first arm shorter than `short_ms` takes at
+    `target_rel_iqr`, or at `max_seconds` / `max_samples`. Short of `min_samples` kept rounds at
+    `max_seconds`, it goes on to 2 x `min_samples` rounds taken (a heavy job's 10 rounds fill
+    0.6 s, and one round under the clock floor must not fail it); fewer kept then is
+    failed_throttled (throttled_error): the GPU was unusable in more than half its rounds. A first arm shorter than `short_ms` takes at
     least `short_min_samples` rounds (short kernels: more samples).
     `kernel_clock` (kernel_clock.KernelClock): samples are the kernels' GPU timestamps instead of
     the event pairs around them. `warmup_ms`: see warm_up."""
@@ -317,8 +320,8 @@ def measure_interleaved(arms: list[Arm], *, warmup: int, min_samples: int, max_s
             settled = all(summarize([t[i] for i in kept]).rel_iqr <= target_rel_iqr for t in times)
             if settled or out_of_time:
                 break
-        elif out_of_time and taken >= min_samples:
-            break  # too few usable rounds by the time limit: failed below
+        elif out_of_time and taken >= min(max_samples, 2 * min_samples):
+            break  # too few usable rounds in twice the rounds needed: failed below
     rounds = select_rounds(clocks, reasons, throttle_threshold)
     kept = rounds.kept
     if len(kept) < min_samples:

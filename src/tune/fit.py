@@ -20,8 +20,11 @@ wins no class, not even one of screening shapes only (where a survivor missing a
 would otherwise hand it the class by absence).
 
 A kernel that runs only some shapes (its size constraints over m, n, k: gemm_ffma_skinny's
-min(m, n) <= 32) carries them in its rule's `when`: a shape outside them falls through to the
-catch-all, and the fit scores it there.
+min(m, n) <= 32) carries them in its rule's `when`, and a class that chooses it also names a
+fallback: the best unconstrained candidate over the class's shapes outside them, in a second
+rule with the class's conditions alone (left out where it is the catch-all). The fit scores a
+class with its shapes where they go, so a class of three skinny shapes and forty square ones
+chooses the square ones' candidate too, not whatever the catch-all is.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ class Leaf:
     choice: Candidate | None
     score: float                          # sum of log ratios over the shapes
     runner_up: tuple[Candidate, float] | None = None
+    fallback: Candidate | None = None     # where `choice` has a guard: the class's shapes outside it
+
+    def pair(self) -> tuple:
+        return self.choice, self.fallback
 
 
 @dataclass
@@ -107,50 +114,86 @@ class Fitter:
         self.min_shapes = int(settings.get("min_shapes", 4))
         self.min_gain = math.log(1 + float(settings.get("min_gain", 0.01)))
         self.features = list(settings.get("features", ["m", "n", "k", "m * n"]))
+        self._holds: dict = {}
         self.catch_all = self._catch_all()
 
     def _catch_all(self) -> Candidate | None:
         """The best candidate (geomean) that ran at every training shape and has no guard."""
+        best = self.best_plain(self.tab.shapes)
+        return None if best is None else best[0]
+
+    def inside(self, c: Candidate, shape) -> bool:
+        """Whether `c`'s kernel runs `shape` (its guard holds; memoised: simpleeval is slow)."""
+        guard = self.guards.get(c.kernel)
+        if not guard:
+            return True
+        key = (guard, shape)
+        if key not in self._holds:
+            self._holds[key] = holds(guard, shape)
+        return self._holds[key]
+
+    def total(self, c: Candidate, shapes) -> float | None:
+        """Sum of `c`'s log ratios over `shapes`; None where it failed or was not measured."""
+        out = 0.0
+        for s in shapes:
+            v = self.tab.ratio.get((s, c))
+            if v is None:
+                return None
+            out += math.log(v)
+        return out
+
+    def best_plain(self, shapes) -> tuple[Candidate, float] | None:
+        """The best candidate without a guard over `shapes` (ties by the fixed order)."""
         best = None
         for c in self.tab.candidates:
             if self.guards.get(c.kernel):
                 continue
-            values = [self.tab.ratio.get((s, c)) for s in self.tab.shapes]
-            if any(v is None for v in values):
-                continue
-            total = sum(math.log(v) for v in values)
-            if best is None or total > best[1]:
-                best = (c, total)
-        return None if best is None else best[0]
+            t = self.total(c, shapes)
+            if t is not None and (best is None or t > best[1]):
+                best = (c, t)
+        return best
 
-    def value(self, c: Candidate, shape) -> float | None:
-        """log ratio that choosing `c` for `shape` gives: its own, or the catch-all's where its
-        guard sends the shape on; None where it would fail or was not measured."""
-        guard = self.guards.get(c.kernel)
-        if guard and not holds(guard, shape):
-            if self.catch_all is None:
-                return None
-            v = self.tab.ratio.get((shape, self.catch_all))
-            return None if v is None else math.log(v)
-        v = self.tab.ratio.get((shape, c))
-        return None if v is None else math.log(v)
-
-    def ranked(self, shapes) -> list[tuple[Candidate, float]]:
-        """Candidates eligible at every shape, best first (sum of log ratios; ties by order)."""
-        out = []
+    def ranked(self, shapes) -> list[tuple[Candidate, Candidate | None, float]]:
+        """(choice, fallback, sum of log ratios) eligible at every shape, best first (ties by the
+        candidates' fixed order). A guarded choice scores its own ratios where its guard holds
+        and the best unguarded candidate's over the other shapes (its fallback)."""
+        out, fallbacks = [], {}
         for c in self.tab.candidates:
-            values = [self.value(c, s) for s in shapes]
-            if all(v is not None for v in values):
-                out.append((c, sum(values)))
-        out.sort(key=lambda item: -item[1])  # stable: ties keep the candidates' fixed order
+            guard = self.guards.get(c.kernel)
+            if not guard:
+                t = self.total(c, shapes)
+                if t is not None:
+                    out.append((c, None, t))
+                continue
+            inside = [s for s in shapes if self.inside(c, s)]
+            t = self.total(c, inside) if inside else None
+            if t is None:
+                continue
+            outside = [s for s in shapes if not self.inside(c, s)]
+            if not outside:
+                out.append((c, None, t))
+                continue
+            if guard not in fallbacks:
+                fallbacks[guard] = self.best_plain(outside)
+            fb = fallbacks[guard]
+            if fb is not None:
+                out.append((c, fb[0], t + fb[1]))
+        out.sort(key=lambda item: -item[2])  # stable: ties keep the candidates' fixed order
         return out
 
     def leaf(self, conditions, shapes) -> Leaf:
         ranked = self.ranked(shapes)
         if not ranked:
             return Leaf(conditions, shapes, None, float("-inf"))
-        return Leaf(conditions, shapes, ranked[0][0], ranked[0][1],
-                    ranked[1] if len(ranked) > 1 else None)
+        choice, fallback, total = ranked[0]
+        runner = (ranked[1][0], ranked[1][2]) if len(ranked) > 1 else None
+        return Leaf(conditions, shapes, choice, total, runner, fallback)
+
+    def value(self, leaf: Leaf, shape) -> float:
+        """The log ratio `leaf`'s rules give `shape` (its choice, or its fallback outside the
+        choice's guard)."""
+        c = leaf.choice if self.inside(leaf.choice, shape) else leaf.fallback
+        return math.log(self.tab.ratio[(shape, c)])
 
     def splits(self, shapes):
         """(left conditions, right conditions, left shapes, right shapes) for each allowed split."""
@@ -188,7 +231,7 @@ class Fitter:
         _, lc, rc, left, right = best
         leaves = (self.grow(conditions + [lc], left, depth + 1)
                   + self.grow(conditions + [rc], right, depth + 1))
-        if here.choice is not None and all(l.choice == here.choice for l in leaves):
+        if here.choice is not None and all(l.pair() == here.pair() for l in leaves):
             return [here]  # the subtree agrees: one rule
         return leaves
 
@@ -196,11 +239,15 @@ class Fitter:
         return self.grow([], list(self.tab.shapes), 0)
 
 
-def _stats(fitter: Fitter, c: Candidate, shapes) -> tuple[float, float, tuple]:
-    values = [(math.exp(fitter.value(c, s)), s) for s in shapes]
+def _stats(fitter: Fitter, leaf: Leaf) -> tuple[float, float, tuple]:
+    values = [(math.exp(fitter.value(leaf, s)), s) for s in leaf.shapes]
     geo = math.exp(sum(math.log(v) for v, _ in values) / len(values))
     low = min(values)
     return geo, low[0], low[1]
+
+
+def _rule(when: str, c: Candidate, why: str) -> dict:
+    return {"when": when, "kernel": c.kernel, "params": json.loads(c.params), "why": why}
 
 
 def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None], settings: dict,
@@ -216,22 +263,29 @@ def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None], 
             continue  # the whole set is one class: the catch-all below says it
         when = " and ".join(f"({c})" if " or " in c else c for c in leaf.conditions) or "True"
         guard = guards.get(leaf.choice.kernel)
-        if guard:
-            when = f"({when}) and ({guard})" if when != "True" else guard
-        geo, low, where = _stats(fitter, leaf.choice, leaf.shapes)
+        geo, low, where = _stats(fitter, leaf)
         runner = ""
         if leaf.runner_up is not None:
             runner = f"; next {math.exp(leaf.runner_up[1] / len(leaf.shapes)):.3f}x"
-        rules.append({"when": when, "kernel": leaf.choice.kernel,
-                      "params": json.loads(leaf.choice.params),
-                      "why": f"{evidence}: {len(leaf.shapes)} shapes, geomean {geo:.3f}x (min "
-                             f"{low:.3f}x at {'x'.join(map(str, where))}) of best cuBLAS{runner}"})
-    if fitter.catch_all is not None:
-        geo, low, where = _stats(fitter, fitter.catch_all, fitter.tab.shapes)
-        rules.append({"when": "True", "kernel": fitter.catch_all.kernel,
-                      "params": json.loads(fitter.catch_all.params),
-                      "why": f"{evidence}: ran at all {len(fitter.tab.shapes)} shapes, geomean "
-                             f"{geo:.3f}x (min {low:.3f}x at {'x'.join(map(str, where))})"})
+        why = (f"{evidence}: {len(leaf.shapes)} shapes, geomean {geo:.3f}x (min {low:.3f}x at "
+               f"{'x'.join(map(str, where))}) of best cuBLAS{runner}")
+        if not guard:
+            rules.append(_rule(when, leaf.choice, why))
+            continue
+        ran = sum(fitter.inside(leaf.choice, s) for s in leaf.shapes)
+        rules.append(_rule(f"({when}) and ({guard})" if when != "True" else guard, leaf.choice,
+                           f"{why}; this kernel at {ran} of them"))
+        if leaf.fallback is not None and (leaf.fallback != fitter.catch_all or when == "True"):
+            rules.append(_rule(when, leaf.fallback,
+                               f"{evidence}: the class's {len(leaf.shapes) - ran} shapes outside "
+                               f"{guard}"))
+    if fitter.catch_all is not None and not (rules and rules[-1]["when"] == "True"):
+        values = [(fitter.tab.ratio[(s, fitter.catch_all)], s) for s in fitter.tab.shapes]
+        geo = math.exp(sum(math.log(v) for v, _ in values) / len(values))
+        low, where = min(values)
+        rules.append(_rule("True", fitter.catch_all,
+                           f"{evidence}: ran at all {len(fitter.tab.shapes)} shapes, geomean "
+                           f"{geo:.3f}x (min {low:.3f}x at {'x'.join(map(str, where))})"))
     return rules
 
 

@@ -434,6 +434,29 @@ def test_3xtf32_prepass_builds_with_nvrtc_as_the_runner_does(tmp_path):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("shape,params,slices", [
+    ((57, 38, 46), {}, 1),                                                        # 64 x 64, one block
+    ((11048, 27, 3851), {"bm": 128, "bn": 32, "wm": 32, "wn": 32, "tn": 4}, 4),   # 4-byte B copies
+    ((22, 3087, 9792), {"bm": 32, "bn": 128, "wm": 32, "wn": 64, "bk": 32}, 11),  # 32 rows, long K
+    ((4096, 4096, 4096), {"bm": 128, "bn": 64, "wm": 64, "wn": 32}, 1),           # the largest tile
+    ((1000, 1000, 1000), {"bm": 64, "bn": 64, "wm": 64, "wn": 32, "bk": 32}, 2),  # 8 lanes down a warp
+], ids=["64x64", "128x32-vec1", "32x128-bk32", "128x64", "64x64-wm64"])
+def test_ffma_library_kernel_builds_without_spills(shape, params, slices):
+    """gemm_ffma from its smallest to its largest tile of the tune space, with 16-byte and 4-byte
+    B copies and with K slices: no spills (8 x 8 accumulators and one k's fragments; the K-slice
+    epilogue reads the grid's size again rather than holding it across the K loop, which spilled
+    4-8 bytes in some tiles)."""
+    cfg = OmegaConf.load(CONF_DIR / "kernel" / "gemm_ffma.yaml")
+    for name, value in params.items():
+        cfg.params[name] = value
+    spec = build_spec(cfg, Problem(*shape, 0.5, 3.0), limits_from_spec("h100_sxm"))
+    report = compile_offline(spec, "sm_90")
+    assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
+    # K slices: about blocks_per_sm (2) blocks a SM on the H100's 132, none shorter than 256
+    assert spec.grid == (spec.derived["tiles"], slices)
+
+
+@needs_nvcc
 @pytest.mark.parametrize("kernel", ["24_ffma_skinny", "gemm_ffma_skinny"])
 @pytest.mark.parametrize("shape", SHAPE_LIMITED["24_ffma_skinny"] + [(32, 4096, 4096), (4095, 3, 333),
                                                                      (1, 4097, 4095)])

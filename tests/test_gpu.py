@@ -356,6 +356,30 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
 
 
+FFMA_TILES = [{}, {"bm": 32, "bn": 32, "wm": 32, "wn": 32, "tn": 4, "bk": 32},
+              {"bm": 128, "bn": 32, "wm": 32, "wn": 32, "tn": 4, "blocks_per_sm": 4},
+              {"bm": 32, "bn": 128, "wm": 32, "wn": 64, "bk": 32}]
+
+
+@pytest.mark.chapter("gemm_ffma")
+@pytest.mark.parametrize("params", FFMA_TILES, ids=["64x64", "32x32-bk32", "128x32", "32x128"])
+@pytest.mark.parametrize("shape", [pytest.param((57, 38, 46), marks=pytest.mark.smoke), (1, 1, 1),
+                                   (119, 119, 119), (11048, 27, 3851), (22, 3087, 9792),
+                                   pytest.param((1000, 997, 333), marks=pytest.mark.smoke),
+                                   (4096, 64, 4096), (130, 258, 100003)])
+def test_ffma_library_kernel_any_shape_alpha_beta(compose, params, shape):
+    """gemm_ffma in its smallest and narrow tiles: one block (57 x 38 x 46, 1 x 1 x 1), edge tiles
+    (119^3), N not a multiple of 4 (4-byte B copies and scalar stores), K cut into slices that
+    the last to arrive adds up (11048 x 27 x 3851, 22 x 3087 x 9792, K = 100003): verified with
+    alpha and beta, its timed launches too."""
+    m, n, k = shape
+    record = run_job(compose("kernel=gemm_ffma", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *QUICK, *pinned_inputs(shape),
+                             "use_tuned=false", *[f"kernel.params.{p}={v}" for p, v in params.items()]))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+
+
 PEERS = ["triton_fp32", "triton_tf32", "triton_tf32x3"]
 
 

@@ -206,6 +206,16 @@ VIOLATIONS = [
     ("gemm_3xtf32", dict(register_operand=2, split_k=3), SQUARE, "split_k == 1 or split_k == 2"),
     ("gemm_3xtf32", dict(register_operand=2, min_slice_k=16), SQUARE, "min_slice_k >= 32"),
     ("gemm_3xtf32", dict(register_operand=2, stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("gemm_ffma", dict(bm=32, wm=64), SQUARE, "bm % wm == 0 and bn % wn == 0"),
+    ("gemm_ffma", dict(tm=6), SQUARE, "tm % 4 == 0 and tn % 4 == 0"),
+    ("gemm_ffma", dict(stages=1), SQUARE, "stages >= 2"),
+    ("gemm_ffma", dict(bk=128), SQUARE, "threads % bk == 0"),
+    ("gemm_ffma", dict(bm=1024, wm=16, bn=64, wn=64, tn=4, bk=64), Problem(1024, 1023, 1024, 1, 0),
+     "threads <= max_threads_per_block"),
+    ("gemm_ffma", dict(stages=30), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("gemm_ffma", dict(tm=16, tn=16, wm=64, wn=128, bn=128), SQUARE, "accumulators + tm + tn <= 192"),
+    ("gemm_ffma", dict(min_slice_k=8), SQUARE, "blocks_per_sm >= 1 and min_slice_k >= bk"),
+    ("gemm_ffma", dict(bm=128, bn=128, wm=64, wn=32), SQUARE, "bm * bn <= 8192"),
 ]
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
@@ -431,4 +441,4 @@ def test_every_portable_chapter_has_valid_defaults_on_other_gpus(gpu):
             assert spec.threads <= limits["max_threads_per_block"]
             assert spec.dynamic_smem_bytes <= limits["max_smem_per_block"]
         checked += 1
-    assert checked == 22  # chapters 01-19, 21, 24 and gemm_ffma_skinny (the others are built for sm_90a: Hopper only)
+    assert checked == 23  # chapters 01-19, 21, 24, gemm_ffma and gemm_ffma_skinny (the others are built for sm_90a: Hopper only)

@@ -65,6 +65,26 @@ def test_before_the_screen_stage_two_is_every_candidate_at_the_other_shapes():
     assert all(s.stage == 2 and s.candidates is None for s in staged.stage2)
 
 
+def test_a_candidate_is_measured_only_where_its_measured_where_holds_and_carries_it_as_a_guard():
+    """conf/tuning/dispatch.yaml's measured_where: gemm_ffma's sweeps hold only the training shapes
+    where its `when` holds (narrow or tiny products), the others are counted as skipped under that
+    rule, and the fit's guard for it is that `when` (its rules carry it, like a size constraint)."""
+    data = plan_mod.load_settings()
+    where = data["measured_where"]["gemm_ffma"]["when"]
+    shapes = distribution.stratified(distribution.training(), 24)
+    plan = plan_mod.build("h100_sxm", shapes, settings(shapes=None))
+    ffma = [s for s in plan.sweeps if s.kernel == "gemm_ffma"]
+    assert {s.dispatcher for s in ffma} == set(data["dispatchers"])
+    outside = [s for s in shapes if not fit.holds(where, s.dims)]
+    assert outside and len(outside) < len(shapes)
+    for sweep in ffma:
+        assert sweep.shapes and all(fit.holds(where, s.dims) for s in sweep.shapes)
+        assert sweep.skipped[f"measured_where: {where}"] == len(outside)
+    guards = command.guards(data)
+    assert guards["gemm_ffma"] == where and guards["gemm_ffma_skinny"] == "min(m, n) <= 32"
+    assert guards["gemm_tf32"] is None
+
+
 def row(dispatcher, kernel, params, shape, ratio, status="ok", stage=1):
     m, n, k = shape
     return {"dispatcher": dispatcher, "kernel": kernel, "params": params, "shape": f"{m}x{n}x{k}",

@@ -132,6 +132,17 @@ class Plan:
         return lines
 
 
+def measured_where(settings: dict) -> dict[str, str]:
+    """{kernel: the `when` of the shapes it is measured at} (conf/tuning/dispatch.yaml)."""
+    return {k: str(v["when"]) for k, v in (settings.get("measured_where") or {}).items()}
+
+
+def holds_at(expr: str, dims: tuple[int, int, int]) -> bool:
+    from src.tune.fit import holds
+
+    return holds(expr, dims)
+
+
 def candidate_config(kernel: str, precision: str) -> dict:
     """The kernel's config as a sweep of it composes it, in the dispatcher's precision."""
     from src.job.config import kernel_config
@@ -147,7 +158,11 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
                   candidates=candidates, tag=tag)
     listed = sweep.candidate_list()
     runnable = set()
+    where = measured_where(settings).get(kernel)
     for shape in shapes:
+        if where and not holds_at(where, shape.dims):
+            sweep.skipped[f"measured_where: {where}"] += 1
+            continue
         pruning = tune.prune(cfg, listed, Problem(*shape.dims, settings["alpha"],
                                                   settings["beta"]), limits)
         if pruning.valid:

@@ -470,3 +470,12 @@ def test_skinny_kernel_builds_without_spills_in_both_layouts(kernel, shape):
     report = compile_offline(spec, "sm_90")
     assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
     assert spec.dynamic_smem_bytes == spec.derived["smem_bytes"]
+
+
+def test_the_shared_memory_opt_in_counts_static_memory_too():
+    """48 KiB is the whole default budget of a block, static and dynamic together: exactly 48 KiB
+    of dynamic memory beside 4 bytes of static needs the opt-in (it failed at launch without it)."""
+    from src.job.compile import needs_smem_opt_in
+
+    assert needs_smem_opt_in(48 * 1024, 4) and needs_smem_opt_in(48 * 1024 + 1, 0)
+    assert not needs_smem_opt_in(48 * 1024, 0) and not needs_smem_opt_in(48 * 1024 - 16, 16)

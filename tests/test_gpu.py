@@ -344,7 +344,8 @@ def test_cublas_fp32_matches_independent_event_loop(compose):
 @pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 5), (33, 17, 5), (4095, 3, 333),
                                    (1, 4097, 4095), (30, 1000, 50), (4096, 1, 4096),
                                    (1, 4096, 4096), (32, 4096, 4096), (4096, 32, 4096),
-                                   (16, 8192, 8192), (7, 9, 20000), (2, 3, 100003)])
+                                   (16, 8192, 8192), (7, 9, 20000), (2, 3, 100003),
+                                   (17, 930, 11433)])
 def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     """gemm_ffma_skinny (chapter 24's kernel, its width-1 prefetch a parameter) in both layouts (few columns, few rows), with float4 and single-float loads, one K
     slice or many (the last to arrive adds them up), K far longer than a slice: verified with
@@ -381,6 +382,19 @@ def test_ffma_library_kernel_any_shape_alpha_beta(compose, params, shape):
                              "use_tuned=false", *[f"kernel.params.{p}={v}" for p, v in params.items()]))
     assert record.status == "ok", record.error
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+
+
+@pytest.mark.chapter("gemm_ffma_skinny")
+def test_exactly_48_kib_of_dynamic_shared_memory_beside_a_static_ticket_launches(compose):
+    """The first H100 tune's failed_launch: 4 warps, few rows at width 32 with single-float loads
+    and K slices of 384 ask for exactly 48 KiB of dynamic shared memory beside the 4-byte ticket
+    of split_k.cuh: the opt-in must count the static bytes too."""
+    record = run_job(compose("kernel=gemm_ffma_skinny", "m=17", "n=930", "k=11433", "alpha=0.5",
+                             "beta=3.0", "use_tuned=false", "kernel.params.warps=4",
+                             "kernel.params.blocks_per_sm=8", "kernel.params.max_k_slice=1024",
+                             *QUICK))
+    assert record.status == "ok", record.error
+    assert record.dynamic_smem_bytes == 48 * 1024 and record.static_smem_bytes > 0
 
 
 PEERS = ["triton_fp32", "triton_tf32", "triton_tf32x3"]

@@ -337,6 +337,14 @@ def _built(spec: KernelSpec, entry: str, cache_dir):
     return _loaded[key]
 
 
+def needs_smem_opt_in(dynamic_bytes: int, static_bytes: int) -> bool:
+    """Whether a launch must raise the function's dynamic shared memory limit: without the opt-in
+    a block gets 48 KiB in all, static included, so exactly 48 KiB of dynamic memory beside a
+    static ticket (split_k.cuh's `arrived`) fails at launch with an invalid argument (the first
+    H100 tune: gemm_ffma_skinny at 17 x 930 x 11433, 4 warps, K slices of 384)."""
+    return dynamic_bytes + static_bytes > STATIC_SMEM_LIMIT
+
+
 def _load(spec: KernelSpec, cubin: Cubin):
     import cupy as cp
 
@@ -347,7 +355,7 @@ def _load(spec: KernelSpec, cubin: Cubin):
     except cp.cuda.driver.CUDADriverError as exc:
         raise LaunchFailed(f"kernel {spec.name} ({spec.entry}) could not be loaded from its "
                            f"cubin ({cubin.arch}): {exc}") from exc
-    if spec.dynamic_smem_bytes > STATIC_SMEM_LIMIT:
+    if needs_smem_opt_in(spec.dynamic_smem_bytes, int(function.shared_size_bytes)):
         function.max_dynamic_shared_size_bytes = spec.dynamic_smem_bytes  # the opt-in
     report = ResourceReport(
         registers=int(function.num_regs),

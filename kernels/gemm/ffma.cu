@@ -25,6 +25,7 @@
 #include "../include/split_k.cuh"
 #include "../include/ffma_stage.cuh"
 #include "../include/ffma_thread_tile.cuh"
+#include "../include/tile_store.cuh"
 
 // __launch_bounds__ names 1 block per SM as the minimum: without it ptxas held some tiles (64 x
 // 128, 32 x 128) at 72 or 128 registers and spilled 16-36 bytes; with it none spills (offline
@@ -118,14 +119,6 @@ __global__ void __launch_bounds__(THREADS, 1)
       return;
   }
   for_each_fragment([&](int tile_row, int tile_col, float* v) {
-    const int row = block_row + tile_row, col = block_col + tile_col;
-    if (row >= M) return;
-    if (VEC == 4) {
-      if (col < N) store_axpby4(&C[row * N + col], v, alpha, beta);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (col + e < N) store_axpby(&C[row * N + col + e], v[e], alpha, beta);
-    }
+    store_axpby_group<VEC>(C, M, N, block_row + tile_row, block_col + tile_col, v, alpha, beta);
   });
 }

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from src.job import dispatch, training
 from src.job.problem import Problem
-from src.tune import evidence, fit
+from src.tune import evidence, fit, judge
 
 BIG = json.dumps({"bm": 256, "bn": 128}, sort_keys=True)
 SMALL = json.dumps({"bm": 64, "bn": 64}, sort_keys=True)
@@ -249,10 +249,10 @@ def test_cross_validation_scores_each_shape_with_rules_fitted_without_it():
     at its shapes, so the left-out figures are the winners' (1.00, 1.05, 1.30, +-1%); a fit kept
     to one class (min_shapes too large to split) scores the catch-all, and its low shapes show."""
     rows = synthetic_rows()
-    cv = fit.cross_validated(rows, GUARDS, SETTINGS, folds=5)["best_tf32"]
+    cv = judge.cross_validated(rows, GUARDS, SETTINGS, folds=5)["best_tf32"]
     assert cv["shapes"] == 60 and cv["unmeasured"] == 0
     assert cv["min"] >= 0.98 * 1.00 and 1.0 < cv["geomean"] < 1.31
-    flat = fit.cross_validated(rows, GUARDS, {**SETTINGS, "min_shapes": 60}, folds=5)["best_tf32"]
+    flat = judge.cross_validated(rows, GUARDS, {**SETTINGS, "min_shapes": 60}, folds=5)["best_tf32"]
     assert flat["min"] < 0.9 and flat["geomean"] < cv["geomean"]
     low = tuple(int(x) for x in flat["min_shape"].split("x"))
     assert low[0] * low[1] > 2 ** 20 or min(low[:2]) <= 32  # where the catch-all (small) loses
@@ -270,10 +270,10 @@ def test_two_runs_fit_the_same_choices_within_noise_and_a_changed_law_is_named(t
     first = synthetic_rows(seed=0)  # the second run: the same shapes and laws, its own noise
     second = [dict(r, ratio_best=round(r["ratio_best"] * (1 + rng.uniform(-0.01, 0.01)), 4))
               for r in first]
-    report = fit.agreement(first, second, GUARDS, SETTINGS, 0.02)["best_tf32"]
+    report = judge.agreement(first, second, GUARDS, SETTINGS, 0.02)["best_tf32"]
     assert report["agrees"] + report["within_noise"] == 60 and not report["differs"]
     changed = [dict(r, ratio_best=0.80) if r["params"] == BIG else r for r in second]
-    report = fit.agreement(first, changed, GUARDS, SETTINGS, 0.02)["best_tf32"]
+    report = judge.agreement(first, changed, GUARDS, SETTINGS, 0.02)["best_tf32"]
     assert report["differs"] and all(int(d["shape"].split("x")[0]) * int(d["shape"].split("x")[1])
                                      > 2 ** 20 for d in report["differs"])
     paths = []

@@ -22,10 +22,12 @@ RESULTS = ROOT / "results" / "h100_sxm"
 
 
 def test_every_published_set_is_a_gpu_of_the_list():
-    """results/ holds one set per GPU spec of params.yaml's published.gpus, and the compare."""
+    """results/ holds one set per GPU spec of params.yaml's published.gpus, the compare, and the
+    tuner's evidence (results/tuning/<gpu>.csv, one file per GPU spec)."""
     gpus = params()["published"]["gpus"]
     sets = {p.name for p in (ROOT / "results").iterdir() if p.is_dir()}
-    assert sets - {"compare"} <= set(gpus) and "h100_sxm" in sets
+    assert sets - {"compare", "tuning"} <= set(gpus) and "h100_sxm" in sets
+    assert {p.stem for p in (ROOT / "results" / "tuning").glob("*.csv")} <= set(gpus)
     assert all((CONF_DIR / "gpu" / f"{gpu}.yaml").is_file() for gpu in gpus)
 
 

@@ -68,7 +68,7 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     """The dispatch fitted from `csv_path`, written into conf/tuned/<gpu>.yaml (or tuned_path)."""
     from src.job.tuned import tuned_file
     from src.job.training import read
-    from src.tune import fit
+    from src.tune import fit, judge
 
     rows = read(csv_path)
     if not rows:
@@ -76,7 +76,7 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
     dispatch = fit.fit(rows, guards(settings), settings.get("fit") or {}, cited)
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited)
-    for dispatcher, cv in fit.cross_validated(rows, guards(settings), settings.get("fit") or {}).items():
+    for dispatcher, cv in judge.cross_validated(rows, guards(settings), settings.get("fit") or {}).items():
         print(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), geomean "
               f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "
               f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
@@ -86,17 +86,17 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
 
 def compare(settings: dict, csv_path: Path, other: Path) -> int:
     """Print whether the fits of two runs' evidence choose alike at their common training shapes
-    (fit.agreement, `reproduce.tolerance` of conf/tuning/dispatch.yaml); 1 if a choice differs
+    (judge.agreement, `reproduce.tolerance` of conf/tuning/dispatch.yaml); 1 if a choice differs
     beyond it."""
     from src.job.training import read
-    from src.tune import fit
+    from src.tune import judge
 
     for path in (csv_path, other):
         if not path.is_file():
             raise ConfigError(f"--against compares two evidence files; {path} is not one.")
     tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
-    reports = fit.agreement(read(csv_path), read(other), guards(settings), settings.get("fit") or {},
-                            tolerance)
+    reports = judge.agreement(read(csv_path), read(other), guards(settings), settings.get("fit") or {},
+                              tolerance)
     for dispatcher, r in reports.items():
         print(f"{dispatcher}: {r['agrees']} shapes the same choice, {r['within_noise']} another "
               f"within {tolerance:.0%} in both runs, {len(r['differs'])} differ, {r['unmeasured']} "

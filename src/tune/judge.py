@@ -1,0 +1,80 @@
+"""How a fitted dispatch does, judged from the tuning evidence (results/tuning/<gpu>.csv) alone,
+no GPU: on training shapes each fold's fit did not see (`cross_validated`, printed with every fit),
+and whether two tuning runs fit the same choices within the noise (`agreement`, `sgemm-lab tune
+--against`). The fit itself is src/tune/fit.py; the held-out set (the `heldout` stage) is the
+judge that measures."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from src.tune.fit import Candidate, holds, rules_for, table
+
+
+def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
+                    folds: int = 5) -> dict[str, dict]:
+    """How the fit does on training shapes it did not see, per dispatching kernel: the shapes
+    (sorted) go round-robin into `folds` folds; the rules fitted without a fold choose at each of
+    its shapes (the first rule whose `when` holds, as the runner reads them), and the measured
+    ratio of that choice there is the shape's figure. A choice not measured at the shape (the
+    screen dropped it there) is counted apart. The held-out set is the judge; this says before
+    measuring it whether the classes carry over or only remember their shapes."""
+    out = {}
+    for dispatcher in sorted({r["dispatcher"] for r in rows}):
+        whole = table(rows, dispatcher)
+        held = {s: i % folds for i, s in enumerate(whole.shapes)}
+        figures, unmeasured = [], 0
+        for fold in range(min(folds, len(whole.shapes))):
+            train = [r for r in rows if r["dispatcher"] == dispatcher
+                     and held[(int(r["m"]), int(r["n"]), int(r["k"]))] != fold]
+            rules = rules_for(train, dispatcher, guards, settings, "cv")
+            for shape in (s for s in whole.shapes if held[s] == fold):
+                choice = choice_at(rules, shape)
+                value = None if choice is None else whole.ratio.get((shape, choice))
+                if value is None:
+                    unmeasured += 1
+                else:
+                    figures.append((value, shape))
+        if figures:
+            low = min(figures)
+            out[dispatcher] = {"folds": folds, "shapes": len(whole.shapes), "unmeasured": unmeasured,
+                               "geomean": math.exp(sum(math.log(v) for v, _ in figures) / len(figures)),
+                               "min": low[0], "min_shape": "x".join(map(str, low[1]))}
+    return out
+
+
+def choice_at(rules: list[dict], shape: tuple[int, int, int]) -> Candidate | None:
+    """The candidate the first rule whose `when` holds names at `shape`, as the runner reads them."""
+    rule = next((r for r in rules if holds(r["when"], shape)), None)
+    return None if rule is None else Candidate(rule["kernel"], json.dumps(rule["params"], sort_keys=True))
+
+
+def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | None], settings: dict,
+              tolerance: float) -> dict[str, dict]:
+    """Whether two tuning runs (their evidence) fit the same dispatch, per dispatching kernel, at
+    the training shapes both measured: a shape `agrees` where both fits choose the same
+    candidate, is `within_noise` where they differ but each run measured the other's choice
+    within `tolerance` (relative) of its own, and `differs` otherwise (with the shape, both
+    choices and the two runs' figures); `unmeasured` where a run has no figure for a choice."""
+    out = {}
+    for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
+        tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
+        rules = [rules_for(rows, dispatcher, guards, settings, "agreement") for rows in (rows_a, rows_b)]
+        report = {"agrees": 0, "within_noise": 0, "differs": [], "unmeasured": 0}
+        for shape in sorted(set(tabs[0].shapes) & set(tabs[1].shapes)):
+            a, b = (choice_at(r, shape) for r in rules)
+            if a == b:
+                report["agrees"] += 1
+                continue
+            figures = [(tab.ratio.get((shape, a)), tab.ratio.get((shape, b))) for tab in tabs]
+            if any(v is None for pair in figures for v in pair):
+                report["unmeasured"] += 1
+            elif (figures[0][1] >= figures[0][0] * (1 - tolerance)
+                  and figures[1][0] >= figures[1][1] * (1 - tolerance)):
+                report["within_noise"] += 1
+            else:
+                report["differs"].append({"shape": "x".join(map(str, shape)), "a": a.label(),
+                                          "b": b.label(), "run_a": figures[0], "run_b": figures[1]})
+        out[dispatcher] = report
+    return out

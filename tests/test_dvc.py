@@ -296,7 +296,8 @@ def test_bench_sweeps_every_kernel_and_size_through_the_runner(repo):
         "python -m src.sweep.replicate sweeps/progression/h100_sxm --runs "
         + str(params()["progression"]["replicate"]["runs"]) + " --headline '"
         + params()["progression"]["replicate"]["headline"] + "' --within "
-        + str(params()["progression"]["replicate"]["within_pct"])
+        + str(params()["progression"]["replicate"]["within_pct"]) + " --baseline-drift "
+        + str(params()["progression"]["replicate"]["baseline_drift_pct"])
         + " -- bench=default bench.best_cublas=true",
         f"python -m src.records.collect sweeps/progression/h100_sxm -o {H100}/.runs.csv.new",
         f"python -m src.records.cards {H100}/.runs.csv.new --earlier {H100}/runs.csv",

@@ -45,6 +45,26 @@ def test_headline_rows_and_close_verdicts_are_selected(records):
     assert {(k, p.m) for p, kernels in select(records, set(), 0.0).items() for k in kernels} == ties
 
 
+def test_rows_whose_paired_baseline_drifted_are_selected(records):
+    """--baseline-drift P: a row whose paired cuBLAS ran more than P % from that baseline's median
+    over the sweep's rows of its problem is replicated (its % of cuBLAS carries the baseline's luck
+    of that job); the others are not, and without the option nothing changes."""
+    rows = []
+    for r in records:
+        if r.ok and r.backend != "cublas" and r.m == 2048 and r.baseline == "cublas_fp32" \
+                and r.kernel not in {x.kernel for x in rows}:
+            row = copy.deepcopy(r)
+            row.baseline_gflops, row.pct_ci_low, row.pct_ci_high = 50_000.0, 40.0, 42.0
+            row.pct_best_ci_low = row.pct_best_ci_high = None
+            rows.append(row)
+    assert len(rows) >= 5
+    rows[1].baseline_gflops, rows[2].baseline_gflops = 51_000.0, 49_500.0  # +2%, -1%
+    chosen = select(rows, set(), 5.0, drift=1.5)
+    assert [k for kernels in chosen.values() for k in kernels] == [rows[1].kernel]
+    assert select(rows, set(), 5.0) == {} and select(rows, set(), 5.0, drift=0.5) == {
+        Problem(2048, 2048, 2048, rows[0].alpha, rows[0].beta): [rows[1].kernel, rows[2].kernel]}
+
+
 def test_failed_rows_are_not_replicated(records):
     row = copy.deepcopy(next(r for r in records if r.kernel == "20_wgmma_tf32" and r.m == 1024))
     row.status = "failed_throttled"

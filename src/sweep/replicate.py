@@ -3,9 +3,13 @@ processes on fresh inputs, so the table can show the spread across runs (src/rec
 
 `python -m src.sweep.replicate SWEEP_DIR --runs 2 --headline K1,K2 --within 5 [-- OVERRIDES...]`
 
-Which rows (`select`): every ok row of a `--headline` kernel, and every ok row whose paired
+Which rows (`select`): every ok row of a `--headline` kernel, every ok row whose paired
 interval (against cuBLAS, or against the stronger cuBLAS) comes within `--within` % of 100%, i.e.
-whose verdict one more run could turn. Failed rows are not replicated (they have no verdict).
+whose verdict one more run could turn, and with `--baseline-drift P` every ok row whose paired
+baseline ran more than P % away from that baseline's median over the sweep's rows of the same
+problem: its % of cuBLAS carries the baseline's luck of that job (cuBLAS FP32 at 2048 moved 4%
+from job to job on one H100), and more runs let the table take the median run. Failed rows are
+not replicated (they have no verdict).
 How: for each replicate number from `--first` (2) to `--runs`, one `python -m src.run -m` per
 problem (M, N, K, alpha, beta) with that problem's selected kernels and `replicate=<number>`,
 into SWEEP_DIR/replicates/run<number>/<M>x<N>x<K>/: a new launcher and worker process each time
@@ -46,17 +50,35 @@ def _close(low: float | None, high: float | None, within: float) -> bool:
     return low is not None and high is not None and low < 100 + within and high > 100 - within
 
 
-def select(records: list[Record], headline: set[str], within: float) -> dict[Problem, list[str]]:
+def _baseline_medians(records: list[Record]) -> dict[tuple, float]:
+    """(problem, baseline) -> the median GFLOP/s of that baseline over the rows paired with it."""
+    import statistics
+
+    figures: dict[tuple, list[float]] = {}
+    for r in records:
+        if r.ok and r.backend != "cublas" and r.baseline and r.baseline_gflops:
+            key = (Problem(r.m, r.n, r.k, r.alpha, r.beta), r.baseline)
+            figures.setdefault(key, []).append(r.baseline_gflops)
+    return {key: statistics.median(values) for key, values in figures.items()}
+
+
+def select(records: list[Record], headline: set[str], within: float,
+           drift: float | None = None) -> dict[Problem, list[str]]:
     """Problem -> the kernels to run again there (see the module docstring), in record order."""
+    medians = _baseline_medians(records) if drift is not None else {}
     chosen: dict[Problem, list[str]] = {}
     for r in records:
-        if not r.ok or r.kernel in chosen.get(Problem(r.m, r.n, r.k, r.alpha, r.beta), []):
+        problem = Problem(r.m, r.n, r.k, r.alpha, r.beta)
+        if not r.ok or r.kernel in chosen.get(problem, []):
             continue
         close = r.backend != "cublas" and (
             _close(r.pct_ci_low, r.pct_ci_high, within)
             or _close(r.pct_best_ci_low, r.pct_best_ci_high, within))
-        if r.kernel in headline or close:
-            chosen.setdefault(Problem(r.m, r.n, r.k, r.alpha, r.beta), []).append(r.kernel)
+        median = medians.get((problem, r.baseline))
+        drifted = (median is not None and r.backend != "cublas" and r.baseline_gflops is not None
+                   and abs(r.baseline_gflops - median) > median * drift / 100)
+        if r.kernel in headline or close or drifted:
+            chosen.setdefault(problem, []).append(r.kernel)
     return chosen
 
 
@@ -89,15 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--headline", default="", help="comma-separated kernels always replicated")
     parser.add_argument("--within", type=float, default=5.0,
                         help="also replicate rows whose interval comes within this %% of 100%%")
+    parser.add_argument("--baseline-drift", type=float, default=None, metavar="P",
+                        help="also replicate rows whose paired baseline ran more than P %% from its "
+                             "median over the sweep's rows of the same problem")
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.first < 2 or args.within < 0:
-        parser.exit(2, f"error: --runs {args.runs}, --first {args.first}, --within {args.within} "
-                       f"(rule: runs >= 1, first >= 2: replicate 1 is the sweep itself, within "
-                       f">= 0)\n")
+    if args.runs < 1 or args.first < 2 or args.within < 0 or (args.baseline_drift or 0) < 0:
+        parser.exit(2, f"error: --runs {args.runs}, --first {args.first}, --within {args.within}, "
+                       f"--baseline-drift {args.baseline_drift} (rule: runs >= 1, first >= 2: "
+                       f"replicate 1 is the sweep itself, within >= 0, baseline drift >= 0)\n")
     records = load_records(args.sweep_dir)
     if not records:
         parser.exit(1, f"error: no record.json under {args.sweep_dir} (did the sweep run?)\n")
-    chosen = select(records, {k for k in args.headline.split(",") if k}, args.within)
+    chosen = select(records, {k for k in args.headline.split(",") if k}, args.within,
+                    args.baseline_drift)
     jobs = sum(len(kernels) for kernels in chosen.values())
     numbers = range(args.first, args.runs + 1)
     print(f"replicating {jobs} rows ({len(chosen)} problems) x {len(numbers)} more runs: "

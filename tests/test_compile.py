@@ -442,7 +442,10 @@ def test_3xtf32_prepass_builds_with_nvrtc_as_the_runner_does(tmp_path):
     ((1000, 1000, 1000), {"bm": 64, "bn": 64, "wm": 64, "wn": 32, "bk": 32}, 2),  # 8 lanes down a warp
     ((119, 119, 119), {"bm": 32, "bn": 32, "wm": 16, "wn": 32, "tm": 4, "tn": 4}, 1),  # 4 x 4 thread tiles
     ((471, 25, 23), {"bm": 16, "bn": 32, "wm": 16, "wn": 32, "tm": 4, "tn": 4}, 1),    # one warp, 16 rows
-], ids=["64x64", "128x32-vec1", "32x128-bk32", "128x64", "64x64-wm64", "32x32-t4x4", "16x32-t4x4"])
+    ((57, 38, 46), {"bm": 32, "bn": 32, "wm": 16, "wn": 32, "tm": 4, "tn": 4, "c_read": 2}, 1),  # C ahead
+    ((4096, 4096, 4096), {"bm": 128, "bn": 64, "wm": 32, "wn": 32, "tn": 4, "c_read": 2}, 1),  # 64 + 32 registers
+], ids=["64x64", "128x32-vec1", "32x128-bk32", "128x64", "64x64-wm64", "32x32-t4x4", "16x32-t4x4",
+        "32x32-c-ahead-vec1", "128x64-c-ahead"])
 def test_ffma_library_kernel_builds_without_spills(shape, params, slices):
     """gemm_ffma from its smallest to its largest tile of the tune space, with 16-byte and 4-byte
     B copies and with K slices: no spills (8 x 8 accumulators and one k's fragments; the K-slice

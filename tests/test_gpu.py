@@ -361,12 +361,15 @@ FFMA_TILES = [{}, {"bm": 32, "bn": 32, "wm": 32, "wn": 32, "tn": 4, "bk": 32},
               {"bm": 128, "bn": 32, "wm": 32, "wn": 32, "tn": 4, "blocks_per_sm": 4},
               {"bm": 32, "bn": 128, "wm": 32, "wn": 64, "bk": 32},
               {"bm": 32, "bn": 32, "wm": 16, "wn": 32, "tm": 4, "tn": 4},
-              {"bm": 16, "bn": 32, "wm": 16, "wn": 32, "tm": 4, "tn": 4}]
+              {"bm": 16, "bn": 32, "wm": 16, "wn": 32, "tm": 4, "tn": 4},
+              {"bm": 32, "bn": 32, "wm": 16, "wn": 32, "tm": 4, "tn": 4, "c_read": 2},
+              {"bm": 64, "bn": 32, "wm": 32, "wn": 32, "tn": 4, "c_read": 2}]
 
 
 @pytest.mark.chapter("gemm_ffma")
 @pytest.mark.parametrize("params", FFMA_TILES, ids=["64x64", "32x32-bk32", "128x32", "32x128",
-                                                    "32x32-t4x4", "16x32-t4x4"])
+                                                    "32x32-t4x4", "16x32-t4x4", "32x32-t4x4-c-ahead",
+                                                    "64x32-c-ahead"])
 @pytest.mark.parametrize("shape", [pytest.param((57, 38, 46), marks=pytest.mark.smoke), (1, 1, 1),
                                    (119, 119, 119), (11048, 27, 3851), (22, 3087, 9792),
                                    pytest.param((1000, 997, 333), marks=pytest.mark.smoke),

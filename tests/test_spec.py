@@ -213,7 +213,8 @@ VIOLATIONS = [
     ("gemm_ffma", dict(bm=1024, wm=16, bn=64, wn=64, tn=4, bk=64), Problem(1024, 1023, 1024, 1, 0),
      "threads <= max_threads_per_block"),
     ("gemm_ffma", dict(stages=30), SQUARE, "smem_bytes <= max_smem_per_block"),
-    ("gemm_ffma", dict(tm=16, tn=16, wm=64, wn=128, bn=128), SQUARE, "accumulators + tm + tn <= 192"),
+    ("gemm_ffma", dict(tm=16, tn=16, wm=64, wn=128, bn=128), SQUARE, "accumulators * (1 + prefetch_c) + tm + tn <= 192"),
+    ("gemm_ffma", dict(c_read=3), SQUARE, "c_read == 1 or c_read == 2"),
     ("gemm_ffma", dict(min_slice_k=8), SQUARE, "blocks_per_sm >= 1 and min_slice_k >= bk"),
     ("gemm_ffma", dict(bm=128, bn=128, wm=64, wn=32), SQUARE, "bm * bn <= 8192"),
 ]

@@ -12,6 +12,10 @@
 // - A plain multistage pipeline: STAGES - 1 k tiles in flight from the start (a tiny K is one
 //   memory round trip), one register set of fragments per k (ptxas schedules the LDS.128s of
 //   the unrolled k loop ahead of their FFMAs).
+// - PREFETCH_C (c_read 2): with one K slice and beta != 0, C's old values are read right after
+//   the first k tiles' copies go out, so that round trip overlaps theirs; after a tiny K loop
+//   the epilogue then only stores (on an H100 an L2 flush added about 3 us to a 57 x 38 x 46
+//   launch of 5.7 us: its cold round trips, the C read one of them).
 // Any M, N, K, alpha, beta; B's 16-byte copies and C's float4 stores need N % 4 == 0 (VEC 4),
 // else 4-byte ones (VEC 1). Element indices are 32-bit: the runner requires each matrix to
 // hold fewer than 2^31 elements.
@@ -30,7 +34,8 @@
 // __launch_bounds__ names 1 block per SM as the minimum: without it ptxas held some tiles (64 x
 // 128, 32 x 128) at 72 or 128 registers and spilled 16-36 bytes; with it none spills (offline
 // build, every tile of conf/tune/gemm_ffma.yaml).
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int THREADS, int STAGES, int VEC>
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int THREADS, int STAGES, int VEC,
+          int PREFETCH_C>
 __global__ void __launch_bounds__(THREADS, 1)
     gemm_ffma(int M, int N, int K, float alpha, const float* __restrict__ A,
               const float* __restrict__ B, float beta, float* __restrict__ C,
@@ -73,11 +78,12 @@ __global__ void __launch_bounds__(THREADS, 1)
                                               block_row + a_m, a_k, block_col + b_n, b_k);
   };
 
-  float acc[TM][TN];
+  float acc[TM][TN], c_old[TM][TN];
 #pragma unroll
   for (int r = 0; r < TM; ++r)
 #pragma unroll
     for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
+  const int row0 = warp_m + lane_row * 4, col0 = warp_n + lane_col * 4;  // the lane's first float4
   const unsigned a_frag = smem_base + 4 * (warp_m + lane_row * 4);
   const unsigned b_frag = smem_base + 4 * (AS_SIZE + warp_n + lane_col * 4);
 
@@ -89,6 +95,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (s < k_tiles) copy_tile(s);
     cp_async_commit();
   }
+  // PREFETCH_C, with one K slice and beta != 0: the lane's part of C is read now, its round trip
+  // beside the operands' instead of after the last FFMA (a tiny product's time is its round
+  // trips); the values wait in registers through the K loop.
+  const bool c_ahead = PREFETCH_C && beta != 0.0f && gridDim.y == 1;
+  if (PREFETCH_C && c_ahead)
+    for_each_ffma_fragment<LANE_ROWS, LANE_COLS>(c_old, row0, col0, [&](int r, int c, float* v) {
+      load_c_group<VEC>(C, M, N, block_row + r, block_col + c, v);
+    });
   for (int t = 0; t < k_tiles; ++t) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
@@ -106,9 +120,20 @@ __global__ void __launch_bounds__(THREADS, 1)
   cp_async_wait<0>();
 
   auto for_each_fragment = [&](auto&& visit) {
-    for_each_ffma_fragment<LANE_ROWS, LANE_COLS>(acc, warp_m + lane_row * 4, warp_n + lane_col * 4,
-                                                 visit);
+    for_each_ffma_fragment<LANE_ROWS, LANE_COLS>(acc, row0, col0, visit);
   };
+  if (PREFETCH_C && c_ahead) {  // one slice: no partials to add
+#pragma unroll
+    for (int g = 0; g < TM / 4; ++g)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+#pragma unroll
+        for (int h = 0; h < TN / 4; ++h)  // for_each_ffma_fragment's walk, over both arrays
+          store_axpby_group_ahead<VEC>(C, M, N, block_row + row0 + g * LANE_ROWS * 4 + e,
+                                       block_col + col0 + h * LANE_COLS * 4, &acc[g * 4 + e][h * 4],
+                                       &c_old[g * 4 + e][h * 4], alpha, beta);
+    return;
+  }
   // K slices: [slices][tiles][BM * BN] partials, then a ticket a tile; the last to arrive adds.
   if (gridDim.y > 1) {  // grid-wide values read again here, not held across the K loop
     const int tiles = gridDim.x;

@@ -249,6 +249,8 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
     assert f"stage 1 (screen): {count} shapes" in out and "stage 2: 4 shapes" in out
     assert "at most" in out.split("after the screen:")[0]
     assert "the survivors of the screen" in out.split("after the screen:")[1]
+    rows_written = len(read_evidence(tmp_path / "e.csv"))
+    assert f"(stage 1 + stage 2) on 1 GPU(s); {rows_written} rows, 0 of them from the measurement cache" in out
     rows = read_evidence(tmp_path / "e.csv")
     first = [r for r in rows if r["stage"] == 1]
     second = [r for r in rows if r["stage"] == 2]

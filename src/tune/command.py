@@ -18,6 +18,7 @@ import argparse
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from src.errors import ConfigError, LabError
@@ -195,15 +196,24 @@ def main(argv: list[str]) -> int:
             print(plan.describe(per_job, gpus), flush=True)
             return 0
         print(plan.describe(per_job, gpus), flush=True)
+        started = time.perf_counter()
         failed = run_sweeps(plan.sweeps, settings, args.sweep_dir, args.overrides)
         rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
+        seconds = [time.perf_counter() - started]
         if plan.rest:
             plan = screened(plan, settings, rows)
             print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
+            started = time.perf_counter()
             failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides)
             rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings)
+            seconds.append(time.perf_counter() - started)
         evidence.write(rows, csv_path)
         print(f"{len(rows)} rows -> {csv_path}")
+        # the wall time a reader asks for ("how long on 1, 2, 4 GPUs"), said by the command itself
+        cached = sum(1 for r in rows if r.get("from_cache"))
+        print(f"tuning sweeps: {' + '.join(f'{s:.0f} s' for s in seconds)} (stage 1"
+              f"{' + stage 2' if len(seconds) > 1 else ''}) on {gpus} GPU(s); {len(rows)} rows, "
+              f"{cached} of them from the measurement cache", flush=True)
         dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
         print(f"fitted {sum(len(r) for r in dispatch.values())} rules -> "
               f"{args.tuned or 'conf/tuned/' + gpu_spec + '.yaml'}")

@@ -84,8 +84,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
   const int row0 = warp_m + lane_row * 4, col0 = warp_n + lane_col * 4;  // the lane's first float4
-  const unsigned a_frag = smem_base + 4 * (warp_m + lane_row * 4);
-  const unsigned b_frag = smem_base + 4 * (AS_SIZE + warp_n + lane_col * 4);
+  const unsigned a_frag = smem_base + 4 * row0, b_frag = smem_base + 4 * (AS_SIZE + col0);
 
   // Prologue: STAGES - 1 tiles in flight. Each step then waits for its tile, meets the block
   // (after which nobody reads the stage the previous step used), refills that stage with the
@@ -99,7 +98,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   // beside the operands' instead of after the last FFMA (a tiny product's time is its round
   // trips); the values wait in registers through the K loop.
   const bool c_ahead = PREFETCH_C && beta != 0.0f && gridDim.y == 1;
-  if (PREFETCH_C && c_ahead)
+  if (c_ahead)
     for_each_ffma_fragment<LANE_ROWS, LANE_COLS>(c_old, row0, col0, [&](int r, int c, float* v) {
       load_c_group<VEC>(C, M, N, block_row + r, block_col + c, v);
     });
@@ -122,7 +121,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   auto for_each_fragment = [&](auto&& visit) {
     for_each_ffma_fragment<LANE_ROWS, LANE_COLS>(acc, row0, col0, visit);
   };
-  if (PREFETCH_C && c_ahead) {  // one slice: no partials to add
+  if (c_ahead) {  // one slice: no partials to add
 #pragma unroll
     for (int g = 0; g < TM / 4; ++g)
 #pragma unroll

@@ -25,6 +25,7 @@ replicate job that fails is recorded, and the table lists it.
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -52,8 +53,6 @@ def _close(low: float | None, high: float | None, within: float) -> bool:
 
 def _baseline_medians(records: list[Record]) -> dict[tuple, float]:
     """(problem, baseline) -> the median GFLOP/s of that baseline over the rows paired with it."""
-    import statistics
-
     figures: dict[tuple, list[float]] = {}
     for r in records:
         if r.ok and r.backend != "cublas" and r.baseline and r.baseline_gflops:

@@ -57,12 +57,9 @@ def guards(settings: dict) -> dict[str, str | None]:
         kernels.add(settings["fallback"]["kernel"])
     from src.tune.plan import measured_where
 
-    where = measured_where(settings)
-    out = {}
-    for k in sorted(kernels):  # the size constraints over m, n, k and where the tune measures it
-        parts = [p for p in (fit.guard_of(kernel_config(k)), where.get(k)) if p]
-        out[k] = " and ".join(f"({p})" for p in parts) if len(parts) > 1 else (parts[0] if parts else None)
-    return out
+    where = measured_where(settings)  # the size constraints over m, n, k and where it is measured
+    return {k: fit.conjunction([p for p in (fit.guard_of(kernel_config(k)), where.get(k)) if p])
+            for k in sorted(kernels)}
 
 
 def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None = None) -> dict:

@@ -280,9 +280,7 @@ def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None], 
                                f"{evidence}: the class's {len(leaf.shapes) - ran} shapes outside "
                                f"{guard}"))
     if fitter.catch_all is not None and not (rules and rules[-1]["when"] == "True"):
-        values = [(fitter.tab.ratio[(s, fitter.catch_all)], s) for s in fitter.tab.shapes]
-        geo = math.exp(sum(math.log(v) for v, _ in values) / len(values))
-        low, where = min(values)
+        geo, low, where = _stats(fitter, Leaf([], list(fitter.tab.shapes), fitter.catch_all, 0.0))
         rules.append(_rule("True", fitter.catch_all,
                            f"{evidence}: ran at all {len(fitter.tab.shapes)} shapes, geomean "
                            f"{geo:.3f}x (min {low:.3f}x at {'x'.join(map(str, where))})"))
@@ -303,8 +301,12 @@ def guard_of(kernel_cfg: dict) -> str | None:
         return {node.id for node in ast.walk(ast.parse(expr, mode="eval"))
                 if isinstance(node, ast.Name)}
 
-    parts = [str(c["rule"]) for c in kernel_cfg.get("size_constraints") or []
-             if names(str(c["rule"])) <= {"m", "n", "k", "min", "max", "ceil_div"}]
+    return conjunction([str(c["rule"]) for c in kernel_cfg.get("size_constraints") or []
+                        if names(str(c["rule"])) <= {"m", "n", "k", "min", "max", "ceil_div"}])
+
+
+def conjunction(parts: list[str]) -> str | None:
+    """`parts` joined by `and` (each in parentheses when there are several); None for none."""
     return " and ".join(f"({p})" if len(parts) > 1 else p for p in parts) or None
 
 

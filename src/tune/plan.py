@@ -28,6 +28,7 @@ from src.errors import ConfigError
 from src.job.problem import Problem
 from src.paths import CONF_DIR
 from src.tune import distribution
+from src.tune.fit import holds
 from src.tune import space as tune
 
 SETTINGS_FILE = CONF_DIR / "tuning" / "dispatch.yaml"
@@ -137,12 +138,6 @@ def measured_where(settings: dict) -> dict[str, str]:
     return {k: str(v["when"]) for k, v in (settings.get("measured_where") or {}).items()}
 
 
-def holds_at(expr: str, dims: tuple[int, int, int]) -> bool:
-    from src.tune.fit import holds
-
-    return holds(expr, dims)
-
-
 def candidate_config(kernel: str, precision: str) -> dict:
     """The kernel's config as a sweep of it composes it, in the dispatcher's precision."""
     from src.job.config import kernel_config
@@ -160,7 +155,7 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
     runnable = set()
     where = measured_where(settings).get(kernel)
     for shape in shapes:
-        if where and not holds_at(where, shape.dims):
+        if where and not holds(where, shape.dims):
             sweep.skipped[f"measured_where: {where}"] += 1
             continue
         pruning = tune.prune(cfg, listed, Problem(*shape.dims, settings["alpha"],

@@ -116,6 +116,35 @@ def test_every_run_on_one_side_keeps_the_verdict_and_the_median_run_is_published
     assert _row(progression_frame(records + slower), first.kernel, first.m).verdict == "tie"
 
 
+def test_each_figure_comes_from_its_own_median_run(published):
+    """Three runs whose GFLOP/s, % of cuBLAS and % of the stronger cuBLAS rank differently (a TF32
+    row under the power cap: its GFLOP/s and its baseline's move together; cuBLASLt autotuned moves
+    on its own): each published figure is its own median run's, and each % stays its run's ratio."""
+    _, records = published
+    first = next(r for r in records if r.kernel == "20_wgmma_tf32" and r.m == 4096
+                 and r.pct_of_best_cublas is not None)
+    runs = []
+    # (GFLOP/s, % of cuBLAS, % of the stronger cuBLAS): the medians are in three different runs
+    for number, (gflops, pct, best) in enumerate([(354e3, 100.6, 95.0), (380e3, 99.6, 99.9),
+                                                  (368e3, 99.9, 101.0)], start=1):
+        r = _replicate(first, number, pct, pct - 0.2, pct + 0.2, f"h{number}")
+        r.gflops, r.baseline_gflops = gflops, gflops / (pct / 100)
+        r.pct_of_best_cublas, r.cublaslt_gflops = best, gflops / (best / 100)
+        r.pct_best_ci_low, r.pct_best_ci_high = best - 0.2, best + 0.2
+        r.verdict_best = verdict((best - 0.2) / 100, (best + 0.2) / 100)
+        runs.append(r)
+    others = [r for r in records if not (r.kernel == first.kernel and r.m == first.m)]
+    row = _row(progression_frame(others + runs), first.kernel, first.m)
+    assert row.replicates == 3
+    assert row.gflops == 368e3                                     # the median GFLOP/s: run 3
+    assert row.pct_of_cublas_tf32 == 99.9                          # the median %: run 3 too
+    assert row.pct_of_best_cublas == 99.9                          # the median vs best: run 2
+    assert row.cublaslt_gflops == round(380e3 / 0.999, 1)          # run 2's own cuBLASLt figure
+    assert row.baseline_gflops == round(368e3 / 0.999, 1)          # run 3's own cuBLAS figure
+    assert (row.gflops_min, row.gflops_max) == (354e3, 380e3)
+    assert row.verdict_best == "tie"                               # the runs' intervals disagree
+
+
 def test_cublas_rows_show_the_spread_of_their_own_figure(published):
     """cuBLAS TF32 at 1024 moved 8.4% between two runs: its row publishes the median run's
     GFLOP/s (the lower of two) and the range."""

@@ -65,34 +65,36 @@ def published_rows(records: list[Record]) -> list[tuple[str, Row]]:
 def progression_frame(records: list[Record]) -> pd.DataFrame:
     """One row per kernel (label) and size, in table order: CONTRACT_COLUMNS, then `backend`,
     `alpha`, `beta` and `size` for the steps that need them (plots). A row's figures are its
-    median run's; `verdict` / `verdict_best` hold for every run (replicates.py)."""
+    median runs' (replicates.py: GFLOP/s, % of cuBLAS and % of the stronger cuBLAS each its own);
+    `verdict` / `verdict_best` hold for every run."""
     rows = []
     for label, row in published_rows(records):
-        r = row.record
+        r, b = row.record, row.against_best
         pct, best = row.pct, row.best
         rows.append({
             "kernel": label, "precision": r.precision, "math": math_units.of_record(r),
             "m": r.m, "n": r.n, "k": r.k,
-            "gflops": _round(r.gflops, 1) if r.ok else None,
+            "gflops": _round(row.gflops, 1) if r.ok else None,
             "pct_of_cublas_fp32": _round(r.pct_of_cublas_fp32, 2) if r.ok else None,
             "pct_of_cublas_tf32": _round(r.pct_of_cublas_tf32, 2) if r.ok else None,
             "rel_err": None if r.rel_err is None else float(f"{r.rel_err:.3e}"),
             "status": r.status, "gpu": r.gpu,
             # the paired comparison: the baseline timed interleaved in the same job (pct = gflops /
-            # baseline_gflops exactly), the 95% interval of pct and the verdict (tie unless every
-            # run's interval excludes 100 on the same side)
+            # baseline_gflops exactly in a row of one run; else each figure its own median run's),
+            # the 95% interval of pct and the verdict (tie unless every run's interval excludes
+            # 100 on the same side)
             "baseline_gflops": _round(r.baseline_gflops, 1) if r.ok else None,
             "pct_ci_low": _round(r.pct_ci_low, 2) if r.ok else None,
             "pct_ci_high": _round(r.pct_ci_high, 2) if r.ok else None,
             "verdict": (pct.verdict if pct else r.verdict) if r.ok else None,
             # against the stronger of cuBLAS's default and cuBLASLt autotuned for the shape
-            # (bench.best_cublas), paired in the same rounds
-            "best_cublas": r.best_cublas if r.ok else None,
-            "cublaslt_gflops": _round(r.cublaslt_gflops, 1) if r.ok else None,
-            "pct_of_best_cublas": _round(r.pct_of_best_cublas, 2) if r.ok else None,
-            "pct_best_ci_low": _round(r.pct_best_ci_low, 2) if r.ok else None,
-            "pct_best_ci_high": _round(r.pct_best_ci_high, 2) if r.ok else None,
-            "verdict_best": (best.verdict if best else r.verdict_best) if r.ok else None,
+            # (bench.best_cublas), paired in the same rounds: the median run of that %
+            "best_cublas": b.best_cublas if r.ok else None,
+            "cublaslt_gflops": _round(b.cublaslt_gflops, 1) if r.ok else None,
+            "pct_of_best_cublas": _round(b.pct_of_best_cublas, 2) if r.ok else None,
+            "pct_best_ci_low": _round(b.pct_best_ci_low, 2) if r.ok else None,
+            "pct_best_ci_high": _round(b.pct_best_ci_high, 2) if r.ok else None,
+            "verdict_best": (best.verdict if best else b.verdict_best) if r.ok else None,
             "replicates": row.replicates, "machines": row.machines if r.ok else None,
             "pct_min": _round(pct.low, 2) if pct else None,
             "pct_max": _round(pct.high, 2) if pct else None,
@@ -189,7 +191,7 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None,
         lines += _against_peers(rows)
         return "\n".join(lines) + "\n"
     lines += ["", summary_table(shown, rows=by_cell).to_markdown(disable_numparse=True), "",
-              textwrap.fill(f"{SHORT_TABLE_NOTE} Replicated rows show the median run; the paired "
+              textwrap.fill(f"{SHORT_TABLE_NOTE} Replicated rows show each figure's median run; the paired "
                             f"cuBLAS figures, 95% intervals, the runs' range, verdicts and the "
                             f"stronger cuBLAS: {WIDE_FILE}.", PROSE_WIDTH)]
     lines += _against_peers(rows)
@@ -220,7 +222,8 @@ def _replicates_line(rows: list[tuple[str, Row]]) -> str:
         which = (f"{len(repeated)} rows were measured in independent runs (separate processes, "
                  f"fresh inputs; on up to {machines} machine(s)): {', '.join(repeated)}. "
                  if repeated else "Every row is one run: no row was replicated. ")
-    return (which + "A replicated row shows its median run's figures, the runs' range of % and "
+    return (which + "A replicated row shows each figure's median run (GFLOP/s, % of cuBLAS with its "
+            "run's cuBLAS figure, % of the stronger cuBLAS), the runs' range of % and "
             "the union of their intervals; it is faster / slower only when every run's interval "
             "is on that side of 100%, else a tie. A row of one run says \"(1 run)\".")
 
@@ -254,7 +257,7 @@ def _against_best(rows: list[tuple[str, Row]]) -> list[str]:
     sizes = sorted({row.record.size_label for _, row in mine}, key=size_key)
     cells: dict[str, dict[str, str]] = {}
     for label, row in mine:
-        r, best = row.record, row.best
+        r, best = row.against_best, row.best
         which = "cuBLASLt autotuned" if "cublaslt" in (r.best_cublas or "") else "cuBLAS default"
         if best is not None and row.replicates > 1:
             text = (f"{r.pct_of_best_cublas:.1f}%, {row.replicates} runs {best.low:.1f}–"

@@ -86,10 +86,11 @@ def _pct_cell(r: Record) -> str:
 
 
 def _replicated_cells(r: Record, row) -> tuple[str, str]:
-    """GFLOP/s and % cells of a published row (replicates.Row): the median run's figures, and
-    beside them the number of runs, their range, and a verdict that holds for every run."""
+    """GFLOP/s and % cells of a published row (replicates.Row): each figure's median run (the
+    % with its run's cuBLAS figure), and beside them the number of runs, their range, and a
+    verdict that holds for every run."""
     runs = row.replicates
-    gflops = f"{r.gflops:,.1f}"
+    gflops = f"{row.gflops:,.1f}"
     if runs > 1:
         low, high = min(x.gflops for x in row.runs), max(x.gflops for x in row.runs)
         gflops += f" ({runs} runs {low:,.0f}–{high:,.0f})"
@@ -105,12 +106,13 @@ def _replicated_cells(r: Record, row) -> tuple[str, str]:
                     f"[{spread.ci_low:.1f}, {spread.ci_high:.1f}] {spread.verdict}")
 
 
-def _short_cell(r: Record) -> str:
-    """'GFLOP/s  %': the terminal-wide table's cell, % of cuBLAS in the kernel's precision."""
+def _short_cell(r: Record, gflops: float | None = None) -> str:
+    """'GFLOP/s  %': the terminal-wide table's cell, % of cuBLAS in the kernel's precision
+    (`gflops`: a replicated row's median GFLOP/s, else the record's)."""
     paired = r.pct_ci_low is not None and r.baseline_gflops and r.backend != "cublas"
     own = r.pct_of_cublas if paired else (
         r.pct_of_cublas_tf32 if r.precision == "tf32" else r.pct_of_cublas_fp32)
-    return f"{r.gflops:,.0f}" + ("" if own is None else f" {own:.0f}%")
+    return f"{r.gflops if gflops is None else gflops:,.0f}" + ("" if own is None else f" {own:.0f}%")
 
 
 def summary_table(records: list[Record], wide: bool = False,
@@ -139,7 +141,7 @@ def summary_table(records: list[Record], wide: bool = False,
                 gf.append(r.status), pct.append(""), short.append(r.status)
             elif rows is not None and (kernel, size) in rows:
                 g, p = _replicated_cells(r, rows[kernel, size])
-                gf.append(g), pct.append(p), short.append(_short_cell(r))
+                gf.append(g), pct.append(p), short.append(_short_cell(r, rows[kernel, size].gflops))
             else:
                 gf.append(f"{r.gflops:,.1f}")
                 pct.append(_pct_cell(r))

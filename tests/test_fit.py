@@ -309,3 +309,18 @@ def test_a_class_that_chooses_a_guarded_kernel_sends_its_other_shapes_to_their_o
         ("min(m, n) <= 32", "gemm_ffma_skinny", SKINNY), ("True", "gemm_tf32", BIG)]
     assert choose(rules, (3000, 2048, 1024)).params == json.loads(BIG)
     assert all(r["why"].startswith(EVIDENCE) and "\n" not in r["why"] for r in rules)
+
+
+def test_explain_without_a_gpu_or_gpu_option_says_to_name_the_spec(monkeypatch, capsys):
+    """explain reads files only: where no GPU is detected, the error says to pass --gpu."""
+    from src.cli import main as cli
+    from src.errors import NoGPU
+    from src.tune import command
+
+    def no_gpu():
+        raise NoGPU("no NVIDIA driver on this machine.")
+
+    monkeypatch.setattr(command, "detected_spec", no_gpu)
+    assert cli(["explain", "3000x2000x900"]) == 1
+    err = capsys.readouterr().err
+    assert "no NVIDIA driver" in err and "name the GPU spec with --gpu" in err

@@ -60,7 +60,7 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
 
 
 def main(argv: list[str]) -> int:
-    from src.errors import LabError
+    from src.errors import LabError, NoGPU
     from src.job.shapes import parse
     from src.job.training import evidence_path, read
     from src.tune.command import detected_spec
@@ -75,7 +75,11 @@ def main(argv: list[str]) -> int:
     if dims is None:
         parser.error(f"shape must be MxNxK, three positive integers joined by x (got {args.shape!r})")
     try:
-        gpu_spec = args.gpu or detected_spec()
+        try:
+            gpu_spec = args.gpu or detected_spec()
+        except NoGPU as exc:  # explain reads files only: a machine without a GPU names the spec
+            raise NoGPU(f"{exc} `sgemm-lab explain` reads files only: name the GPU spec with --gpu "
+                        f"(a conf/gpu/ file, e.g. --gpu h100_sxm).") from exc
         path = args.csv or evidence_path(gpu_spec)
         rows = read(path) if path.is_file() else None
         print(report(dims, gpu_spec, args.precision, rows, str(path)), end="")

@@ -173,9 +173,11 @@ def markdown(records: list[Record], runs: pd.DataFrame, ceilings: dict | None,
                  "GFLOP/s = 2·M·N·K / median time; % cuBLAS: against cuBLAS in the kernel's precision "
                  "(FP32 for the FFMA and 3xTF32 kernels, TF32 for the TF32 ones), timed interleaved "
                  "with the kernel in the same job (A B A B ..., the L2 flushed before each launch): the cell names that cuBLAS "
-                 "GFLOP/s, so % is exactly the ratio of the two figures, with its 95% bootstrap "
-                 "interval over the paired samples; faster / slower only when the interval "
-                 "excludes 100%, else a tie. The cuBLAS rows are cuBLAS's own jobs.")
+                 "GFLOP/s, so % is exactly the ratio of one run's kernel and cuBLAS figures (in a "
+                 "replicated row, the run whose % is the median; its GFLOP/s cell is the run whose "
+                 "GFLOP/s is the median), with its 95% bootstrap interval over the paired samples; "
+                 "faster / slower only when the interval excludes 100%, else a tie. The cuBLAS rows "
+                 "are cuBLAS's own jobs.")
     if (line := _ceilings_line(ceilings)) is not None:
         lines.append(line)
     rows = published_rows(records)

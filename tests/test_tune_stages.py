@@ -287,3 +287,26 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
     out = capsys.readouterr().out
     assert "the survivors of the screen" in out and "at most" not in out
     assert f"{sum(s.jobs for s in staged.sweeps) + sum(s.jobs for s in staged.stage2)} jobs" in out
+
+
+def test_a_capped_kernel_keeps_its_winners_then_the_closest_near_misses():
+    """SYNTHETIC: seven variants of one kernel all within the margin at two screening shapes;
+    `max_survivors: 4` keeps the two that were best at a shape, then the two closest others
+    (by their best ratio, then their geomean over the screen); an uncapped kernel keeps all."""
+    s1, s2 = (64, 64, 64), (128, 32, 4096)
+    tf = "best_tf32"
+    ratios = {"A": (1.00, 0.980), "B": (0.985, 1.00), "C": (0.995, 0.980), "D": (0.975, 0.995),
+              "E": (0.990, 0.990), "F": (0.990, 0.972), "G": (0.995, 0.971)}
+    rows = [row(tf, "gemm_tf32", P[name], shape, value)
+            for name, values in ratios.items() for shape, value in zip((s1, s2), values)]
+    capped = settings(margin=0.03)
+    capped["screen"]["max_survivors"] = {"gemm_tf32": 4}
+    kept = screen.survivors(rows, capped, GUARDS)[("best_tf32", "gemm_tf32")]
+    # winners A, B; then C, D and G share the best ratio 0.995 and their geomean orders them
+    # (C 0.987, D 0.985, G 0.983); E and F (0.990) come after
+    assert kept == {P["A"], P["B"], P["C"], P["D"]}
+    shuffled = rows[:]
+    random.Random(3).shuffle(shuffled)
+    assert screen.survivors(shuffled, capped, GUARDS)[("best_tf32", "gemm_tf32")] == kept
+    assert screen.survivors(rows, settings(margin=0.03), GUARDS)[("best_tf32", "gemm_tf32")] \
+        == {P[name] for name in ratios}

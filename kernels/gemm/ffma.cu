@@ -7,7 +7,7 @@
 // - K slices from the shape at run time (grid.y, from conf/kernel/gemm_ffma.yaml's rule: about
 //   blocks_per_sm blocks per SM, each slice at least min_slice_k long), not a compile-time
 //   split: one build serves every K, and a tiny product is one block per tile, one launch, no
-//   workspace. The last slice to arrive adds the partials in K order (split_k.cuh), so the
+//   workspace. The last slice to arrive adds the partials in K order (grid_slices.cuh), so the
 //   result does not depend on the order the slices finish in.
 // - A plain multistage pipeline: STAGES - 1 k tiles in flight from the start (a tiny K is one
 //   memory round trip), one register set of fragments per k (ptxas schedules the LDS.128s of
@@ -26,7 +26,7 @@
 //   thread tile TM x TN as (TM / 4) x (TN / 4) float4 groups (ffma_thread_tile.cuh)
 #include "../include/common.cuh"
 #include "../include/cp_async.cuh"
-#include "../include/split_k.cuh"
+#include "../include/grid_slices.cuh"
 #include "../include/ffma_stage.cuh"
 #include "../include/ffma_thread_tile.cuh"
 #include "../include/tile_store.cuh"
@@ -48,14 +48,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   static_assert(THREADS == 32 * (BM / WM) * (BN / WN), "one warp per warp tile");
   extern __shared__ __align__(16) float smem[];
 
-  // The tile: row-major over C's tiles (a small C has few; nothing to gain from a grouped order).
-  const int tiles_n = CEIL_DIV(N, BN);
-  const int tile = blockIdx.x, slice = blockIdx.y, slices = gridDim.y;
-  const int block_row = (tile / tiles_n) * BM, block_col = (tile % tiles_n) * BN;
-  // The slice's k tiles: an equal share of K's, the last slices shorter (or empty: a zero part).
-  const int k_tiles_all = CEIL_DIV(K, BK), per_slice = CEIL_DIV(k_tiles_all, slices);
-  const int kt0 = slice * per_slice;
-  const int k_tiles = max(0, min(per_slice, k_tiles_all - kt0));
+  const GridSlice at = grid_slice<BM, BN, BK>(N, K);  // the tile (grid.x), the K slice (grid.y)
+  const int block_row = at.block_row, block_col = at.block_col, kt0 = at.kt0, k_tiles = at.k_tiles;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m = (warp / (BN / WN)) * WM, warp_n = (warp % (BN / WN)) * WN;
@@ -133,15 +127,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                                        &c_old[g * 4 + e][h * 4], alpha, beta);
     return;
   }
-  // K slices: [slices][tiles][BM * BN] partials, then a ticket a tile; the last to arrive adds.
-  if (gridDim.y > 1) {  // grid-wide values read again here, not held across the K loop
-    const int tiles = gridDim.x;
-    int* tickets = reinterpret_cast<int*>(workspace + (size_t)gridDim.y * tiles * BM * BN);
-    auto slot = [&](int s) { return workspace + ((size_t)s * tiles + blockIdx.x) * BM * BN; };
-    if (!reduce_partial_tile<BM, BN, 0>(slot, gridDim.y, blockIdx.y, &tickets[blockIdx.x],
-                                        for_each_fragment))
-      return;
-  }
+  if (!add_up_grid_slices<BM, BN>(workspace, for_each_fragment)) return;  // K slices: the last adds
   for_each_fragment([&](int tile_row, int tile_col, float* v) {
     store_axpby_group<VEC>(C, M, N, block_row + tile_row, block_col + tile_col, v, alpha, beta);
   });

@@ -433,6 +433,18 @@ def test_3xtf32_prepass_builds_with_nvrtc_as_the_runner_does(tmp_path):
     assert open(prepass.path, "rb").read(4) == b"\x7fELF"
 
 
+def built_without_spills(kernel: str, shape, params: dict) -> KernelSpec:
+    """A library kernel at `shape` with `params` over its defaults (alpha 0.5, beta 3), built for
+    sm_90 offline: asserts no spill and no stack; the spec it built."""
+    cfg = OmegaConf.load(CONF_DIR / "kernel" / f"{kernel}.yaml")
+    for name, value in params.items():
+        cfg.params[name] = value
+    spec = build_spec(cfg, Problem(*shape, 0.5, 3.0), limits_from_spec("h100_sxm"))
+    report = compile_offline(spec, "sm_90")
+    assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
+    return spec
+
+
 @needs_nvcc
 @pytest.mark.parametrize("shape,params,slices", [
     ((57, 38, 46), {}, 1),                                                        # 64 x 64, one block
@@ -451,14 +463,30 @@ def test_ffma_library_kernel_builds_without_spills(shape, params, slices):
     B copies and with K slices: no spills (8 x 8 accumulators and one k's fragments; the K-slice
     epilogue reads the grid's size again rather than holding it across the K loop, which spilled
     4-8 bytes in some tiles)."""
-    cfg = OmegaConf.load(CONF_DIR / "kernel" / "gemm_ffma.yaml")
-    for name, value in params.items():
-        cfg.params[name] = value
-    spec = build_spec(cfg, Problem(*shape, 0.5, 3.0), limits_from_spec("h100_sxm"))
-    report = compile_offline(spec, "sm_90")
-    assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
+    spec = built_without_spills("gemm_ffma", shape, params)
     # K slices: about blocks_per_sm (2) blocks a SM on the H100's 132, none shorter than 256
     assert spec.grid == (spec.derived["tiles"], slices)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params,slices", [
+    ((57, 38, 46), {}, 1),                                                       # 64 x 64, one block, 4-byte copies
+    ((11048, 27, 3851), {"bm": 128, "bn": 32}, 4),                               # 4-byte A and B, K slices
+    ((22, 3087, 9792), {"bm": 32, "bn": 128}, 11),                               # 16-byte A, 4-byte B
+    ((4096, 4096, 4096), {"bm": 128, "bn": 128, "wm": 64}, 1),                   # the largest tile, 8 warps
+    ((1000, 997, 333), {"bm": 32, "bn": 64, "wm": 16, "bk": 16}, 1),             # bk 16
+    ((130, 258, 100003), {"stages": 6}, 18),                                     # long K, many slices
+], ids=["64x64-vec1", "128x32-vec1", "32x128-k-slices", "128x128", "32x64-bk16", "64x64-long-k"])
+def test_mma_tf32_library_kernel_builds_without_spills(shape, params, slices):
+    """gemm_mma_tf32 from a one-block product to its largest tile, with 16- and 4-byte copies of
+    each operand and with K slices: no spills, and the C tile of the epilogue fits in the
+    pipeline's shared memory (or the memory is sized for it)."""
+    spec = built_without_spills("gemm_mma_tf32", shape, params)
+    assert spec.grid == (spec.derived["tiles"], slices)
+    p = spec.params
+    assert spec.dynamic_smem_bytes >= 4 * p["bm"] * (p["bn"] + 4)   # the epilogue's C tile
+    assert spec.derived["vec_a"] == (4 if shape[2] % 4 == 0 else 1)
+    assert spec.derived["vec"] == (4 if shape[1] % 4 == 0 else 1)
 
 
 @needs_nvcc

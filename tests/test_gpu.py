@@ -387,6 +387,29 @@ def test_ffma_library_kernel_any_shape_alpha_beta(compose, params, shape):
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
 
 
+MMA_TF32_TILES = [{}, {"bm": 128, "bn": 32}, {"bm": 32, "bn": 128}, {"bm": 32, "bn": 64, "wm": 16, "bk": 16},
+                  {"bm": 128, "bn": 128, "wm": 64}]
+
+
+@pytest.mark.chapter("gemm_mma_tf32")
+@pytest.mark.parametrize("params", MMA_TF32_TILES, ids=["64x64", "128x32", "32x128", "32x64-bk16", "128x128"])
+@pytest.mark.parametrize("shape", [pytest.param((57, 38, 46), marks=pytest.mark.smoke), (1, 1, 1),
+                                   (119, 119, 119), (11048, 27, 3851), (22, 3087, 9792),
+                                   pytest.param((1000, 997, 333), marks=pytest.mark.smoke),
+                                   (4096, 64, 4096), (130, 258, 100003), (512, 512, 512)])
+def test_mma_tf32_library_kernel_any_shape_alpha_beta(compose, params, shape):
+    """gemm_mma_tf32: one block (57 x 38 x 46, 1 x 1 x 1), edge tiles (119^3), K or N not a
+    multiple of 4 (4-byte copies of A or B, scalar stores), K cut into slices that the last to
+    arrive adds up (11048 x 27 x 3851, 22 x 3087 x 9792, K = 100003), aligned (512^3): verified
+    at the TF32 tolerance with alpha and beta, its timed launches too."""
+    m, n, k = shape
+    record = run_job(compose("kernel=gemm_mma_tf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *QUICK, *pinned_inputs(shape),
+                             "use_tuned=false", *[f"kernel.params.{p}={v}" for p, v in params.items()]))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+
+
 @pytest.mark.chapter("gemm_ffma_skinny")
 def test_exactly_48_kib_of_dynamic_shared_memory_beside_a_static_ticket_launches(compose):
     """The first H100 tune's failed_launch: 4 warps, few rows at width 32 with single-float loads

@@ -357,6 +357,17 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
 
 
+def assert_verified_with_tile(compose, kernel: str, params: dict, shape) -> None:
+    """A library kernel with `params` over its defaults (not its tuned values) at `shape`, alpha
+    0.5 and beta 3: ok, and every verification (sampled, timed, fresh inputs) in tolerance."""
+    m, n, k = shape
+    record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *QUICK, *pinned_inputs(shape),
+                             "use_tuned=false", *[f"kernel.params.{p}={v}" for p, v in params.items()]))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+
+
 FFMA_TILES = [{}, {"bm": 32, "bn": 32, "wm": 32, "wn": 32, "tn": 4, "bk": 32},
               {"bm": 128, "bn": 32, "wm": 32, "wn": 32, "tn": 4, "blocks_per_sm": 4},
               {"bm": 32, "bn": 128, "wm": 32, "wn": 64, "bk": 32},
@@ -379,12 +390,7 @@ def test_ffma_library_kernel_any_shape_alpha_beta(compose, params, shape):
     (119^3), N not a multiple of 4 (4-byte B copies and scalar stores), K cut into slices that
     the last to arrive adds up (11048 x 27 x 3851, 22 x 3087 x 9792, K = 100003): verified with
     alpha and beta, its timed launches too."""
-    m, n, k = shape
-    record = run_job(compose("kernel=gemm_ffma", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
-                             "beta=3.0", *QUICK, *pinned_inputs(shape),
-                             "use_tuned=false", *[f"kernel.params.{p}={v}" for p, v in params.items()]))
-    assert record.status == "ok", record.error
-    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert_verified_with_tile(compose, "gemm_ffma", params, shape)
 
 
 MMA_TF32_TILES = [{}, {"bm": 128, "bn": 32}, {"bm": 32, "bn": 128}, {"bm": 32, "bn": 64, "wm": 16, "bk": 16},
@@ -402,12 +408,7 @@ def test_mma_tf32_library_kernel_any_shape_alpha_beta(compose, params, shape):
     multiple of 4 (4-byte copies of A or B, scalar stores), K cut into slices that the last to
     arrive adds up (11048 x 27 x 3851, 22 x 3087 x 9792, K = 100003), aligned (512^3): verified
     at the TF32 tolerance with alpha and beta, its timed launches too."""
-    m, n, k = shape
-    record = run_job(compose("kernel=gemm_mma_tf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
-                             "beta=3.0", *QUICK, *pinned_inputs(shape),
-                             "use_tuned=false", *[f"kernel.params.{p}={v}" for p, v in params.items()]))
-    assert record.status == "ok", record.error
-    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert_verified_with_tile(compose, "gemm_mma_tf32", params, shape)
 
 
 @pytest.mark.chapter("gemm_ffma_skinny")

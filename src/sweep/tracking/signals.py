@@ -9,6 +9,7 @@ runs without an interrupt, e.g. ending a run FAILED)."""
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -49,17 +50,37 @@ def _on_signal(signum, frame):
     raise Terminated(f"terminated by signal {signum} (SIGTERM)")
 
 
+def _quiet_lost_interrupt(unraisable) -> None:
+    """sys.unraisablehook: our handler's exception raised where Python cannot raise it (a
+    weakref callback or __del__ run by the garbage collector; measured in the soak: SQLAlchemy's
+    class registry) is lost there, and Python would print its traceback. The interrupt is
+    remembered (raise_if_interrupted stops the sweep before its next job), so one line says so;
+    every other unraisable exception goes to the hook that was there before."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _interrupted:
+        name = "SIGINT (Ctrl-C)" if _signal_seen == signal.SIGINT else "SIGTERM"
+        print(f"interrupted ({name}) while the garbage collector ran a cleanup, which drops "
+              "exceptions: the sweep stops before its next job, if it has one", file=sys.stderr)
+        return
+    _previous_unraisablehook(unraisable)
+
+
+_previous_unraisablehook = sys.unraisablehook
+
+
 def install_signal_handlers() -> bool:
     """While runs are open: SIGTERM raises Terminated, and both it and Ctrl-C mark the process
     interrupted. Signals that something else (a launcher) already handles are left alone, and so
     is everything outside the main thread. True if installed (undo: restore_signal_handlers)."""
     if not _main_thread():
         return False
+    global _previous_unraisablehook
     installed = False
     for signum, default in _DEFAULT_HANDLERS.items():
         if signal.getsignal(signum) is default:
             signal.signal(signum, _on_signal)
             installed = True
+    if installed and sys.unraisablehook is not _quiet_lost_interrupt:
+        _previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _quiet_lost_interrupt
     return installed
 
 
@@ -86,6 +107,8 @@ def reset() -> None:
     global _signal_seen
     _ignoring = _interrupted = False
     _signal_seen = None
+    if sys.unraisablehook is _quiet_lost_interrupt:
+        sys.unraisablehook = _previous_unraisablehook
 
 
 @contextmanager

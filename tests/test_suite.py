@@ -129,6 +129,25 @@ def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
                                                    f"4095x4097x333 on a100)")
 
 
+@pytest.mark.parametrize("gpu", ["gh200", "h100_pcie"])
+def test_an_untuned_hopper_gpu_borrows_the_h100s_rules_and_explain_says_so(compose, gpu, capsys):
+    """The GH200 and the H100 PCIe are the H100 SXM's processor: their tuned files take its rules
+    (the sm_90a kernels, not chapter 17's fallback), and explain says the rules were not fitted on
+    them; the H100 SXM's own rules are not reported as borrowed."""
+    from src.cli import main as cli
+
+    for kernel, library in (("best_fp32", "gemm_3xtf32"), ("best_tf32", "gemm_tf32")):
+        prepared = prepare(compose(f"kernel={kernel}", f"gpu={gpu}", "shape=4095x4097x333"))
+        assert prepared.spec.name == library
+        assert prepared.dispatched.rule.startswith(f"conf/tuned/{gpu}.yaml: {kernel}[")
+        same_on_h100 = prepare(compose(f"kernel={kernel}", "gpu=h100_sxm", "shape=4095x4097x333"))
+        assert prepared.spec.entry == same_on_h100.spec.entry
+    for spec, borrowed in ((gpu, True), ("h100_sxm", False)):
+        assert cli(["explain", "4096x4096x4096", "--gpu", spec]) == 0
+        out = capsys.readouterr().out
+        assert (f"the rules are h100_sxm's, taken by conf/tuned/{spec}.yaml, not fitted" in out) is borrowed
+
+
 def test_the_chosen_kernel_takes_its_own_tuned_parameters(compose):
     # best_fp32 -> gemm_ffma_skinny (matrix-vector-like): K slices of 1024 for few columns up to 4096 rows; the
     # first loads issued before the small operand is staged only at width 1

@@ -36,6 +36,22 @@ def tuned_file(gpu_spec: str) -> Path:
     return TUNED_DIR / f"{gpu_spec}.yaml"
 
 
+def dispatch_borrowed_from(gpu_spec: str) -> str | None:
+    """The GPU spec whose dispatch rules this GPU's tuned file takes unmeasured: the file has no
+    `dispatch:` of its own and names another file in its `defaults` (conf/tuned/gh200.yaml takes
+    h100_sxm's). None where the file has its own rules, or there is no file."""
+    import yaml
+
+    path = tuned_file(gpu_spec)
+    if not path.is_file():
+        return None
+    raw = yaml.safe_load(path.read_text()) or {}
+    if "dispatch" in raw:
+        return None
+    parents = [d for d in raw.get("defaults") or [] if isinstance(d, str) and d != "_self_"]
+    return parents[0] if parents else None
+
+
 def lookup(kernel: str, gpu_spec: str, problem: Problem, explicit: set[str] = frozenset()) -> TunedChoice:
     """The tuned parameters for `kernel` on `gpu_spec` at this problem size (empty: none)."""
     path = tuned_file(gpu_spec)

@@ -32,9 +32,13 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
              f"  chosen by {choice.rule}"]
     if under.source and under.params:
         lines.append(f"  parameters not set by the rule from {under.source}")
+    borrowed = tuned.dispatch_borrowed_from(gpu_spec)
+    if borrowed is not None and choice.rule.startswith("conf/tuned/"):
+        lines.append(f"  the rules are {borrowed}'s, taken by conf/tuned/{gpu_spec}.yaml, not fitted to "
+                     f"measurements on {gpu_spec}: `sgemm-lab tune` there fits its own")
     if rows is None:
         lines.append(f"no evidence file {evidence_name}: no measured alternatives to show "
-                     f"(sgemm-lab tune on a {gpu_spec} writes it)")
+                     f"(`sgemm-lab tune` on {gpu_spec} writes it)")
         return "\n".join(lines) + "\n"
     def is_choice(row: dict) -> bool:  # the row's candidate is what the rule runs
         return row["kernel"] == choice.kernel and all(

@@ -33,7 +33,7 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
     if under.source and under.params:
         lines.append(f"  parameters not set by the rule from {under.source}")
     borrowed = tuned.dispatch_borrowed_from(gpu_spec)
-    if borrowed is not None and choice.rule.startswith("conf/tuned/"):
+    if borrowed is not None and choice.when is not None:  # a rule chose, not the default
         lines.append(f"  the rules are {borrowed}'s, taken by conf/tuned/{gpu_spec}.yaml, not fitted to "
                      f"measurements on {gpu_spec}: `sgemm-lab tune` there fits its own")
     if rows is None:

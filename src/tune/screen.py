@@ -13,7 +13,7 @@ Pure, deterministic: the same rows give the same survivors in any order.
 
 from __future__ import annotations
 
-import math
+import statistics
 
 from src.job.training import score
 from src.tune import fit
@@ -28,7 +28,7 @@ def _capped(close: dict[str, list[float]], cap: int | None) -> set[str]:
 
     def closeness(p: str) -> tuple:
         rel = close[p]
-        return (-max(rel), -math.exp(sum(map(math.log, rel)) / len(rel)), p)
+        return (-max(rel), -statistics.geometric_mean(rel), p)
 
     others = sorted((p for p in close if p not in winners), key=closeness)
     return winners | set(others[:max(0, cap - len(winners))])

@@ -310,3 +310,25 @@ def test_a_capped_kernel_keeps_its_winners_then_the_closest_near_misses():
     assert screen.survivors(shuffled, capped, GUARDS)[("best_tf32", "gemm_tf32")] == kept
     assert screen.survivors(rows, settings(margin=0.03), GUARDS)[("best_tf32", "gemm_tf32")] \
         == {P[name] for name in ratios}
+
+
+def test_a_kernel_named_in_own_best_sends_on_its_own_best_at_each_screening_shape():
+    """SYNTHETIC: gemm_tf32 wins both screening shapes; the skinny kernel's variants all trail it
+    by far more than the margin, so none would go on. `own_best: 1` sends the skinny kernel's
+    best at each shape (one a shape, two in all); `own_best: 2` its two best at each; other
+    kernels and dispatchers are untouched, and a kernel a dispatcher never ran adds nothing."""
+    s1, s2 = (8, 4096, 4096), (4096, 8, 512)
+    tf = "best_tf32"
+    skinny = {name: json.dumps({"warps": i}, sort_keys=True) for i, name in enumerate("VWXY")}
+    values = {"V": (0.50, 0.40), "W": (0.60, 0.30), "X": (0.55, 0.45), "Y": (0.20, 0.10)}
+    rows = [row(tf, "gemm_tf32", P["A"], s, 1.0) for s in (s1, s2)]
+    rows += [row(tf, "gemm_ffma_skinny", skinny[name], shape, value)
+             for name, pair in values.items() for shape, value in zip((s1, s2), pair)]
+    plain = screen.survivors(rows, settings(margin=0.03), GUARDS)
+    assert (tf, "gemm_ffma_skinny") not in plain
+    one = screen.survivors(rows, settings(margin=0.03, own_best={"gemm_ffma_skinny": 1}), GUARDS)
+    assert one[(tf, "gemm_ffma_skinny")] == {skinny["W"], skinny["X"]}  # best at s1, at s2
+    assert one[(tf, "gemm_tf32")] == plain[(tf, "gemm_tf32")]
+    two = screen.survivors(rows, settings(margin=0.03, own_best={"gemm_ffma_skinny": 2}), GUARDS)
+    assert two[(tf, "gemm_ffma_skinny")] == {skinny["W"], skinny["X"], skinny["V"]}
+    assert not any(d == "best_fp32" for d, _ in two)

@@ -8,7 +8,11 @@ screening shape), so that the fit keeps a candidate measured at every training s
 candidate that was the best at some screening shape survives, then the closest to the best
 (their best ratio to a screening shape's best, then their geomean of it over the screen), so a
 grid of many near-equal variants (small FFMA tiles at tiny shapes) does not multiply stage 2.
-Pure, deterministic: the same rows give the same survivors in any order.
+Where `screen.own_best` names a kernel, its own N best candidates at each screening shape go on
+as well, however far another kernel was ahead there: a kernel measured only where it might win
+(`measured_where`) is judged at few screening shapes, none perhaps of the class it was made for
+(gemm_mma_tf32: narrow, long-K, unaligned products), so its tiles reach stage 2 to be measured
+there. Pure, deterministic: the same rows give the same survivors in any order.
 """
 
 from __future__ import annotations
@@ -34,11 +38,21 @@ def _capped(close: dict[str, list[float]], cap: int | None) -> set[str]:
     return winners | set(others[:max(0, cap - len(winners))])
 
 
+def _own_best(scored: list[tuple[dict, float]], count: int) -> set[str]:
+    """The params keys of the `count` best of one kernel's candidates at each screening shape
+    (ties by the params key)."""
+    by_shape: dict[str, list[tuple[float, str]]] = {}
+    for r, value in scored:
+        by_shape.setdefault(r["shape"], []).append((-value, r["params"]))
+    return {p for ranked in by_shape.values() for _, p in sorted(ranked)[:count]}
+
+
 def survivors(rows: list[dict], settings: dict,
               guards: dict[str, str | None]) -> dict[tuple[str, str], set[str]]:
     """{(dispatcher, candidate kernel): the params keys (JSON, sorted keys) that survive}."""
     margin = float((settings.get("screen") or {}).get("margin", 0.0))
     caps = (settings.get("screen") or {}).get("max_survivors") or {}
+    own_best = (settings.get("screen") or {}).get("own_best") or {}
     out: dict[tuple[str, str], set[str]] = {}
     for dispatcher, entry in settings["dispatchers"].items():
         mine = [r for r in rows if r["dispatcher"] == dispatcher
@@ -57,6 +71,11 @@ def survivors(rows: list[dict], settings: dict,
             close = {p: rel for p, rel in by_params.items() if max(rel) >= 1 - margin}
             if close:
                 out.setdefault((dispatcher, kernel), set()).update(_capped(close, caps.get(kernel)))
+        for kernel, count in own_best.items():
+            own = _own_best([(r, v) for r, v in scored if r["kernel"] == kernel and v is not None],
+                            int(count))
+            if own:
+                out.setdefault((dispatcher, kernel), set()).update(own)
         if mine:
             catch_all = fit.Fitter(fit.table(mine, dispatcher), guards,
                                    settings.get("fit") or {}).catch_all

@@ -324,3 +324,54 @@ def test_explain_without_a_gpu_or_gpu_option_says_to_name_the_spec(monkeypatch, 
     assert cli(["explain", "3000x2000x900"]) == 1
     err = capsys.readouterr().err
     assert "no NVIDIA driver" in err and "name the GPU spec with --gpu" in err
+
+
+def test_nearest_choice_is_the_best_sum_over_the_nearest_shapes_among_what_runs_the_shape():
+    """SYNTHETIC: at 100^3 the two nearest training shapes are 64^3 and 128^3, where the small
+    tiles lead; unmeasured at one of them, the big tiles are the choice; the skinny kernel leads
+    everywhere but cannot run 100^3 (its guard), so it is never the choice there, and is at a
+    skinny shape."""
+    near, far, skinny = [(64, 64, 64), (128, 128, 128)], (4096, 4096, 4096), (8, 4096, 4096)
+    ratios = {BIG: (0.70, 0.80, 1.05, 0.5), SMALL: (1.00, 1.00, 0.80, 0.5), SKINNY: (2.0, 2.0, 2.0, 2.0)}
+    def rows_for(drop=None):
+        out = []
+        for params, values in ratios.items():
+            kernel = "gemm_ffma_skinny" if params == SKINNY else "gemm_tf32"
+            for (m, n, k), value in zip(near + [far, skinny], values):
+                if (params, (m, n, k)) != drop:
+                    out.append({"dispatcher": "best_tf32", "kernel": kernel, "params": params,
+                                "m": m, "n": n, "k": k, "status": "ok", "ratio_best": value})
+        return out
+    for drop, expected in ((None, SMALL), ((SMALL, near[1]), BIG)):
+        tab = fit.table(rows_for(drop), "best_tf32")
+        fitter = fit.Fitter(tab, GUARDS, SETTINGS)
+        choice = judge.nearest_choice(fitter, (100, 100, 100), tab.shapes, 2)
+        assert (choice.kernel, choice.params) == ("gemm_tf32", expected)
+    tab = fit.table(rows_for(), "best_tf32")
+    fitter = fit.Fitter(tab, GUARDS, SETTINGS)
+    assert judge.nearest_choice(fitter, (9, 4000, 4000), tab.shapes, 2).kernel == "gemm_ffma_skinny"
+
+
+def test_nearest_cross_validation_never_looks_at_the_left_out_fold():
+    """SYNTHETIC: candidate X is 2.0x at the shapes of fold 0 and 0.5x elsewhere, Y 1.0x
+    everywhere; one neighbour. A shape's choice is X exactly when its nearest shape in the OTHER
+    folds is of fold 0 (computed here by hand), so its figure is 2.0 nowhere in fold 0: had a
+    shape seen itself (distance 0), fold 0 would score 2.0 and the geomean would differ."""
+    from src.job.training import distance
+
+    rows = synthetic_rows()
+    shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows})
+    fold = {s: i % 5 for i, s in enumerate(shapes)}
+    x, y = json.dumps({"bm": 1}), json.dumps({"bm": 2})
+    ratio = {(s, x): 2.0 if fold[s] == 0 else 0.5 for s in shapes} | {(s, y): 1.0 for s in shapes}
+    rows = [{"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": p, "m": s[0], "n": s[1],
+             "k": s[2], "status": "ok", "ratio_best": v} for (s, p), v in ratio.items()]
+    expected = []
+    for s in shapes:
+        nearest = min((t for t in shapes if fold[t] != fold[s]), key=lambda t: (distance(t, s), t))
+        expected.append(ratio[(s, x if fold[nearest] == 0 else y)])
+    cv = judge.nearest_cross_validated(rows, GUARDS, SETTINGS, folds=5, count=1)["best_tf32"]
+    assert cv["shapes"] == 60 and cv["unmeasured"] == 0
+    assert 2.0 not in [v for s, v in zip(shapes, expected) if fold[s] == 0]
+    assert abs(cv["geomean"] - math.exp(sum(map(math.log, expected)) / 60)) < 1e-9
+    assert cv["min"] == min(expected)

@@ -79,6 +79,12 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
               f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "
               f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
               f"there", flush=True)
+    for dispatcher, cv in judge.nearest_cross_validated(rows, guards(settings),
+                                                        settings.get("fit") or {}).items():
+        print(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead (the same "
+              f"folds), geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']}; "
+              f"{cv['unmeasured']} of {cv['shapes']} shapes without a choice measured there",
+              flush=True)
     return dispatch
 
 

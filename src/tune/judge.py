@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import math
 
-from src.tune.fit import Candidate, holds, rules_for, table
+from src.job.training import distance
+from src.tune.fit import Candidate, Fitter, holds, rules_for, table
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -39,6 +40,50 @@ def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: d
         if figures:
             low = min(figures)
             out[dispatcher] = {"folds": folds, "shapes": len(whole.shapes), "unmeasured": unmeasured,
+                               "geomean": math.exp(sum(math.log(v) for v, _ in figures) / len(figures)),
+                               "min": low[0], "min_shape": "x".join(map(str, low[1]))}
+    return out
+
+
+def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
+                   count: int) -> Candidate | None:
+    """The candidate with the best sum of log ratios over the `count` shapes of `among` nearest to
+    `shape` (log2 distance, ties by the shape), among those measured at all of them that run
+    `shape` (their guard holds there); ties by the candidates' fixed order."""
+    near = sorted(among, key=lambda s: (distance(s, shape), s))[:count]
+    best = None
+    for c in fitter.tab.candidates:
+        if not fitter.inside(c, shape):
+            continue
+        total = fitter.total(c, near)
+        if total is not None and (best is None or total > best[1]):
+            best = (c, total)
+    return None if best is None else best[0]
+
+
+def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
+                            folds: int = 5, count: int = 4) -> dict[str, dict]:
+    """The other model, judged on the same folds as `cross_validated`: each left-out shape runs
+    `nearest_choice` over the other folds' shapes. Printed beside the tree's figures so that the
+    choice of model stays a measured one (docs/tuning.md)."""
+    out = {}
+    for dispatcher in sorted({r["dispatcher"] for r in rows}):
+        whole = table(rows, dispatcher)
+        fitter = Fitter(whole, guards, settings)
+        held = {s: i % folds for i, s in enumerate(whole.shapes)}
+        figures, unmeasured = [], 0
+        for shape in whole.shapes:
+            among = [s for s in whole.shapes if held[s] != held[shape]]
+            choice = nearest_choice(fitter, shape, among, count)
+            value = None if choice is None else whole.ratio.get((shape, choice))
+            if value is None:
+                unmeasured += 1
+            else:
+                figures.append((value, shape))
+        if figures:
+            low = min(figures)
+            out[dispatcher] = {"folds": folds, "count": count, "shapes": len(whole.shapes),
+                               "unmeasured": unmeasured,
                                "geomean": math.exp(sum(math.log(v) for v, _ in figures) / len(figures)),
                                "min": low[0], "min_shape": "x".join(map(str, low[1]))}
     return out

@@ -330,7 +330,7 @@ def test_nearest_choice_is_the_best_sum_over_the_nearest_shapes_among_what_runs_
     """SYNTHETIC: at 100^3 the two nearest training shapes are 64^3 and 128^3, where the small
     tiles lead; unmeasured at one of them, the big tiles are the choice; the skinny kernel leads
     everywhere but cannot run 100^3 (its guard), so it is never the choice there, and is at a
-    skinny shape."""
+    skinny shape. A training shape itself is its own only neighbour."""
     near, far, skinny = [(64, 64, 64), (128, 128, 128)], (4096, 4096, 4096), (8, 4096, 4096)
     ratios = {BIG: (0.70, 0.80, 1.05, 0.5), SMALL: (1.00, 1.00, 0.80, 0.5), SKINNY: (2.0, 2.0, 2.0, 2.0)}
     def rows_for(drop=None):
@@ -350,6 +350,15 @@ def test_nearest_choice_is_the_best_sum_over_the_nearest_shapes_among_what_runs_
     tab = fit.table(rows_for(), "best_tf32")
     fitter = fit.Fitter(tab, GUARDS, SETTINGS)
     assert judge.nearest_choice(fitter, (9, 4000, 4000), tab.shapes, 2).kernel == "gemm_ffma_skinny"
+    # a training shape is its own only neighbour: at 128^3 the small tiles lead (1.00 to 0.99),
+    # though the big ones would win its two nearest shapes together (0.99 x 1.5 at 64^3)
+    two = [{"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": p, "m": s[0], "n": s[1],
+            "k": s[2], "status": "ok", "ratio_best": v}
+           for p, values in ((BIG, (1.5, 0.99)), (SMALL, (1.0, 1.0))) for s, v in zip(near, values)]
+    tab = fit.table(two, "best_tf32")
+    fitter = fit.Fitter(tab, GUARDS, SETTINGS)
+    assert judge.nearest_choice(fitter, near[1], tab.shapes, 2).params == SMALL
+    assert judge.nearest_choice(fitter, (100, 100, 100), tab.shapes, 2).params == BIG
 
 
 def test_nearest_cross_validation_never_looks_at_the_left_out_fold():
@@ -375,3 +384,51 @@ def test_nearest_cross_validation_never_looks_at_the_left_out_fold():
     assert 2.0 not in [v for s, v in zip(shapes, expected) if fold[s] == 0]
     assert abs(cv["geomean"] - math.exp(sum(map(math.log, expected)) / 60)) < 1e-9
     assert cv["min"] == min(expected)
+
+
+def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(tmp_path, monkeypatch):
+    """SYNTHETIC evidence written to a file: with `fit.model: nearest` the fit writes the tuned
+    file's `nearest:` section (the evidence, 4 neighbours, the skinny kernel's guard), and the
+    runner's dispatch then takes, at a shape, the candidate nearest_choice takes over the
+    evidence (the rule text names the neighbours); a shape the skinny kernel cannot run never gets
+    it, and skinny training shapes do; with the tree model the section is removed again. An evidence file that is gone is a
+    ConfigError naming the rule."""
+    import src.job.dispatch as d
+    from src.job import training
+    from src.job.config import forget
+
+    csv_path = evidence.write(synthetic_rows(), tmp_path / "e.csv")
+    tuned = tmp_path / "t.yaml"
+    nearest = fit.nearest_model(str(csv_path), GUARDS, {**SETTINGS, "model": "nearest"})
+    assert nearest == {"evidence": str(csv_path), "count": 4,
+                       "guards": {"gemm_ffma_skinny": "min(m, n) <= 32"}}
+    fit.write(tuned, fit.fit(training.read(csv_path), GUARDS, SETTINGS, "e.csv"), "e.csv", nearest)
+    written = OmegaConf.to_container(OmegaConf.load(tuned))
+    assert written["nearest"] == nearest and written["dispatch"]["best_tf32"]
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: written)
+    cfg = {"name": "best_tf32", "default": "17_flagship"}
+    tab = training.table(training.read(csv_path), "best_tf32")
+    for shape in [(3000, 3000, 100), (100, 100, 4000), (20, 5000, 300), (33, 5000, 300)]:
+        got = dispatch.choose(cfg, "synthetic", Problem(*shape, 0.5, 3.0))
+        want, near, _ = training.nearest_choice(
+            tab, shape, tab.shapes, 4,
+            lambda c, s: c.kernel != "gemm_ffma_skinny" or min(s[0], s[1]) <= 32)
+        assert (got.kernel, json.dumps(got.params, sort_keys=True)) == (want.kernel, want.params)
+        assert got.when == d.NEAREST and "x".join(map(str, near[0])) in got.rule
+        if min(shape[:2]) > 32:
+            assert got.kernel != "gemm_ffma_skinny"
+    skinny = [s for s in tab.shapes if min(s[0], s[1]) <= 32]
+    assert any(dispatch.choose(cfg, "synthetic", Problem(*s, 0.5, 3.0)).kernel == "gemm_ffma_skinny"
+               for s in skinny)
+    fit.write(tuned, fit.fit(training.read(csv_path), GUARDS, SETTINGS, "e.csv"), "e.csv",
+              fit.nearest_model("e.csv", GUARDS, SETTINGS))
+    assert "nearest" not in OmegaConf.to_container(OmegaConf.load(tuned))
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {**written, "nearest": {
+        **nearest, "evidence": str(tmp_path / "gone.csv")}})
+    import pytest
+
+    from src.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="is not a file"):
+        dispatch.choose(cfg, "synthetic", Problem(64, 64, 64, 0.5, 3.0))
+    forget()

@@ -5,6 +5,18 @@ optionally, parameters over that chapter's own tuned size classes. A shape no ru
 GPU with no table) runs the dispatching config's `default`, a chapter that runs any M, N, K on
 any GPU the lab supports. The record says which rule chose what (`dispatch_rule`).
 
+A tuned file may instead name the nearest-neighbour model (written by `sgemm-lab tune` when
+conf/tuning/dispatch.yaml's `fit.model` is `nearest`; docs/tuning.md says why):
+
+    nearest:
+      evidence: results/tuning/h100_sxm.csv   # the tuner's measurements, read at run time
+      count: 4                                # neighbours
+      guards: {gemm_ffma_skinny: "min(m, n) <= 32"}   # where a candidate kernel may run
+
+A shape then runs the candidate with the best sum of log ratios to the stronger cuBLAS over its
+`count` nearest training shapes in log2(m, n, k), measured at all of them and allowed there by its
+guard (src/job/training.nearest_choice); the rules below it hold only where no candidate is.
+
     dispatch:
       best_fp32:
         - when: "m <= 64 or n <= 64"
@@ -15,12 +27,18 @@ any GPU the lab supports. The record says which rule chose what (`dispatch_rule`
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 
 from src.errors import ConfigError
 from src.job.config import tuned_config
 from src.job.problem import Problem
 from src.job.rules import first_rule, when_text
+from src.paths import ROOT
+
+NEAREST = "nearest"   # DispatchChoice.when of a choice the nearest-neighbour model made
 
 
 @dataclass(frozen=True)
@@ -40,10 +58,56 @@ def rules(kernel_cfg: dict, gpu_spec: str) -> list[dict]:
     return list(((tuned_config(gpu_spec) or {}).get("dispatch") or {}).get(str(kernel_cfg["name"])) or [])
 
 
+@lru_cache(maxsize=8)
+def _table(path: str, mtime: float, dispatcher: str):
+    from src.job import training
+
+    return training.table(training.read(Path(path)), dispatcher)
+
+
+def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None:
+    """The nearest-neighbour model's choice (the tuned file's `nearest:`), or None where the file
+    has none, its evidence holds no row of `name`, or no candidate is measured at all the
+    neighbours and allowed at the shape."""
+    from src.job import training
+
+    model = (tuned_config(gpu_spec) or {}).get("nearest")
+    if not model:
+        return None
+    where = f"conf/tuned/{gpu_spec}.yaml: nearest"
+    evidence = Path(str(model.get("evidence") or ""))
+    path = evidence if evidence.is_absolute() else ROOT / evidence
+    if not path.is_file():
+        raise ConfigError(f"{where}: evidence {evidence} is not a file (rule: the nearest-neighbour "
+                          f"dispatch reads the tuner's evidence, results/tuning/<gpu>.csv, which "
+                          f"`sgemm-lab tune` writes beside the tuned file).")
+    tab = _table(str(path), path.stat().st_mtime, name)
+    guards = dict(model.get("guards") or {})
+    count = int(model.get("count", 4))
+    shape = (problem.m, problem.n, problem.k)
+    names = {"m": problem.m, "n": problem.n, "k": problem.k}
+
+    def runs(candidate, _shape) -> bool:
+        guard = guards.get(candidate.kernel)
+        return not guard or first_rule([{"when": guard}], names, f"{where}.guards") is not None
+
+    found = training.nearest_choice(tab, shape, tab.shapes, count, runs)
+    if found is None:
+        return None
+    candidate, near, geomean = found
+    return DispatchChoice(candidate.kernel, json.loads(candidate.params),
+                          f"{where}: the best of the {len(near)} nearest training shapes "
+                          f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
+                          f"{geomean:.3f}x the stronger cuBLAS there (geomean)", NEAREST)
+
+
 def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem) -> DispatchChoice:
     """The chapter a dispatching kernel config (`dispatch: true`, `default: <chapter>`) runs at
     `problem` on `gpu_spec`."""
     name = str(kernel_cfg["name"])
+    by_neighbours = nearest(gpu_spec, name, problem)
+    if by_neighbours is not None:
+        return by_neighbours
     rules_here = rules(kernel_cfg, gpu_spec)
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 

@@ -1,14 +1,18 @@
-"""The tuner's evidence as a job reads it (the run-time autotune, src/job/autotune.py): where a
-GPU's evidence file is (results/tuning/<gpu>.csv, written by `sgemm-lab tune`), its rows, and the
-training shapes nearest to a shape in log2(m, n, k). Here, below src/tune/, so that a job may read
-them; src/tune/evidence.py (which writes the file), command.py and explain.py use these same ones.
+"""The tuner's evidence as a job reads it (the run-time autotune, src/job/autotune.py, and the
+nearest-neighbour dispatch, src/job/dispatch.py): where a GPU's evidence file is
+(results/tuning/<gpu>.csv, written by `sgemm-lab tune`), its rows, one dispatcher's table of
+ratios, the training shapes nearest to a shape in log2(m, n, k), and the candidate those
+neighbours favour. Here, below src/tune/, so that a job may read them; src/tune/ (which writes the
+file, fits and judges) uses these same ones.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from src.paths import ROOT
 
@@ -56,3 +60,66 @@ def nearest(rows: list[dict], dispatcher: str, shape, count: int = 3) -> list[tu
     """The `count` measured training shapes nearest to `shape` (ties by the shape)."""
     shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows if r["dispatcher"] == dispatcher})
     return sorted(shapes, key=lambda s: (distance(s, shape), s))[:count]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kernel: str
+    params: str   # JSON, sorted keys
+
+    def label(self) -> str:
+        return f"{self.kernel} {self.params}"
+
+
+@dataclass
+class Table:
+    """What one dispatching kernel's evidence holds: ratio[(shape, candidate)] for ok runs."""
+
+    shapes: list[tuple[int, int, int]]
+    candidates: list[Candidate]
+    ratio: dict = field(default_factory=dict)
+    failed: set = field(default_factory=set)
+
+
+def table(rows: list[dict], dispatcher: str) -> Table:
+    """One dispatcher's table. Two-stage evidence (a row's `stage`): where stage 2 measured any
+    candidate, only those candidates are in it (one the screen dropped ran at the screening
+    shapes alone)."""
+    mine = [r for r in rows if r["dispatcher"] == dispatcher]
+    shapes = sorted({(int(r["m"]), int(r["n"]), int(r["k"])) for r in mine})
+    survivors = {(r["kernel"], r["params"]) for r in mine if r.get("stage") == 2}
+    if survivors:  # two stages: a candidate the screen dropped is not a choice
+        mine = [r for r in mine if (r["kernel"], r["params"]) in survivors]
+    cands = sorted({Candidate(r["kernel"], r["params"]) for r in mine},
+                   key=lambda c: (c.kernel, c.params))
+    out = Table(shapes, cands)
+    for r in mine:
+        key = ((int(r["m"]), int(r["n"]), int(r["k"])), Candidate(r["kernel"], r["params"]))
+        value = score(r) if r["status"] == "ok" else None
+        if value is None:
+            out.failed.add(key)
+        else:
+            out.ratio[key] = value
+    return out
+
+
+def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,
+                   runs: Callable[[Candidate, tuple], bool]) -> tuple[Candidate, list, float] | None:
+    """(candidate, its neighbours, its geomean ratio there): the candidate with the best sum of
+    log ratios over the `count` shapes of `among` nearest to `shape` (log2 distance, ties by the
+    shape), among those measured at all of them for which `runs(candidate, shape)` holds (its
+    size rules and where it was measured); ties by the candidates' order. A shape of `among`
+    itself is its own only neighbour: what was measured there is the evidence (the suites' shapes
+    are training shapes). None if no candidate is."""
+    near = [shape] if shape in among else sorted(among, key=lambda s: (distance(s, shape), s))[:count]
+    best = None
+    for c in tab.candidates:
+        if not near or not runs(c, shape):
+            continue
+        values = [tab.ratio.get((s, c)) for s in near]
+        if any(v is None for v in values):
+            continue
+        total = sum(math.log(v) for v in values)
+        if best is None or total > best[1]:
+            best = (c, total)
+    return None if best is None else (best[0], near, math.exp(best[1] / len(near)))

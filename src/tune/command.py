@@ -73,14 +73,16 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
     dispatch = fit.fit(rows, guards(settings), settings.get("fit") or {}, cited)
-    fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited)
+    fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
+              fit.nearest_model(cited, guards(settings), settings.get("fit") or {}))
     for dispatcher, cv in judge.cross_validated(rows, guards(settings), settings.get("fit") or {}).items():
         print(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), geomean "
               f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "
               f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
               f"there", flush=True)
-    for dispatcher, cv in judge.nearest_cross_validated(rows, guards(settings),
-                                                        settings.get("fit") or {}).items():
+    for dispatcher, cv in judge.nearest_cross_validated(
+            rows, guards(settings), settings.get("fit") or {},
+            count=int((settings.get("fit") or {}).get("neighbours", 4))).items():
         print(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead (the same "
               f"folds), geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']}; "
               f"{cv['unmeasured']} of {cv['shapes']} shapes without a choice measured there",

@@ -44,7 +44,12 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
         return row["kernel"] == choice.kernel and all(
             params.get(k) == v for k, v in json.loads(row["params"]).items())
 
-    for near in nearest(rows, dispatcher, shape):
+    count = 3
+    if choice.when == dispatch.NEAREST:  # show the neighbours the model summed over
+        from src.job.config import tuned_config
+
+        count = int(((tuned_config(gpu_spec) or {}).get("nearest") or {}).get("count", 4))
+    for near in nearest(rows, dispatcher, shape, count):
         mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
         ok = sorted((r for r in mine if r["status"] == "ok"),
                     key=lambda r: -(score(r) or 0.0))
@@ -58,6 +63,11 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
             mark = "  <- the rule's choice" if is_choice(r) else ""
             lines.append(f"  {rank}. {value:.3f}x{interval} {r['gflops']:,.0f} GFLOP/s "
                          f"{r['kernel']} {r['params']}{mark}")
+        below = [(rank, r) for rank, r in enumerate(ok, start=1) if rank > top and is_choice(r)]
+        if below:  # the choice ran here but is not among the first `top`: its own line
+            rank, r = below[0]
+            lines.append(f"  {rank}. {score(r) or 0.0:.3f}x {r['gflops']:,.0f} GFLOP/s "
+                         f"{r['kernel']} {r['params']}  <- the rule's choice")
     if not nearest(rows, dispatcher, shape):
         lines.append(f"{evidence_name} has no {dispatcher} rows")
     return "\n".join(lines) + "\n"

@@ -31,21 +31,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from src.job.training import score
+from src.job.training import Candidate, Table, table  # noqa: F401 (the fit's vocabulary)
 
 ALIGNED = "n % 4 == 0 and k % 4 == 0"
 UNALIGNED = "n % 4 != 0 or k % 4 != 0"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    kernel: str
-    params: str   # JSON, sorted keys
-
-    def label(self) -> str:
-        return f"{self.kernel} {self.params}"
 
 
 @dataclass
@@ -59,35 +50,6 @@ class Leaf:
 
     def pair(self) -> tuple:
         return self.choice, self.fallback
-
-
-@dataclass
-class Table:
-    """What one dispatching kernel's evidence holds: ratio[(shape, candidate)] for ok runs."""
-
-    shapes: list[tuple[int, int, int]]
-    candidates: list[Candidate]
-    ratio: dict = field(default_factory=dict)
-    failed: set = field(default_factory=set)
-
-
-def table(rows: list[dict], dispatcher: str) -> Table:
-    mine = [r for r in rows if r["dispatcher"] == dispatcher]
-    shapes = sorted({(int(r["m"]), int(r["n"]), int(r["k"])) for r in mine})
-    survivors = {(r["kernel"], r["params"]) for r in mine if r.get("stage") == 2}
-    if survivors:  # two stages: a candidate the screen dropped is not a choice
-        mine = [r for r in mine if (r["kernel"], r["params"]) in survivors]
-    cands = sorted({Candidate(r["kernel"], r["params"]) for r in mine},
-                   key=lambda c: (c.kernel, c.params))
-    out = Table(shapes, cands)
-    for r in mine:
-        key = ((int(r["m"]), int(r["n"]), int(r["k"])), Candidate(r["kernel"], r["params"]))
-        value = score(r) if r["status"] == "ok" else None
-        if value is None:
-            out.failed.add(key)
-        else:
-            out.ratio[key] = value
-    return out
 
 
 def holds(expr: str | None, shape: tuple[int, int, int]) -> bool:
@@ -315,9 +277,20 @@ HEADER = ("Per-shape dispatch written by `sgemm-lab tune` (src/tune/fit.py) from
           "each `why` cites the training shapes of its class. Re-fit: sgemm-lab tune --fit-only.")
 
 
-def write(path, dispatch: dict, evidence: str) -> None:
-    """Replace the file's `dispatch:` lists with `dispatch` (the rest, comments included, stays;
-    a new file gets a header)."""
+def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:
+    """The tuned file's `nearest:` section (src/job/dispatch.py) where `fit.model` is `nearest`:
+    the evidence file, the neighbours counted, and each candidate kernel's guard (its size rules
+    and where it was measured); None for the tree alone."""
+    if str(settings.get("model", "tree")) != "nearest":
+        return None
+    return {"evidence": evidence, "count": int(settings.get("neighbours", 4)),
+            "guards": {k: v for k, v in sorted(guards.items()) if v}}
+
+
+def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> None:
+    """Replace the file's `dispatch:` lists with `dispatch`, and its `nearest:` section with
+    `nearest` (removed where None); the rest, comments included, stays; a new file gets a
+    header."""
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
     from ruamel.yaml.scalarstring import DoubleQuotedScalarString
@@ -343,6 +316,12 @@ def write(path, dispatch: dict, evidence: str) -> None:
         table_node[dispatcher] = seq
     had = "dispatch" in data
     data["dispatch"] = table_node
+    if nearest is None:
+        data.pop("nearest", None)
+    else:
+        guards = CommentedMap((k, DoubleQuotedScalarString(v)) for k, v in nearest["guards"].items())
+        data["nearest"] = CommentedMap([("evidence", nearest["evidence"]),
+                                        ("count", nearest["count"]), ("guards", guards)])
     if not had and not new:  # once: a re-fit replaces the lists and leaves the comment as it is
         data.yaml_set_comment_before_after_key("dispatch", before=HEADER.format(evidence=evidence))
     path.parent.mkdir(parents=True, exist_ok=True)

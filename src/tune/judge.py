@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 
-from src.job.training import distance
+from src.job import training
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
 
 
@@ -47,18 +47,10 @@ def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: d
 
 def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
                    count: int) -> Candidate | None:
-    """The candidate with the best sum of log ratios over the `count` shapes of `among` nearest to
-    `shape` (log2 distance, ties by the shape), among those measured at all of them that run
-    `shape` (their guard holds there); ties by the candidates' fixed order."""
-    near = sorted(among, key=lambda s: (distance(s, shape), s))[:count]
-    best = None
-    for c in fitter.tab.candidates:
-        if not fitter.inside(c, shape):
-            continue
-        total = fitter.total(c, near)
-        if total is not None and (best is None or total > best[1]):
-            best = (c, total)
-    return None if best is None else best[0]
+    """The candidate the nearest-neighbour model (src/job/training.nearest_choice) takes at
+    `shape` from the shapes `among`, each candidate's guard as the fit's (`fitter.inside`)."""
+    found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside)
+    return None if found is None else found[0]
 
 
 def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,

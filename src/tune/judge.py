@@ -25,24 +25,26 @@ def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: d
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         whole = table(rows, dispatcher)
         held = {s: i % folds for i, s in enumerate(whole.shapes)}
-        figures, unmeasured = [], 0
+        figures = []
         for fold in range(min(folds, len(whole.shapes))):
             train = [r for r in rows if r["dispatcher"] == dispatcher
                      and held[(int(r["m"]), int(r["n"]), int(r["k"]))] != fold]
             rules = rules_for(train, dispatcher, guards, settings, "cv")
             for shape in (s for s in whole.shapes if held[s] == fold):
-                choice = choice_at(rules, shape)
-                value = None if choice is None else whole.ratio.get((shape, choice))
-                if value is None:
-                    unmeasured += 1
-                else:
-                    figures.append((value, shape))
-        if figures:
-            low = min(figures)
-            out[dispatcher] = {"folds": folds, "shapes": len(whole.shapes), "unmeasured": unmeasured,
-                               "geomean": math.exp(sum(math.log(v) for v, _ in figures) / len(figures)),
-                               "min": low[0], "min_shape": "x".join(map(str, low[1]))}
+                figures.append((whole.ratio.get((shape, choice_at(rules, shape))), shape))
+        if any(v is not None for v, _ in figures):
+            out[dispatcher] = {"folds": folds, **_summary(figures, len(whole.shapes))}
     return out
+
+
+def _summary(figures: list[tuple[float | None, tuple]], shapes: int) -> dict:
+    """Geomean and min of the left-out figures; a shape whose choice was not measured there (None)
+    is counted apart."""
+    measured = [(v, s) for v, s in figures if v is not None]
+    low = min(measured)
+    return {"shapes": shapes, "unmeasured": len(figures) - len(measured),
+            "geomean": math.exp(sum(math.log(v) for v, _ in measured) / len(measured)),
+            "min": low[0], "min_shape": "x".join(map(str, low[1]))}
 
 
 def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
@@ -63,21 +65,13 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
         held = {s: i % folds for i, s in enumerate(whole.shapes)}
-        figures, unmeasured = [], 0
+        figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            choice = nearest_choice(fitter, shape, among, count)
-            value = None if choice is None else whole.ratio.get((shape, choice))
-            if value is None:
-                unmeasured += 1
-            else:
-                figures.append((value, shape))
-        if figures:
-            low = min(figures)
-            out[dispatcher] = {"folds": folds, "count": count, "shapes": len(whole.shapes),
-                               "unmeasured": unmeasured,
-                               "geomean": math.exp(sum(math.log(v) for v, _ in figures) / len(figures)),
-                               "min": low[0], "min_shape": "x".join(map(str, low[1]))}
+            figures.append((whole.ratio.get((shape, nearest_choice(fitter, shape, among, count))),
+                            shape))
+        if any(v is not None for v, _ in figures):
+            out[dispatcher] = {"folds": folds, "count": count, **_summary(figures, len(whole.shapes))}
     return out
 
 

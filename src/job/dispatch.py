@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from src.errors import ConfigError
+from src.job import training
 from src.job.config import tuned_config
 from src.job.problem import Problem
 from src.job.rules import first_rule, when_text
@@ -60,8 +61,6 @@ def rules(kernel_cfg: dict, gpu_spec: str) -> list[dict]:
 
 @lru_cache(maxsize=8)
 def _table(path: str, mtime: float, dispatcher: str):
-    from src.job import training
-
     return training.table(training.read(Path(path)), dispatcher)
 
 
@@ -69,8 +68,6 @@ def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None
     """The nearest-neighbour model's choice (the tuned file's `nearest:`), or None where the file
     has none, its evidence holds no row of `name`, or no candidate is measured at all the
     neighbours and allowed at the shape."""
-    from src.job import training
-
     model = (tuned_config(gpu_spec) or {}).get("nearest")
     if not model:
         return None

@@ -72,17 +72,17 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
-    dispatch = fit.fit(rows, guards(settings), settings.get("fit") or {}, cited)
+    kernel_guards, fit_settings = guards(settings), settings.get("fit") or {}
+    dispatch = fit.fit(rows, kernel_guards, fit_settings, cited)
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
-              fit.nearest_model(cited, guards(settings), settings.get("fit") or {}))
-    for dispatcher, cv in judge.cross_validated(rows, guards(settings), settings.get("fit") or {}).items():
+              fit.nearest_model(cited, kernel_guards, fit_settings))
+    for dispatcher, cv in judge.cross_validated(rows, kernel_guards, fit_settings).items():
         print(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), geomean "
               f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "
               f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
               f"there", flush=True)
     for dispatcher, cv in judge.nearest_cross_validated(
-            rows, guards(settings), settings.get("fit") or {},
-            count=int((settings.get("fit") or {}).get("neighbours", 4))).items():
+            rows, kernel_guards, fit_settings, count=int(fit_settings.get("neighbours", 4))).items():
         print(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead (the same "
               f"folds), geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']}; "
               f"{cv['unmeasured']} of {cv['shapes']} shapes without a choice measured there",

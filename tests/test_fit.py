@@ -420,6 +420,8 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
     skinny = [s for s in tab.shapes if min(s[0], s[1]) <= 32]
     assert any(dispatch.choose(cfg, "synthetic", Problem(*s, 0.5, 3.0)).kernel == "gemm_ffma_skinny"
                for s in skinny)
+    own = dispatch.choose(cfg, "synthetic", Problem(*tab.shapes[0], 0.5, 3.0)).rule
+    assert "a training shape, its best measured" in own and "nearest training shapes" not in own
     fit.write(tuned, fit.fit(training.read(csv_path), GUARDS, SETTINGS, "e.csv"), "e.csv",
               fit.nearest_model("e.csv", GUARDS, SETTINGS))
     assert "nearest" not in OmegaConf.to_container(OmegaConf.load(tuned))

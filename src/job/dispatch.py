@@ -92,10 +92,14 @@ def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None
     if found is None:
         return None
     candidate, near, geomean = found
-    return DispatchChoice(candidate.kernel, json.loads(candidate.params),
-                          f"{where}: the best of the {len(near)} nearest training shapes "
-                          f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
-                          f"{geomean:.3f}x the stronger cuBLAS there (geomean)", NEAREST)
+    if list(near) == [shape]:  # a training shape: its own measurements alone
+        why = (f"{where}: a training shape, its best measured in {evidence}: "
+               f"{geomean:.3f}x the stronger cuBLAS there")
+    else:
+        why = (f"{where}: the best of the {len(near)} nearest training shapes "
+               f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
+               f"{geomean:.3f}x the stronger cuBLAS there (geomean)")
+    return DispatchChoice(candidate.kernel, json.loads(candidate.params), why, NEAREST)
 
 
 def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem) -> DispatchChoice:

@@ -194,12 +194,12 @@ def test_the_fit_chooses_only_what_stage_two_measured():
     tab = fit.table(rows, d)
     assert fit.Candidate(k, P["C"]) not in tab.candidates
     assert tab.shapes == sorted(screen_shapes + rest)
-    rules = fit.rules_for(rows, d, GUARDS, settings_fit, "synthetic.csv")
+    rules = fit.rules_for(rows, d, GUARDS, settings_fit)
     assert rules and all(r["params"] != json.loads(P["C"]) for r in rules)
     assert rules[-1]["when"] == "True" and rules[-1]["params"] == json.loads(P["A"])
     # one-stage evidence (no stage 2 rows) is read as before: Z can be chosen there
     one_stage = [dict(r, stage=None) for r in rows if r["stage"] == 1]
-    chosen = fit.rules_for(one_stage, d, GUARDS, settings_fit, "synthetic.csv")
+    chosen = fit.rules_for(one_stage, d, GUARDS, settings_fit)
     assert any(r["params"] == json.loads(P["C"]) for r in chosen)
 
 
@@ -272,7 +272,7 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
     # every candidate that a rule or the catch-all chooses was measured in stage 2
     chosen = {(r["kernel"], json.dumps(r["params"], sort_keys=True))
               for rules in fit.fit(rows, command.guards(plan_mod.load_settings()),
-                                   {"min_shapes": 4}, "x").values() for r in rules}
+                                   {"min_shapes": 4}).values() for r in rules}
     assert chosen <= {(r["kernel"], r["params"]) for r in second}
     csv_text, tuned_text = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
     # a re-run: every job from the cache, the same survivors, the same files

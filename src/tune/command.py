@@ -73,7 +73,7 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
     kernel_guards, fit_settings = guards(settings), settings.get("fit") or {}
-    dispatch = fit.fit(rows, kernel_guards, fit_settings, cited)
+    dispatch = fit.fit(rows, kernel_guards, fit_settings)
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
               fit.nearest_model(cited, kernel_guards, fit_settings))
     for dispatcher, cv in judge.cross_validated(rows, kernel_guards, fit_settings).items():

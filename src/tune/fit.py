@@ -212,10 +212,10 @@ def _rule(when: str, c: Candidate, why: str) -> dict:
     return {"when": when, "kernel": c.kernel, "params": json.loads(c.params), "why": why}
 
 
-def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None], settings: dict,
-              evidence: str) -> list[dict]:
+def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None],
+              settings: dict) -> list[dict]:
     """The dispatch rules for one dispatching kernel, in order, each with a one-line `why`
-    citing the evidence file."""
+    summing up its class's training shapes (the file's header names the evidence)."""
     fitter = Fitter(table(rows, dispatcher), guards, settings)
     rules = []
     for leaf in fitter.fit():
@@ -228,30 +228,29 @@ def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None], 
         geo, low, where = _stats(fitter, leaf)
         runner = ""
         if leaf.runner_up is not None:
-            runner = f"; next {math.exp(leaf.runner_up[1] / len(leaf.shapes)):.3f}x"
-        why = (f"{evidence}: {len(leaf.shapes)} shapes, geomean {geo:.3f}x (min {low:.3f}x at "
-               f"{'x'.join(map(str, where))}) of best cuBLAS{runner}")
+            runner = f"; next {math.exp(leaf.runner_up[1] / len(leaf.shapes)):.2f}x"
+        why = (f"{len(leaf.shapes)} shapes, geomean {geo:.2f}x, min {low:.2f}x at "
+               f"{'x'.join(map(str, where))}{runner}")
         if not guard:
             rules.append(_rule(when, leaf.choice, why))
             continue
         ran = sum(fitter.inside(leaf.choice, s) for s in leaf.shapes)
         rules.append(_rule(f"({when}) and ({guard})" if when != "True" else guard, leaf.choice,
-                           f"{why}; this kernel at {ran} of them"))
+                           f"{why}; runs at {ran}"))
         if leaf.fallback is not None and (leaf.fallback != fitter.catch_all or when == "True"):
-            rules.append(_rule(when, leaf.fallback,
-                               f"{evidence}: the class's {len(leaf.shapes) - ran} shapes outside "
-                               f"{guard}"))
+            rules.append(_rule(when, leaf.fallback, f"the class's {len(leaf.shapes) - ran} shapes "
+                                                    f"{leaf.choice.kernel} does not run"))
     if fitter.catch_all is not None and not (rules and rules[-1]["when"] == "True"):
         geo, low, where = _stats(fitter, Leaf([], list(fitter.tab.shapes), fitter.catch_all, 0.0))
         rules.append(_rule("True", fitter.catch_all,
-                           f"{evidence}: ran at all {len(fitter.tab.shapes)} shapes, geomean "
-                           f"{geo:.3f}x (min {low:.3f}x at {'x'.join(map(str, where))})"))
+                           f"ran at all {len(fitter.tab.shapes)} shapes, geomean {geo:.2f}x, "
+                           f"min {low:.2f}x at {'x'.join(map(str, where))}"))
     return rules
 
 
-def fit(rows: list[dict], guards: dict[str, str | None], settings: dict, evidence: str) -> dict:
+def fit(rows: list[dict], guards: dict[str, str | None], settings: dict) -> dict:
     """{dispatcher: rules} for every dispatching kernel in the evidence, in name order."""
-    return {d: rules_for(rows, d, guards, settings, evidence)
+    return {d: rules_for(rows, d, guards, settings)
             for d in sorted({r["dispatcher"] for r in rows})}
 
 
@@ -274,7 +273,10 @@ def conjunction(parts: list[str]) -> str | None:
 
 HEADER = ("Per-shape dispatch written by `sgemm-lab tune` (src/tune/fit.py) from {evidence}:\n"
           "rules in order, the first whose `when` holds names the kernel and all its parameters;\n"
-          "each `why` cites the training shapes of its class. Re-fit: sgemm-lab tune --fit-only.")
+          "each `why` sums up its class's training shapes there (speed / the stronger cuBLAS;\n"
+          "`next`: the runner-up). With a `nearest:` section, the runner first takes the\n"
+          "candidate best over the `count` nearest training shapes; the rules serve where none\n"
+          "qualifies. Re-fit: sgemm-lab tune --fit-only.")
 
 
 def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:

@@ -29,7 +29,7 @@ def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: d
         for fold in range(min(folds, len(whole.shapes))):
             train = [r for r in rows if r["dispatcher"] == dispatcher
                      and held[(int(r["m"]), int(r["n"]), int(r["k"]))] != fold]
-            rules = rules_for(train, dispatcher, guards, settings, "cv")
+            rules = rules_for(train, dispatcher, guards, settings)
             for shape in (s for s in whole.shapes if held[s] == fold):
                 figures.append((whole.ratio.get((shape, choice_at(rules, shape))), shape))
         if any(v is not None for v, _ in figures):
@@ -91,7 +91,7 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
-        rules = [rules_for(rows, dispatcher, guards, settings, "agreement") for rows in (rows_a, rows_b)]
+        rules = [rules_for(rows, dispatcher, guards, settings) for rows in (rows_a, rows_b)]
         report = {"agrees": 0, "within_noise": 0, "differs": [], "unmeasured": 0}
         for shape in sorted(set(tabs[0].shapes) & set(tabs[1].shapes)):
             a, b = (choice_at(r, shape) for r in rules)

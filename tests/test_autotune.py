@@ -21,6 +21,7 @@ from src.job import autotune
 from src.job import gpu as gpu_mod
 from src.job import measure as measure_mod
 from src.job.config import kernel_config
+from src.job import dispatch as dispatch_mod
 from src.job.dispatch import DispatchChoice
 from src.job.prepare import Target, prepare_kernel
 from src.job.problem import Problem
@@ -32,6 +33,26 @@ from tests import fake_cupy
 from tests.test_measure_cpu import DEVICE, Gemm
 
 ODD = (100, 99, 37)  # best_tf32 on the H100: only the catch-all rule holds (gemm_tf32)
+
+
+# The autotune's logic is about dispatch rules, not about one fit of them: these tests pin the
+# H100's dispatch to two rules a dispatcher (a matrix-vector class, a catch-all) and no
+# nearest-neighbour section, as the committed conf/tuned/h100_sxm.yaml changes with every tune.
+RULES = {"best_fp32": [{"when": "m <= 8 or n <= 16", "kernel": "gemm_ffma_skinny", "why": "vectors"},
+                       {"when": "True", "kernel": "gemm_3xtf32", "why": "the rest"}],
+         "best_tf32": [{"when": "m <= 8 or n <= 16", "kernel": "gemm_ffma_skinny", "why": "vectors"},
+                       {"when": "True", "kernel": "gemm_tf32", "why": "the rest"}]}
+
+
+def _pin_rules(monkeypatch) -> None:
+    real = dispatch_mod.tuned_config
+    monkeypatch.setattr(dispatch_mod, "tuned_config",
+                        lambda gpu: {**(real(gpu) or {}), "dispatch": RULES, "nearest": None})
+
+
+@pytest.fixture(autouse=True)
+def two_rule_dispatch(monkeypatch):
+    _pin_rules(monkeypatch)
 
 
 class Sleepy(Gemm):
@@ -322,6 +343,7 @@ def test_the_record_of_an_autotuned_job_says_what_happened(monkeypatch, tmp_path
 def _child(cache_dir: str, evidence_path: str, out) -> None:
     """Another process: the same autotune, its own fake CuPy and kernels."""
     with pytest.MonkeyPatch.context() as monkeypatch:
+        _pin_rules(monkeypatch)
         compiled: list = []
         _kernels(monkeypatch, {"gemm_tf32": Sleepy(0.004), "17_flagship": Gemm()}, compiled)
         job = _job(ODD)

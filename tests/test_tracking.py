@@ -33,6 +33,9 @@ from src.job.compile import expand_source  # noqa: E402
 from src.errors import VerificationFailed  # noqa: E402
 from src.job.measure import JobOutputs  # noqa: E402
 from src.job.pipeline import run_job  # noqa: E402
+from src.job import dispatch  # noqa: E402
+from src.job.config import kernel_config  # noqa: E402
+from src.job.problem import Problem  # noqa: E402
 from src.records.record import mark_failed  # noqa: E402
 from src.paths import KERNELS_DIR  # noqa: E402
 from tests.conftest import ROOT, compose_config, load_jsonl  # noqa: E402
@@ -581,10 +584,13 @@ def test_dispatched_kernel_logs_the_chapter_its_rule_and_its_parameters(tracking
         record = run_job(cfg)
         job.log_result(record)
     params = MlflowClient(tracking_uri).get_run(job.run_id).data.params
-    assert params["kernel"] == "best_fp32" and params["dispatched_to"] == "gemm_3xtf32"
-    assert params["dispatch_rule"] == record.dispatch_rule and "best_fp32[1]" in record.dispatch_rule
-    assert params["kernel.params.min_slice_k"] == "256"  # B in registers, the default class at 1024
-    assert params["kernel.tuned_from"].startswith("conf/tuned/h100_sxm.yaml: gemm_3xtf32[4]")
+    choice = dispatch.choose(kernel_config("best_fp32"), "h100_sxm", Problem(1024, 1024, 1024, 1.0, 0.0))
+    assert choice.kernel.startswith("gemm_") and choice.params  # the tuned file names a tile
+    assert params["kernel"] == "best_fp32" and params["dispatched_to"] == choice.kernel
+    assert params["dispatch_rule"] == record.dispatch_rule == choice.rule
+    assert record.dispatch_rule.startswith("conf/tuned/h100_sxm.yaml: ")
+    assert {k: params[f"kernel.params.{k}"] for k in choice.params} == \
+        {k: str(v) for k, v in choice.params.items()}
 
 
 def test_an_interrupt_that_a_library_swallows_while_mlflow_loads_is_not_lost(tmp_path, tracking_uri,

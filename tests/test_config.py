@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -20,7 +22,8 @@ def test_the_expected_kernels_exist():
                 "17_flagship", "18_wmma_tf32", "19_mma_tf32", "20_wgmma_tf32", "21_ffma_hopper",
                 "22_ffma_warp_specialized", "23_wgmma_3xtf32", "24_ffma_skinny",
                 "25_wgmma_tf32_any_shape"]
-    library = ["gemm_3xtf32", "gemm_ffma", "gemm_ffma_skinny", "gemm_mma_tf32", "gemm_tf32"]
+    library = ["gemm_3xtf32", "gemm_ffma", "gemm_ffma_skinny", "gemm_mma_3xtf32", "gemm_mma_tf32",
+               "gemm_tf32"]
     peers = ["triton_fp32", "triton_tf32", "triton_tf32x3"]
     assert KERNEL_CONFIGS == (chapters + ["best_fp32", "best_tf32", "cublas_fp32", "cublas_tf32",
                                           "cutlass_3xtf32"] + library + peers)
@@ -36,8 +39,12 @@ def test_kernel_config_composes(compose, kernel):
         assert cfg.kernel.dispatch and (CONF_DIR / "kernel" / f"{cfg.kernel.default}.yaml").is_file()
     if cfg.kernel.backend == "nvrtc":
         assert (CONF_DIR.parent / "kernels" / cfg.kernel.source).is_file()
-        if cfg.kernel.get("library"):  # kernels/gemm/<name after gemm_>.cu
-            assert cfg.kernel.source == f"gemm/{kernel.removeprefix('gemm_')}.cu"
+        if cfg.kernel.get("library"):  # kernels/gemm/<name after gemm_>.cu, or another build of
+            # a library kernel's file (gemm_mma_3xtf32: mma_tf32.cu with PRODUCTS 3)
+            source = cfg.kernel.source
+            assert source == f"gemm/{kernel.removeprefix('gemm_')}.cu" or \
+                (source.startswith("gemm/") and
+                 (CONF_DIR / "kernel" / f"gemm_{Path(source).stem}.yaml").is_file())
         else:  # chapter number = file number
             assert cfg.kernel.source.startswith(f"chapters/{kernel[:2]}_")
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves

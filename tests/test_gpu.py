@@ -384,15 +384,17 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
 
 
-def assert_verified_with_tile(compose, kernel: str, params: dict, shape) -> None:
+def assert_verified_with_tile(compose, kernel: str, params: dict, shape):
     """A library kernel with `params` over its defaults (not its tuned values) at `shape`, alpha
-    0.5 and beta 3: ok, and every verification (sampled, timed, fresh inputs) in tolerance."""
+    0.5 and beta 3: ok, and every verification (sampled, timed, fresh inputs) in tolerance; the
+    record."""
     m, n, k = shape
     record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
                              "beta=3.0", *QUICK, *pinned_inputs(shape),
                              "use_tuned=false", *[f"kernel.params.{p}={v}" for p, v in params.items()]))
     assert record.status == "ok", record.error
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    return record
 
 
 FFMA_TILES = [{}, {"bm": 32, "bn": 32, "wm": 32, "wn": 32, "tn": 4, "bk": 32},
@@ -436,6 +438,20 @@ def test_mma_tf32_library_kernel_any_shape_alpha_beta(compose, params, shape):
     arrive adds up (11048 x 27 x 3851, 22 x 3087 x 9792, K = 100003), aligned (512^3): verified
     at the TF32 tolerance with alpha and beta, its timed launches too."""
     assert_verified_with_tile(compose, "gemm_mma_tf32", params, shape)
+
+
+@pytest.mark.chapter("gemm_mma_3xtf32")
+@pytest.mark.parametrize("params", MMA_TF32_TILES[:4], ids=["64x64", "128x32", "32x128", "32x64-bk16"])
+@pytest.mark.parametrize("shape", [pytest.param((57, 38, 46), marks=pytest.mark.smoke), (1, 1, 1),
+                                   (119, 119, 119), (11048, 27, 3851),
+                                   pytest.param((22, 3087, 9792), marks=pytest.mark.smoke),
+                                   (130, 258, 100003), (512, 512, 512)])
+def test_mma_3xtf32_library_kernel_is_fp32_accurate_at_any_shape(compose, params, shape):
+    """gemm_mma_3xtf32, the same shapes as gemm_mma_tf32 but verified at the FP32 tolerance:
+    three TF32 products a step, each k tile's sums added into the FP32 total, so a long K
+    (9792, 100003 in slices) stays FP32-accurate."""
+    record = assert_verified_with_tile(compose, "gemm_mma_3xtf32", params, shape)
+    assert record.tolerance == 1e-5 and record.math == "3xtf32"
 
 
 @pytest.mark.chapter("gemm_ffma_skinny")

@@ -226,6 +226,15 @@ VIOLATIONS = [
     ("gemm_mma_tf32", dict(stages=30), SQUARE, "smem_bytes <= max_smem_per_block"),
     ("gemm_mma_tf32", dict(wm=64, wn=64), SQUARE, "accumulators + 4 * c_groups <= 128"),
     ("gemm_mma_tf32", dict(min_slice_k=8), SQUARE, "blocks_per_sm >= 1 and min_slice_k >= bk"),
+    ("gemm_mma_3xtf32", dict(bm=32, wm=64), SQUARE, "bm % wm == 0 and bn % wn == 0"),
+    ("gemm_mma_3xtf32", dict(bm=48, wm=24), SQUARE, "wm % 16 == 0 and wn % 8 == 0 and bk % 8 == 0"),
+    ("gemm_mma_3xtf32", dict(bk=24), SQUARE, "bn % 32 == 0 and (bk == 16 or bk % 32 == 0)"),
+    ("gemm_mma_3xtf32", dict(stages=1), SQUARE, "stages >= 2"),
+    ("gemm_mma_3xtf32", dict(bm=32, bn=32, wm=16, wn=8, bk=16), SQUARE, "(bm * bk) % (4 * threads) == 0"),
+    ("gemm_mma_3xtf32", dict(bm=256, bn=128, wm=16, wn=32, bk=64), SQUARE, "threads <= max_threads_per_block"),
+    ("gemm_mma_3xtf32", dict(stages=30), SQUARE, "smem_bytes <= max_smem_per_block"),
+    ("gemm_mma_3xtf32", dict(wm=64, wn=32), SQUARE, "2 * accumulators + 4 * c_groups <= 128"),  # TF32's largest warp tile
+    ("gemm_mma_3xtf32", dict(min_slice_k=8), SQUARE, "blocks_per_sm >= 1 and min_slice_k >= bk"),
 ]
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
@@ -451,4 +460,4 @@ def test_every_portable_chapter_has_valid_defaults_on_other_gpus(gpu):
             assert spec.threads <= limits["max_threads_per_block"]
             assert spec.dynamic_smem_bytes <= limits["max_smem_per_block"]
         checked += 1
-    assert checked == 24  # chapters 01-19, 21, 24, gemm_ffma, gemm_ffma_skinny and gemm_mma_tf32 (the others are built for sm_90a: Hopper only)
+    assert checked == 25  # chapters 01-19, 21, 24, gemm_ffma, gemm_ffma_skinny, gemm_mma_tf32 and gemm_mma_3xtf32 (the others are built for sm_90a: Hopper only)

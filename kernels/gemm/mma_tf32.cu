@@ -14,9 +14,14 @@
 // - The epilogue goes through shared memory: the accumulators (two columns a lane in each row of
 //   an MMA tile) are written to a C tile there and read back as float4 groups, the unit the
 //   slices' partials (grid_slices.cuh) and tile_store.cuh's stores work in.
-// Any M, N, K, alpha, beta; TF32 products (cvt.rna), FP32 accumulation: TF32 accuracy. A's
-// 16-byte copies need K % 4 == 0 (VEC_A 4), B's and C's float4 stores N % 4 == 0 (VEC 4), else
-// 4-byte ones.
+// Any M, N, K, alpha, beta. PRODUCTS 1: TF32 products (cvt.rna), FP32 accumulation: TF32
+// accuracy (conf/kernel/gemm_mma_tf32.yaml). PRODUCTS 3: 3xTF32 (chapter 23 teaches it): each
+// fragment value split in registers into two TF32 values, big + small, and three products a step
+// (small x big, big x small, big x big); each k tile's products summed apart and added into the
+// FP32 total, as 23's promotion does, since a tensor-core sum over a long K drifts past FP32's
+// tolerance: FP32 accuracy, for the narrow products with a long K where gemm_3xtf32's 64-row wgmma
+// tiles sit half empty (conf/kernel/gemm_mma_3xtf32.yaml). A's 16-byte copies need K % 4 == 0
+// (VEC_A 4), B's and C's float4 stores N % 4 == 0 (VEC 4), else 4-byte ones.
 // Element indices are 32-bit: the runner requires each matrix to hold fewer than 2^31 elements.
 //
 // Tile hierarchy (names: kernels/README.md, tile vocabulary):
@@ -29,7 +34,8 @@
 #include "../include/tile_store.cuh"
 #include "../include/mma_tf32.cuh"
 
-template <int BM, int BN, int BK, int WM, int WN, int THREADS, int STAGES, int VEC_A, int VEC>
+template <int BM, int BN, int BK, int WM, int WN, int THREADS, int STAGES, int VEC_A, int VEC,
+          int PRODUCTS>
 __global__ void __launch_bounds__(THREADS, 1)
     gemm_mma_tf32(int M, int N, int K, float alpha, const float* __restrict__ A,
                   const float* __restrict__ B, float beta, float* __restrict__ C,
@@ -43,6 +49,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   static_assert(THREADS == 32 * (BM / WM) * (BN / WN), "one warp per warp tile");
   static_assert(BM * BN % (4 * THREADS) == 0, "the C tile splits into whole float4 groups a thread");
   static_assert(BK % 8 == 0 && WM % 16 == 0 && WN % 8 == 0, "whole MMA tiles and k steps");
+  static_assert(PRODUCTS == 1 || PRODUCTS == 3, "TF32 (1 product) or 3xTF32 (3)");
   extern __shared__ __align__(16) float smem[];
 
   const GridSlice at = grid_slice<BM, BN, BK>(N, K);  // the tile (grid.x), the K slice (grid.y)
@@ -82,25 +89,58 @@ __global__ void __launch_bounds__(THREADS, 1)
     // columns warp_n + 8j + g
     const float* as = smem + (s % STAGES) * STAGE_FLOATS + (warp_m + g) * AS_STRIDE + t;
     const float* bs = smem + (s % STAGES) * STAGE_FLOATS + AS_SIZE + t * BS_STRIDE + warp_n + g;
+    // 3xTF32: this k tile's products, added into acc below; TF32: acc itself
+    float part[PRODUCTS == 3 ? MI : 1][PRODUCTS == 3 ? NI : 1][4];
+    if constexpr (PRODUCTS == 3) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
+    }
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 8) {
-      unsigned a[MI][4], b[NI][2];
+      unsigned a[MI][4], b[NI][2], a_small[MI][4], b_small[NI][2];  // small: 3xTF32 only
+      auto load = [&](float x, unsigned& big, unsigned& small) {
+        if constexpr (PRODUCTS == 3) {
+          tf32_split_bits(x, big, small);
+        } else {
+          big = tf32_bits(x);
+        }
+      };
 #pragma unroll
       for (int i = 0; i < MI; ++i) {
-        a[i][0] = tf32_bits(as[i * 16 * AS_STRIDE + kk]);
-        a[i][1] = tf32_bits(as[(i * 16 + 8) * AS_STRIDE + kk]);
-        a[i][2] = tf32_bits(as[i * 16 * AS_STRIDE + kk + 4]);
-        a[i][3] = tf32_bits(as[(i * 16 + 8) * AS_STRIDE + kk + 4]);
+        load(as[i * 16 * AS_STRIDE + kk], a[i][0], a_small[i][0]);
+        load(as[(i * 16 + 8) * AS_STRIDE + kk], a[i][1], a_small[i][1]);
+        load(as[i * 16 * AS_STRIDE + kk + 4], a[i][2], a_small[i][2]);
+        load(as[(i * 16 + 8) * AS_STRIDE + kk + 4], a[i][3], a_small[i][3]);
       }
 #pragma unroll
       for (int j = 0; j < NI; ++j) {
-        b[j][0] = tf32_bits(bs[kk * BS_STRIDE + j * 8]);
-        b[j][1] = tf32_bits(bs[(kk + 4) * BS_STRIDE + j * 8]);
+        load(bs[kk * BS_STRIDE + j * 8], b[j][0], b_small[j][0]);
+        load(bs[(kk + 4) * BS_STRIDE + j * 8], b[j][1], b_small[j][1]);
       }
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
+        for (int j = 0; j < NI; ++j) {
+          if constexpr (PRODUCTS == 3) {  // the small products first, then the big one
+            mma_m16n8k8_tf32(part[i][j], a_small[i], b[j]);
+            mma_m16n8k8_tf32(part[i][j], a[i], b_small[j]);
+            mma_m16n8k8_tf32(part[i][j], a[i], b[j]);
+          } else {
+            mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
+          }
+        }
+    }
+    if constexpr (PRODUCTS == 3) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
     }
   }
   cp_async_wait<0>();

@@ -15,6 +15,13 @@ __device__ __forceinline__ unsigned tf32_bits(float x) {
   return bits;
 }
 
+// 3xTF32: x = big + small (+ at most 2^-22 |x|), both TF32 bits (tf32_split.cuh's split for
+// the wgmma kernels, where the error analysis is).
+__device__ __forceinline__ void tf32_split_bits(float x, unsigned& big, unsigned& small) {
+  big = tf32_bits(x);
+  small = tf32_bits(x - __uint_as_float(big));
+}
+
 // acc (a 16 x 8 tile, FP32) += A (16 x 8, a[4]) * B (8 x 8, b[2]), TF32 operands.
 __device__ __forceinline__ void mma_m16n8k8_tf32(float* acc, const unsigned* a, const unsigned* b) {
   asm volatile(

@@ -290,6 +290,37 @@ def test_two_runs_fit_the_same_choices_within_noise_and_a_changed_law_is_named(t
     assert command.main(["--gpu", "synthetic", "--csv", str(paths[0]), "--against", str(paths[1])]) == 1
     out = capsys.readouterr().out
     assert "best_tf32: 60 shapes the same choice" in out and "a.csv chose gemm_tf32" in out
+    # the nearest-neighbour model: at a training shape each run takes its own best measured, so
+    # noise within 2% never differs, and the shapes where BIG lost its lead do
+    nearest = {**SETTINGS, "model": "nearest", "neighbours": 4}
+    report = judge.agreement(first, second, GUARDS, nearest, 0.02)["best_tf32"]
+    assert report["agrees"] + report["within_noise"] == 60 and not report["differs"]
+    report = judge.agreement(first, changed, GUARDS, nearest, 0.02)["best_tf32"]
+
+    def measured(rows):  # shape -> {params: ratio}
+        out = {}
+        for r in rows:
+            out.setdefault(f"{r['m']}x{r['n']}x{r['k']}", {})[r["params"]] = r["ratio_best"]
+        return out
+
+    a_runs, b_runs = measured(first), measured(changed)
+    expected = set()
+    for shape, a_ratios in a_runs.items():  # each run's own best, and whether both runs tell them apart
+        a, b = max(a_ratios, key=a_ratios.get), max(b_runs[shape], key=b_runs[shape].get)
+        if a != b and not (a_ratios[b] >= a_ratios[a] * 0.98 and b_runs[shape][a] >= b_runs[shape][b] * 0.98):
+            expected.add(shape)
+    assert expected and {d["shape"] for d in report["differs"]} == expected
+    # one shape whose best changed in the second run: the tree's class keeps its choice there, the
+    # nearest-neighbour model runs each run's own best, so only it names the shape
+    big_wins = [r for r in first if r["params"] == BIG and min(r["m"], r["n"]) > 32 and
+                r["ratio_best"] > 1.1 * next(o["ratio_best"] for o in first if o["params"] == SMALL
+                                             and (o["m"], o["n"], o["k"]) == (r["m"], r["n"], r["k"]))]
+    at = (big_wins[0]["m"], big_wins[0]["n"], big_wins[0]["k"])
+    flipped = [dict(r, ratio_best=round(big_wins[0]["ratio_best"] * 1.2, 4))
+               if r["params"] == SMALL and (r["m"], r["n"], r["k"]) == at else r for r in first]
+    assert not judge.agreement(first, flipped, GUARDS, SETTINGS, 0.02)["best_tf32"]["differs"]
+    report = judge.agreement(first, flipped, GUARDS, nearest, 0.02)["best_tf32"]
+    assert [d["shape"] for d in report["differs"]] == ["x".join(map(str, at))]
 
 
 def test_a_class_that_chooses_a_guarded_kernel_sends_its_other_shapes_to_their_own_best():

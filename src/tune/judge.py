@@ -84,17 +84,27 @@ def choice_at(rules: list[dict], shape: tuple[int, int, int]) -> Candidate | Non
 def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | None], settings: dict,
               tolerance: float) -> dict[str, dict]:
     """Whether two tuning runs (their evidence) fit the same dispatch, per dispatching kernel, at
-    the training shapes both measured: a shape `agrees` where both fits choose the same
-    candidate, is `within_noise` where they differ but each run measured the other's choice
-    within `tolerance` (relative) of its own, and `differs` otherwise (with the shape, both
-    choices and the two runs' figures); `unmeasured` where a run has no figure for a choice."""
+    the training shapes both measured, for the model the fit writes (`fit.model`): the tree's
+    rules, or the nearest-neighbour model, which at a training shape runs that run's own best
+    measured candidate. A shape `agrees` where both runs choose the same candidate, is
+    `within_noise` where they differ but each run measured the other's choice within `tolerance`
+    (relative) of its own, and `differs` otherwise (with the shape, both choices and the two
+    runs' figures); `unmeasured` where a run has no figure for a choice."""
+    nearest = str(settings.get("model", "tree")) == "nearest"
+    count = int(settings.get("neighbours", 4))
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
-        rules = [rules_for(rows, dispatcher, guards, settings) for rows in (rows_a, rows_b)]
+        if nearest:
+            fitters = [Fitter(tab, guards, settings) for tab in tabs]
+            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count)
+                        for f in fitters]
+        else:
+            choosers = [lambda shape, r=rules_for(rows, dispatcher, guards, settings): choice_at(r, shape)
+                        for rows in (rows_a, rows_b)]
         report = {"agrees": 0, "within_noise": 0, "differs": [], "unmeasured": 0}
         for shape in sorted(set(tabs[0].shapes) & set(tabs[1].shapes)):
-            a, b = (choice_at(r, shape) for r in rules)
+            a, b = (choose(shape) for choose in choosers)
             if a == b:
                 report["agrees"] += 1
                 continue

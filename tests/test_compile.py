@@ -477,7 +477,8 @@ def test_ffma_library_kernel_builds_without_spills(shape, params, slices):
     ((4096, 4096, 4096), {"bm": 128, "bn": 128, "wm": 64}, 1),                   # the largest tile, 8 warps
     ((1000, 997, 333), {"bm": 32, "bn": 64, "wm": 16, "bk": 16}, 1),             # bk 16
     ((130, 258, 100003), {"stages": 6}, 18),                                     # long K, many slices
-], ids=["64x64-vec1", "128x32-vec1", "32x128-k-slices", "128x128", "32x64-bk16", "64x64-long-k"])
+    ((12, 867, 938), {"bm": 16, "bn": 64, "wm": 16}, 3),                         # one MMA row tile
+], ids=["64x64-vec1", "128x32-vec1", "32x128-k-slices", "128x128", "32x64-bk16", "64x64-long-k", "16x64"])
 @pytest.mark.parametrize("kernel", ["gemm_mma_tf32", "gemm_mma_3xtf32"])
 def test_mma_tf32_library_kernel_builds_without_spills(kernel, shape, params, slices):
     """gemm_mma_tf32 (TF32) and gemm_mma_3xtf32 (its 3xTF32 build: three products a step, a k

@@ -423,11 +423,12 @@ def test_ffma_library_kernel_any_shape_alpha_beta(compose, params, shape):
 
 
 MMA_TF32_TILES = [{}, {"bm": 128, "bn": 32}, {"bm": 32, "bn": 128}, {"bm": 32, "bn": 64, "wm": 16, "bk": 16},
-                  {"bm": 128, "bn": 128, "wm": 64}]
+                  {"bm": 128, "bn": 128, "wm": 64}, {"bm": 16, "bn": 64, "wm": 16}]
 
 
 @pytest.mark.chapter("gemm_mma_tf32")
-@pytest.mark.parametrize("params", MMA_TF32_TILES, ids=["64x64", "128x32", "32x128", "32x64-bk16", "128x128"])
+@pytest.mark.parametrize("params", MMA_TF32_TILES, ids=["64x64", "128x32", "32x128", "32x64-bk16", "128x128",
+                                                   "16x64"])
 @pytest.mark.parametrize("shape", [pytest.param((57, 38, 46), marks=pytest.mark.smoke), (1, 1, 1),
                                    (119, 119, 119), (11048, 27, 3851), (22, 3087, 9792),
                                    pytest.param((1000, 997, 333), marks=pytest.mark.smoke),
@@ -441,7 +442,8 @@ def test_mma_tf32_library_kernel_any_shape_alpha_beta(compose, params, shape):
 
 
 @pytest.mark.chapter("gemm_mma_3xtf32")
-@pytest.mark.parametrize("params", MMA_TF32_TILES[:4], ids=["64x64", "128x32", "32x128", "32x64-bk16"])
+@pytest.mark.parametrize("params", MMA_TF32_TILES[:4] + MMA_TF32_TILES[5:],
+                         ids=["64x64", "128x32", "32x128", "32x64-bk16", "16x64"])
 @pytest.mark.parametrize("shape", [pytest.param((57, 38, 46), marks=pytest.mark.smoke), (1, 1, 1),
                                    (119, 119, 119), (11048, 27, 3851),
                                    pytest.param((22, 3087, 9792), marks=pytest.mark.smoke),

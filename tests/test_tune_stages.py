@@ -3,8 +3,8 @@ src/tune/command.py) and how the fit reads two-stage evidence (src/tune/fit.py),
 
 Every figure here is SYNTHETIC (made up in this file from simple laws or a hash of the candidate
 and shape, not measured on any GPU): the tests check which jobs are planned and which candidates
-survive and can be chosen, never a GPU figure; one test, marked RECORDED, screens the real
-H200 tune's stage-1 rows. The sweeps of the command are stood in for by a
+survive and can be chosen, never a GPU figure; one test, marked RECORDED, screens rows
+recorded by a real H200 tune (tests/data/). The sweeps of the command are stood in for by a
 function that writes records as the tuning sweeper does, with a dictionary for the measurement
 cache."""
 
@@ -337,14 +337,15 @@ def test_a_kernel_named_in_own_best_sends_on_its_own_best_at_each_screening_shap
 
 
 def test_the_committed_screen_keeps_gemm_ffma_for_tf32_on_the_h200s_recorded_screen():
-    """RECORDED (results/tuning/h200.csv, stage 1: the 4x H200 tune of 2026-11-26): at every
-    screening shape gemm_ffma trailed the best TF32 candidate by more than the 3% margin (0.953x
-    and 0.959x at its closest), though it is the best measured candidate at 17 of the H100's 144
-    training shapes in TF32. The committed `own_best` sends its best at each screening shape on,
-    so noise at the screen does not drop a kernel for the whole of stage 2."""
-    rows = [r for r in read_evidence(ROOT / "results" / "tuning" / "h200.csv")
-            if str(r["stage"]) == "1"]
-    assert rows and {r["gpu_spec"] for r in rows} == {"h200"}
+    """RECORDED (tests/data/tuning_h200_screen_tf32.csv: the 3 best rows of each kernel at each
+    screening shape of best_tf32, stage 1 of the 4x H200 tune of 2026-11-26, from
+    results/tuning/h200.csv): at every screening shape gemm_ffma trailed the best TF32 candidate
+    by more than the 3% margin (0.953x and 0.959x at its closest), though it is the best measured
+    candidate at 17 of the H100's 144 training shapes in TF32. The committed `own_best` sends its
+    best at each screening shape on, so noise at the screen does not drop a kernel for the whole
+    of stage 2."""
+    rows = read_evidence(ROOT / "tests" / "data" / "tuning_h200_screen_tf32.csv")
+    assert rows and {(r["gpu_spec"], str(r["stage"])) for r in rows} == {("h200", "1")}
     committed = plan_mod.load_settings()
     without = {**committed, "screen": {**committed["screen"], "own_best": {
         k: v for k, v in committed["screen"]["own_best"].items() if k != "gemm_ffma"}}}

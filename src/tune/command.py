@@ -82,7 +82,7 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
               f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
               f"there", flush=True)
     for dispatcher, cv in judge.nearest_cross_validated(
-            rows, kernel_guards, fit_settings, count=int(fit_settings.get("neighbours", 4))).items():
+            rows, kernel_guards, fit_settings, count=fit.neighbours(fit_settings)).items():
         print(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead (the same "
               f"folds), geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']}; "
               f"{cv['unmeasured']} of {cv['shapes']} shapes without a choice measured there",

@@ -279,13 +279,23 @@ HEADER = ("Per-shape dispatch written by `sgemm-lab tune` (src/tune/fit.py) from
           "qualifies. Re-fit: sgemm-lab tune --fit-only.")
 
 
+def uses_nearest(settings: dict) -> bool:
+    """Whether the fit writes the nearest-neighbour model (`fit.model: nearest`) before the tree."""
+    return str(settings.get("model", "tree")) == "nearest"
+
+
+def neighbours(settings: dict) -> int:
+    """The training shapes the nearest-neighbour model counts (`fit.neighbours`, default 4)."""
+    return int(settings.get("neighbours", 4))
+
+
 def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:
     """The tuned file's `nearest:` section (src/job/dispatch.py) where `fit.model` is `nearest`:
     the evidence file, the neighbours counted, and each candidate kernel's guard (its size rules
     and where it was measured); None for the tree alone."""
-    if str(settings.get("model", "tree")) != "nearest":
+    if not uses_nearest(settings):
         return None
-    return {"evidence": evidence, "count": int(settings.get("neighbours", 4)),
+    return {"evidence": evidence, "count": neighbours(settings),
             "guards": {k: v for k, v in sorted(guards.items()) if v}}
 
 

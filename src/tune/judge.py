@@ -10,7 +10,7 @@ import json
 import math
 
 from src.job import training
-from src.tune.fit import Candidate, Fitter, holds, rules_for, table
+from src.tune.fit import Candidate, Fitter, holds, neighbours, rules_for, table, uses_nearest
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -90,8 +90,7 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
     `within_noise` where they differ but each run measured the other's choice within `tolerance`
     (relative) of its own, and `differs` otherwise (with the shape, both choices and the two
     runs' figures); `unmeasured` where a run has no figure for a choice."""
-    nearest = str(settings.get("model", "tree")) == "nearest"
-    count = int(settings.get("neighbours", 4))
+    nearest, count = uses_nearest(settings), neighbours(settings)
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]

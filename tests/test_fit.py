@@ -471,3 +471,28 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
     with pytest.raises(ConfigError, match="is not a file"):
         dispatch.choose(cfg, "synthetic", Problem(64, 64, 64, 0.5, 3.0))
     forget()
+
+
+def test_the_ceiling_is_each_shapes_best_choosable_candidate_and_names_the_lowest():
+    """SYNTHETIC: the ceiling at a shape is its best measured candidate (the law's winner: 1.30
+    where skinny runs, else 1.05 or 1.00), so its geomean bounds the fitted rules' own figure; a
+    candidate the screen dropped (stage-1 rows only, beside stage-2 survivors) is never in it,
+    however fast, and a shape where every candidate is slower than cuBLAS is counted and named."""
+    rows = [dict(r, stage=2) for r in synthetic_rows()]
+    shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows})
+    best = {s: max(r["ratio_best"] for r in rows if (r["m"], r["n"], r["k"]) == s) for s in shapes}
+    top = judge.ceiling(rows)["best_tf32"]
+    assert top["shapes"] == 60 and top["unmeasured"] == 0
+    assert top["below_parity"] == sum(v < 1.0 for v in best.values())
+    assert abs(top["geomean"] - math.exp(sum(map(math.log, best.values())) / 60)) < 1e-9
+    assert top["min"] == min(best.values()) and len(top["lowest"]) == 5
+    assert judge.cross_validated(rows, GUARDS, SETTINGS)["best_tf32"]["geomean"] <= top["geomean"]
+    slow = shapes[7]
+    dropped = dict(next(r for r in rows if (r["m"], r["n"], r["k"]) == slow),
+                   params=json.dumps({"bm": 32}), ratio_best=9.0, stage=1)
+    for r in rows:
+        if (r["m"], r["n"], r["k"]) == slow:
+            r["ratio_best"] = 0.5
+    top = judge.ceiling(rows + [dropped])["best_tf32"]
+    assert top["below_parity"] == sum(v < 1.0 for s, v in best.items() if s != slow) + 1
+    assert top["min"] == 0.5 and top["lowest"][0][:2] == ("x".join(map(str, slow)), 0.5)

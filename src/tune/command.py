@@ -87,6 +87,12 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
               f"folds), geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']}; "
               f"{cv['unmeasured']} of {cv['shapes']} shapes without a choice measured there",
               flush=True)
+    for dispatcher, top in judge.ceiling(rows).items():
+        print(f"{dispatcher}: the best measured candidate at each training shape (no dispatch over "
+              f"these candidates does better there), geomean {top['geomean']:.3f}x, min "
+              f"{top['min']:.3f}x at {top['min_shape']}; {top['below_parity']} of {top['shapes']} "
+              f"shapes below 1.0x, the lowest: "
+              + ", ".join(f"{s} {v:.2f}x ({k})" for s, v, k in top["lowest"]), flush=True)
     return dispatch
 
 

@@ -1,5 +1,6 @@
 """How a fitted dispatch does, judged from the tuning evidence (results/tuning/<gpu>.csv) alone,
 no GPU: on training shapes each fold's fit did not see (`cross_validated`, printed with every fit),
+beside what the best measured candidate reaches at each shape (`ceiling`: the bound on any model),
 and whether two tuning runs fit the same choices within the noise (`agreement`, `sgemm-lab tune
 --against`). The fit itself is src/tune/fit.py; the held-out set (the `heldout` stage) is the
 judge that measures."""
@@ -34,6 +35,28 @@ def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: d
                 figures.append((whole.ratio.get((shape, choice_at(rules, shape))), shape))
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, **_summary(figures, len(whole.shapes))}
+    return out
+
+
+def ceiling(rows: list[dict], lowest: int = 5) -> dict[str, dict]:
+    """What no dispatch over these candidates can beat at the training shapes, per dispatching
+    kernel: each shape's best measured candidate (among those the fit may choose, as `table`
+    keeps them). Its min is the floor that only a kernel change raises, whatever the model; its
+    `lowest` shapes (with the kernel that did best there) say where that work is."""
+    out = {}
+    for dispatcher in sorted({r["dispatcher"] for r in rows}):
+        tab = table(rows, dispatcher)
+        best = {}
+        for (shape, candidate), value in tab.ratio.items():
+            if shape not in best or value > best[shape][0]:
+                best[shape] = (value, candidate.kernel)
+        if not best:
+            continue
+        figures = [(best.get(s, (None,))[0], s) for s in tab.shapes]
+        low = sorted((v, s, kernel) for s, (v, kernel) in best.items())[:lowest]
+        out[dispatcher] = {**_summary(figures, len(tab.shapes)),
+                           "below_parity": sum(v < 1.0 for v, _ in best.values()),
+                           "lowest": [("x".join(map(str, s)), v, kernel) for v, s, kernel in low]}
     return out
 
 

@@ -390,6 +390,22 @@ def test_3xtf32_library_kernel_with_a_in_registers_builds_without_spills(shape, 
 
 
 @needs_nvcc
+@pytest.mark.parametrize("kernel,shape,params", [
+    ("gemm_tf32", (19, 1287, 2026), {"bm": 64, "bn": 64}),              # 24 rows: m64n24k8, 2 slices of 3 groups
+    ("gemm_tf32", (67, 3579, 2991), {"bm": 128, "bn": 128}),            # 72 rows: m64n64k8 + m64n8k8, 4 slices
+    ("gemm_tf32", (297, 43, 673), {"bm": 128, "bn": 64}),               # 104 rows: 64 + 40, 13 groups, unsliced
+    ("gemm_3xtf32", (19, 1287, 2026), {"bm": 64, "bn": 64}),            # role 0: 24 rows, 4 slices
+    ("gemm_3xtf32", (1156, 65, 4351), {"bm": 128, "bn": 128, "register_operand": 2}),  # role 1: 72 columns, 8 slices
+    ("gemm_3xtf32", (10938, 192, 425), {"bm": 128, "bn": 128, "register_operand": 2}),  # role 1: 96 columns, unsliced
+], ids=["tf32-24", "tf32-72", "tf32-104", "3xtf32-24", "3xtf32-a-72", "3xtf32-a-96"])
+def test_fitted_tiles_build_without_spills(kernel, shape, params):
+    """`fit` 2's tiles (wgmma's N side any multiple of 8, kernels/include/wgmma_rows.cuh) build for
+    sm_90a without spills, in pieces of the m64nNk8 forms, with the K slices' uneven shares."""
+    _sliced_build(kernel, shape, params | {"fit": 2}, ["m64n8k8", "m64n56k8"],
+                  entries=3 if kernel == "gemm_3xtf32" else 2)
+
+
+@needs_nvcc
 @pytest.mark.parametrize("shape,params", [
     ((4096, 4096, 4096), {}),                               # persistent, stream-K, 16-byte B copies
     ((4095, 4097, 333), {}),                                # 4-byte B copies (N % 4 != 0)

@@ -244,6 +244,63 @@ def test_3xtf32_a_in_registers_alpha_beta(compose, shape, params):
     assert record.local_bytes == 0
 
 
+# `fit` 2: wgmma's N side fitted to the shape (kernels/include/wgmma_rows.cuh), any multiple of 8:
+# tiles of 8 .. 56 rows (one m64nNk8), 72 / 120 / 144 / 200 (pieces of 256, 128, 64 and the rest),
+# row (or column) groups that are not a multiple of 8 (the epilogue's last batch) nor of the K
+# slices (the last block's shorter share), with rows and columns not 16-byte aligned.
+FITTED_CASES = [
+    # kernel, shape, params: the fitted side and its K slices in the comment
+    ("gemm_tf32", (19, 1287, 2026), {"bm": 64, "bn": 64}),        # 24 rows, 2 slices of 3 groups
+    ("gemm_tf32", (67, 3579, 2991), {"bm": 128, "bn": 128}),      # 72 rows (64 + 8), 4 slices of 9 groups
+    ("gemm_tf32", (1156, 65, 4351), {"bm": 128, "bn": 64}),       # 120 rows (64 + 56), 4 slices of 15
+    ("gemm_tf32", (142, 1536, 29824), {"bm": 256, "bn": 128, "stages": 4}),  # 144 rows (128 + 16), 8 slices of 18
+    ("gemm_tf32", (2, 338, 1906), {"bm": 64, "bn": 64}),          # 8 rows (m64n8k8), 2 slices of 1
+    ("gemm_tf32", (297, 43, 673), {"bm": 128, "bn": 64}),         # 104 rows, 13 groups, unsliced
+    ("gemm_tf32", (200, 333, 777), {"bm": 256, "stages": 4, "min_slice_k": 32}),  # 200 rows (128 + 64 + 8), 8 slices of 25
+    ("gemm_3xtf32", (19, 1287, 2026), {"bm": 64, "bn": 64}),      # role 0: 24 rows, 4 slices of 3
+    ("gemm_3xtf32", (170, 141, 3691), {"bm": 128, "bn": 64, "stages": 4}),  # role 0: 88 rows, 8 slices of 11
+    ("gemm_3xtf32", (22, 739, 326), {"bm": 64, "bn": 128}),       # role 0: 24 rows, unsliced
+    ("gemm_3xtf32", (8, 644, 3176), {"bm": 64, "bn": 64}),        # role 0: 8 rows, 8 slices of 1
+    ("gemm_3xtf32", (14792, 10, 3067), {"bm": 64, "bn": 64, **A}),   # role 1: 16 columns, unsliced
+    ("gemm_3xtf32", (1156, 65, 4351), {"bm": 128, "bn": 128, **A}),  # role 1: 72 columns, 8 slices of 9
+    ("gemm_3xtf32", (297, 43, 673), {"bm": 64, "bn": 64, **A}),      # role 1: 48 columns, 2 slices of 6
+    ("gemm_3xtf32", (10938, 192, 425), {"bm": 128, "bn": 128, **A}),  # role 1: 96 columns, 12 groups
+    ("gemm_3xtf32", (2048, 100, 4093), {"bm": 64, "bn": 128, **A}),   # role 1: 104 columns, K % 4
+]
+
+
+@pytest.mark.parametrize("kernel,shape,params", [
+    pytest.param(kernel, shape, params, id=f"{kernel}-{'x'.join(map(str, shape))}"
+                 f"{'-a' if params.get('register_operand') == 2 else ''}",
+                 marks=[pytest.mark.chapter(kernel)]
+                 + ([pytest.mark.smoke] if shape in ((67, 3579, 2991), (1156, 65, 4351)) else []))
+    for kernel, shape, params in FITTED_CASES])
+def test_fitted_tiles_alpha_beta(compose, kernel, shape, params):
+    """`fit` 2 in both library wgmma kernels and both of gemm_3xtf32's roles: the tile's wgmma N
+    side is the shape's rows (or columns) shared evenly, any multiple of 8, issued as pieces, with
+    the K slices' uneven shares and the epilogue's last batch; verified with alpha and beta against
+    the FP64 reference at the kernel's tolerance, its timed launches and fresh inputs too, with no
+    local memory."""
+    m, n, k = shape
+    params = {**params, "fit": 2}
+    record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
+                             *[f"kernel.params.{p}={v}" for p, v in params.items()], *QUICK,
+                             *pinned_inputs(shape)),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+    # the instantiation ran the fitted side: gemm_tf32<block_m, ...>, gemm_3xtf32<role, block_m, block_n, ...>
+    args = [int(a) for a in record.entry.split("<")[1].rstrip(">").split(",")]
+    side, cap = (("n", params["bn"]) if params.get("register_operand") == 2 else ("m", params["bm"]))
+    extent = {"m": m, "n": n}[side]
+    def ceil_div(a, b):
+        return -(-a // b)
+    fitted = 8 * ceil_div(ceil_div(extent, ceil_div(extent, cap)), 8)  # even shares, multiples of 8
+    position = 0 if kernel == "gemm_tf32" else (2 if side == "n" else 1)
+    assert args[position] == fitted < cap, record.entry
+
+
 @pytest.mark.chapter("23_wgmma_3xtf32")
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (1024, 1024, 1024), (2048, 2048, 2048),
                                    (1024, 1024, 4096), (512, 512, 16384)])

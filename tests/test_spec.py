@@ -189,7 +189,11 @@ VIOLATIONS = [
      "slices == 1 or stages * stage_bytes >= 4 * bm * bn"),
     ("25_wgmma_tf32_any_shape", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
     ("gemm_3xtf32", dict(register_operand=3), SQUARE, "register_operand == 1 or register_operand == 2"),
-    ("gemm_3xtf32", dict(bm=192), SQUARE, "wgmma_n == 64 or wgmma_n == 128 or wgmma_n == 256"),
+    ("gemm_3xtf32", dict(bm=192), SQUARE, "wgmma_side == 64 or wgmma_side == 128 or wgmma_side == 256"),
+    ("gemm_3xtf32", dict(bm=200, fit=2), SQUARE, "wgmma_side == 64 or wgmma_side == 128 or wgmma_side == 256"),
+    ("gemm_3xtf32", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
+    ("gemm_tf32", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
+    ("gemm_tf32", dict(bm=72, fit=2), SQUARE, "bm == 64 or bm == 128 or bm == 256"),
     ("gemm_3xtf32", dict(bn=256), SQUARE, "register_side == 64 or register_side == 128"),
     ("gemm_3xtf32", dict(bm=256, stages=2), SQUARE, "accumulators <= 128"),
     ("gemm_3xtf32", dict(accumulation=3), SQUARE, "accumulation == 1 or accumulation == 2"),
@@ -199,7 +203,7 @@ VIOLATIONS = [
     ("gemm_3xtf32", dict(min_slice_k=16), SQUARE, "min_slice_k >= 32"),
     ("gemm_3xtf32", dict(stages=5), SQUARE, "smem_bytes <= max_smem_per_block"),
     ("gemm_3xtf32", dict(register_operand=2, bm=256), SQUARE, "register_side == 64 or register_side == 128"),
-    ("gemm_3xtf32", dict(register_operand=2, bn=256, accumulation=1), SQUARE, "a_in_registers == 0 or wgmma_n <= 128"),
+    ("gemm_3xtf32", dict(register_operand=2, bn=256, accumulation=1), SQUARE, "a_in_registers == 0 or bn <= 128"),
     ("gemm_3xtf32", dict(register_operand=2, accumulation=3), SQUARE, "accumulation == 1 or accumulation == 2"),
     ("gemm_3xtf32", dict(register_operand=2, in_flight=3), SQUARE, "in_flight == 1 or in_flight == 2"),
     ("gemm_3xtf32", dict(register_operand=2, stages=2, in_flight=2), SQUARE, "stages >= in_flight + 1"),
@@ -251,13 +255,16 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     # a 3xTF32 stage holds two tiles of the wgmma side and one of the register side: stages >= 2
     # gives 256 * (register_side + 2 * wgmma_n) bytes, more than the 4 * bm * bn of a partial
     # tile for every allowed bm and bn
-    ("gemm_3xtf32", "slices == 1 or stages * stage_bytes >= 4 * bm * bn"),
+    ("gemm_3xtf32", "slices == 1 or stages * stage_bytes >= 4 * block_m * block_n"),
     ("gemm_tf32", "group_m >= 1"),                  # as for chapter 25
     ("gemm_tf32", "compute_capability == 90"),
 }
 # The library's copies of chapters 24 and 25 keep their chapters' rules: the same cases break them.
-VIOLATIONS += [(f"gemm_{name}", params, problem, rule) for name, chapter in
-               (("tf32", "25_wgmma_tf32_any_shape"), ("ffma_skinny", "24_ffma_skinny"))
+# (gemm_tf32's ring rule counts its block_m, the rows bm or the rows `fit` 2 fitted to the shape.)
+LIBRARY_RULE = {"slices == 1 or stages * stage_bytes >= 4 * bm * bn":
+                "slices == 1 or stages * stage_bytes >= 4 * block_m * bn"}
+VIOLATIONS += [(f"gemm_{name}", params, problem, LIBRARY_RULE.get(rule, rule) if name == "tf32" else rule)
+               for name, chapter in (("tf32", "25_wgmma_tf32_any_shape"), ("ffma_skinny", "24_ffma_skinny"))
                for kernel, params, problem, rule in list(VIOLATIONS) if kernel == chapter]
 # gemm_mma_3xtf32 is gemm_mma_tf32's file with three products a step: the same rules but the
 # register budget (above), broken by the same cases.
@@ -458,3 +465,41 @@ def test_every_portable_chapter_has_valid_defaults_on_other_gpus(gpu):
             assert spec.dynamic_smem_bytes <= limits["max_smem_per_block"]
         checked += 1
     assert checked == 25  # chapters 01-19, 21, 24, gemm_ffma, gemm_ffma_skinny, gemm_mma_tf32 and gemm_mma_3xtf32 (the others are built for sm_90a: Hopper only)
+
+
+@pytest.mark.parametrize("kernel,params,shape,fitted", [
+    # gemm_tf32: the rows, shared evenly among as many tiles as bm needs, rounded up to 8
+    ("gemm_tf32", dict(bm=64), (19, 1287, 2026), ("m", 24)),
+    ("gemm_tf32", dict(bm=128), (67, 3579, 2991), ("m", 72)),
+    ("gemm_tf32", dict(bm=128, bn=64), (1156, 65, 4351), ("m", 120)),   # ten tiles of 120, not of 128
+    ("gemm_tf32", dict(bm=64), (2, 338, 1906), ("m", 8)),
+    ("gemm_tf32", dict(bm=128), (4096, 4096, 4096), ("m", 128)),      # already a whole number of tiles
+    # gemm_3xtf32: wgmma's N side, the rows in role 0 and the columns in role 1
+    ("gemm_3xtf32", dict(bm=64, bn=64), (19, 1287, 2026), ("m", 24)),
+    ("gemm_3xtf32", dict(bm=128, bn=128, register_operand=2), (1156, 65, 4351), ("n", 72)),
+    ("gemm_3xtf32", dict(bm=64, bn=64, register_operand=2), (14792, 10, 3067), ("n", 16)),
+])
+def test_fit_2_fits_wgmmas_n_side_to_the_shape(kernel, params, shape, fitted):
+    """`fit` 2 sizes wgmma's N side of the block tile to the shape (any multiple of 8 up to bm, or
+    bn in gemm_3xtf32's role 1): the instantiation, the grid's tile count and the TMA box follow
+    it; the other side and `fit` 1 keep bm and bn as set."""
+    m, n, k = shape
+    side, size = fitted
+    problem = Problem(m, n, k, 0.5, 3.0)
+    spec = build_spec(kernel_cfg(kernel, **params, fit=2), problem, H100)
+    plain = build_spec(kernel_cfg(kernel, **params, fit=1), problem, H100)
+    cfg_bm, cfg_bn = (spec.params["bm"], spec.params["bn"])
+    block_m, block_n = (size, cfg_bn) if side == "m" else (cfg_bm, size)
+    assert (spec.derived["block_m"], spec.derived.get("block_n", cfg_bn)) == (block_m, block_n)
+    assert (plain.derived["block_m"], plain.derived.get("block_n", cfg_bn)) == (cfg_bm, cfg_bn)
+    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    assert spec.derived["tiles"] == tiles and spec.grid == (tiles * spec.derived["slices"],)
+    args = [int(a) for a in spec.entry.split("<")[1].rstrip(">").split(",")]
+    assert args[:1] == [block_m] if kernel == "gemm_tf32" else args[1:3] == [block_m, block_n]
+    boxes = [tm.box for tm in spec.tensor_maps]
+    if kernel == "gemm_tf32":
+        assert boxes[0] == (32, block_m)                     # A's rows per stage
+    elif side == "m":
+        assert boxes[0] == boxes[1] == (32, block_m)         # A_big and A_small
+    else:
+        assert boxes[1] == boxes[2] == (32, block_n)         # B_big^T and B_small^T

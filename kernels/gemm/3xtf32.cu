@@ -12,6 +12,8 @@
 //      the pre-pass splits and transposes B, the small operand of few-columns products, into
 //      B_big^T and B_small^T (split_tf32_b_transposed), instead of writing A twice. Block tile
 //      BM x BN, BN = wgmma's N, one consumer warpgroup per 64 rows.
+// wgmma's N side (BM in role 0, BN in role 1) is 64, 128 or 256, or with the tuned file's `fit`
+// 2 fitted to the shape, any multiple of 8 (wgmma_rows.cuh): 19 rows run in a 24-row tile.
 // Everything else is shared: the stage ring, the producer (produce_split_k_tiles), the consumer's
 // K loop (consume_split_k_tiles), and K slices (SLICES > 1: the blocks of one cluster, each
 // block's FP32 total left in its idle stage ring and added up in K order, k_slices.cuh).
@@ -115,11 +117,14 @@ __device__ __forceinline__ void consume_b_in_registers(CONSUMER_ARGS) {
   if constexpr (SLICES == 1) {
     store_tile<BM>(acc, C, M, N, work.m0, n, t, alpha, beta);
   } else {
-    constexpr int SHARE = BM / 8 / SLICES;
+    constexpr int SHARE = k_slice_share(BM, SLICES);
     float sum[4 * SHARE];
     add_k_slices<BM, 128 * R::CONSUMERS, SLICES>(acc, sum, smem, work.slice, ct);
     cluster_sync();  // every block has read its share of this block's partial
-    store_row_groups<SHARE>(sum, C, M, N, work.m0 + 8 * SHARE * work.slice, n, t, alpha, beta);
+    // a shorter last share (a fitted tile): its rows past the tile are the next tile's
+    const int rows_end = (BM / 8) % SLICES == 0 ? M : min(M, work.m0 + BM);
+    store_row_groups<SHARE>(sum, C, rows_end, N, work.m0 + 8 * SHARE * work.slice, n, t, alpha,
+                            beta);
   }
 }
 
@@ -143,13 +148,16 @@ __device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
   const float* acc = PROMOTE > 0 ? total : d;
   const int m = work.m0 + 64 * c + 16 * warp + lane / 4, n = work.n0 + 2 * (lane % 4);
   if constexpr (SLICES == 1) {
-    store_column_groups<BN / 8>(acc, C, M, N, m, n, alpha, beta);
+    store_column_groups<BN / 8>(acc, C, M, N, m, n, alpha, beta, N);
   } else {
-    constexpr int SHARE = BN / 8 / SLICES;  // column groups each block of the cluster stores
+    constexpr int SHARE = k_slice_share(BN, SLICES);  // column groups each block of the cluster stores
     float sum[4 * SHARE];
     add_k_slices<BN, 128 * R::CONSUMERS, SLICES>(acc, sum, smem, work.slice, ct);
     cluster_sync();  // every block has read its share of this block's partial
-    store_column_groups<SHARE>(sum, C, M, N, m, n + 8 * SHARE * work.slice, alpha, beta);
+    // a shorter last share (a fitted tile): its columns past the tile are the next tile's
+    const int cols_end = (BN / 8) % SLICES == 0 ? N : min(N, work.n0 + BN);
+    store_column_groups<SHARE>(sum, C, M, N, m, n + 8 * SHARE * work.slice, alpha, beta,
+                               cols_end);
   }
 }
 

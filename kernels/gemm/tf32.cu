@@ -7,8 +7,9 @@
 // - Few tiles: a tile's K range is cut into SLICES (1, 2, 4, 8; the config's derived `slices`)
 //   runs computed by the blocks of one cluster, added up in K order through distributed shared
 //   memory (k_slices.cuh): deterministic, never through global memory.
-// - Block tiles 64, 128 or 256 rows (wgmma m64nBMk8) x 64 or 128 columns; the tuned file's size
-//   classes pick them per shape.
+// - Block tiles 64, 128 or 256 rows (wgmma m64nBMk8) x 64 or 128 columns; the tuned file picks
+//   them per shape. With `fit` 2 the rows are fitted to the shape, any multiple of 8 up to that
+//   size (wgmma_rows.cuh): 19 rows run in a 24-row tile, 1156 in ten of 120, not of 128.
 // Tile hierarchy: block tile BM x BN, k tiles of 32 (one 128-byte swizzle row), STAGES stages in
 // the producer -> consumer ring -> consumer warpgroup BM x 64 (wgmma m64nBMk8 on C^T = B^T A^T)
 // -> warp 16 columns of C -> thread tile 2 columns x BM / 4 rows. K slice: a run of a tile's k
@@ -18,6 +19,8 @@
 #include "../include/warpgroup.cuh"
 #include "../include/tma.cuh"
 #include "../include/wgmma.cuh"
+// wgmma_rows: block tiles of any multiple of 8 rows (`fit` 2), shared with gemm/3xtf32.cu
+#include "../include/wgmma_rows.cuh"
 #include "../include/wgmma_epilogue.cuh"
 #include "../include/cluster.cuh"
 // add_k_slices: a cluster's K slices added up in distributed shared memory, shared with gemm/3xtf32.cu
@@ -156,7 +159,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BK / 8; ++ks)
-      wgmma_rs<BM>(d, frag[ks], smem_desc_k_sw128(a_tile + ks * 32));
+      wgmma_rows<BM>(d, frag[ks], a_tile + ks * 32);
     wgmma_commit();
   };
   auto keep = [](unsigned (&frag)[BK / 8][4]) { keep_fragments(frag); };
@@ -192,11 +195,13 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
   if constexpr (SLICES == 1) {
     store_tile<BM>(d, C, M, N, m0, n, t, alpha, beta);
   } else {
-    constexpr int SHARE = BM / 8 / SLICES;
+    constexpr int SHARE = k_slice_share(BM, SLICES);
     float sum[4 * SHARE];
     add_k_slices<BM, 128 * CONSUMERS, SLICES>(d, sum, smem, slice, ct);
     cluster_sync();  // every block has read its share of this block's partial
-    store_row_groups<SHARE>(sum, C, M, N, m0 + 8 * SHARE * slice, n, t, alpha, beta);
+    // a shorter last share (a fitted tile): its rows past the tile are the next tile's
+    const int rows_end = (BM / 8) % SLICES == 0 ? M : min(M, m0 + BM);
+    store_row_groups<SHARE>(sum, C, rows_end, N, m0 + 8 * SHARE * slice, n, t, alpha, beta);
   }
 }
 

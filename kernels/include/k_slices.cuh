@@ -32,6 +32,10 @@ __device__ __forceinline__ SliceOfTile slice_of_tile(int M, int N, int K) {
   return w;
 }
 
+// Row (or column) groups of 8 a block of the cluster adds up and stores: an equal share, the
+// last one shorter where GROUPS is not a multiple of SLICES.
+__host__ __device__ constexpr int k_slice_share(int n, int slices) { return CEIL_DIV(n / 8, slices); }
+
 // A cluster's K slices added up (SLICES > 1): every block has its partial tile in `d`, N / 2
 // accumulators per consumer thread (wgmma m64nNk8) in groups of four: the row groups of 25's and
 // 26's C^T layout, the column groups of 27's C layout. Block `rank` stores it into its own stage
@@ -43,7 +47,10 @@ __device__ __forceinline__ SliceOfTile slice_of_tile(int M, int N, int K) {
 template <int N, int CONSUMER_THREADS, int SLICES>
 __device__ __forceinline__ void add_k_slices(const float* d, float* sum, unsigned char* ring,
                                              int rank, int ct) {
-  constexpr int SHARE = N / 8 / SLICES;  // groups (float4s per thread) a block adds up
+  // groups (float4s per thread) a block adds up; with N / 8 not a multiple of SLICES (a fitted
+  // tile, wgmma_rows.cuh) the last block's share is shorter and its missing groups stay zero
+  constexpr int SHARE = k_slice_share(N, SLICES);
+  constexpr bool EVEN = (N / 8) % SLICES == 0;
   float4* mine = reinterpret_cast<float4*>(ring) + ct;
   // Both consumer warpgroups read the last stage's shared tiles: neither may overwrite the ring
   // before the other's wgmmas are done (named barrier 1, the consumers only; found on the H100 as
@@ -61,6 +68,7 @@ __device__ __forceinline__ void add_k_slices(const float* d, float* sum, unsigne
     const unsigned theirs = cluster_map(share, s);
 #pragma unroll
     for (int j = 0; j < SHARE; ++j) {
+      if (!EVEN && rank * SHARE + j >= N / 8) continue;  // beyond the tile: never read
       const float4 p = ld_cluster_f32x4(theirs + 16 * j * CONSUMER_THREADS);
       sum[4 * j] += p.x, sum[4 * j + 1] += p.y, sum[4 * j + 2] += p.z, sum[4 * j + 3] += p.w;
     }

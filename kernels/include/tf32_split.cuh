@@ -11,6 +11,7 @@
 #include "mbarrier.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
+#include "wgmma_rows.cuh"
 
 // x = big + small (+ at most 2^-22 |x|), both TF32 values held as FP32 bit patterns.
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
@@ -170,7 +171,7 @@ __device__ __forceinline__ void consume_split_k_tiles(const unsigned char* smem,
     const unsigned big = smem_addr(stage) + BIG, small = big - BIG + SMALL;
     int accumulate = PROMOTE == 0 || kt % PROMOTE != 0 ? 1 : 0;
     auto mma = [&](const unsigned* frag, unsigned tile) {
-      wgmma_rs<N>(d, frag, smem_desc_k_sw128(tile), accumulate);
+      wgmma_rows<N>(d, frag, tile, accumulate);  // N: any multiple of 8 (a fitted tile)
       accumulate = 1;
     };
     wgmma_fence();

@@ -10,6 +10,7 @@
 
 // The epilogue: C(m, n .. n + 1) for GROUPS row groups of this lane (rows m0 + 8j + 2t and
 // m0 + 8j + 2t + 1 for j < GROUPS; acc[4j + {0, 2}] and acc[4j + {1, 3}] as in wgmma.cuh), any
+// GROUPS (a fitted tile's 9 groups: a batch of 8, then 1), any
 // N (a pair of columns is read and stored as a float2 only when N is even, so its address is
 // 8-byte aligned). With beta != 0 the old C is read in batches of EPI_BATCH row groups, all loads
 // before any store, as in 20: one row at a time, each row waited a full global-memory latency.
@@ -17,12 +18,12 @@ template <int GROUPS>
 __device__ __forceinline__ void store_row_groups(const float* acc, float* C, int M, int N, int m0,
                                                  int n, int t, float alpha, float beta) {
   constexpr int EPI_BATCH = GROUPS < 8 ? GROUPS : 8;  // up to 16 float2 loads in flight per thread
-  static_assert(GROUPS % EPI_BATCH == 0, "row groups come in whole batches");
+  constexpr int WHOLE = GROUPS / EPI_BATCH * EPI_BATCH;  // the rest (GROUPS not a multiple of 8) after
   if (n >= N) return;
   const bool pair = n + 1 < N && N % 2 == 0;
   const bool second = n + 1 < N;  // this lane's second column is inside C
 #pragma unroll
-  for (int j0 = 0; j0 < GROUPS; j0 += EPI_BATCH) {
+  for (int j0 = 0; j0 < WHOLE; j0 += EPI_BATCH) {
     float2 old[EPI_BATCH][2];
 #pragma unroll
     for (int j = 0; j < EPI_BATCH; ++j)
@@ -54,6 +55,8 @@ __device__ __forceinline__ void store_row_groups(const float* acc, float* C, int
         }
       }
   }
+  if constexpr (GROUPS > WHOLE)
+    store_row_groups<GROUPS - WHOLE>(acc + 4 * WHOLE, C, M, N, m0 + 8 * WHOLE, n, t, alpha, beta);
 }
 
 // A consumer lane's whole block tile: BM / 4 rows, BM / 8 row groups.
@@ -65,14 +68,16 @@ __device__ __forceinline__ void store_tile(const float* acc, float* C, int M, in
 
 // 27's layout: C(m, n + 8j .. n + 8j + 1) in acc[4j + {0, 1}] and C(m + 8, ...) in acc[4j + {2,
 // 3}] for GROUPS column groups j (wgmma.cuh's D with m = 16w + g and n = 2t), any M and N, with
-// the old C read in batches of EPI_BATCH column groups before any store, as above.
+// the old C read in batches of EPI_BATCH column groups before any store, as above; columns from
+// cols_end on are left alone (N, or a fitted tile's end where its K slices' shares are uneven).
 template <int GROUPS>
 __device__ __forceinline__ void store_column_groups(const float* acc, float* C, int M, int N,
-                                                    int m, int n, float alpha, float beta) {
+                                                    int m, int n, float alpha, float beta,
+                                                    int cols_end) {
   constexpr int EPI_BATCH = GROUPS < 8 ? GROUPS : 8;
-  static_assert(GROUPS % EPI_BATCH == 0, "column groups come in whole batches");
+  constexpr int WHOLE = GROUPS / EPI_BATCH * EPI_BATCH;  // the rest (GROUPS not a multiple of 8) after
 #pragma unroll
-  for (int j0 = 0; j0 < GROUPS; j0 += EPI_BATCH) {
+  for (int j0 = 0; j0 < WHOLE; j0 += EPI_BATCH) {
     float2 old[EPI_BATCH][2];
 #pragma unroll
     for (int j = 0; j < EPI_BATCH; ++j)
@@ -81,9 +86,9 @@ __device__ __forceinline__ void store_column_groups(const float* acc, float* C, 
         const int row = m + 8 * h, col = n + 8 * (j0 + j);
         const float* p = C + (size_t)row * N + col;
         old[j][h] = make_float2(0.0f, 0.0f);
-        if (beta != 0.0f && row < M && col < N) {
-          if (col + 1 < N && N % 2 == 0) old[j][h] = *reinterpret_cast<const float2*>(p);
-          else old[j][h] = make_float2(p[0], col + 1 < N ? p[1] : 0.0f);
+        if (beta != 0.0f && row < M && col < cols_end) {
+          if (col + 1 < cols_end && N % 2 == 0) old[j][h] = *reinterpret_cast<const float2*>(p);
+          else old[j][h] = make_float2(p[0], col + 1 < cols_end ? p[1] : 0.0f);
         }
       }
 #pragma unroll
@@ -91,19 +96,22 @@ __device__ __forceinline__ void store_column_groups(const float* acc, float* C, 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = m + 8 * h, col = n + 8 * (j0 + j);
-        if (row >= M || col >= N) continue;
+        if (row >= M || col >= cols_end) continue;
         float* p = C + (size_t)row * N + col;
         const float* v = acc + 4 * (j0 + j) + 2 * h;
         const float2 out = make_float2(alpha * v[0] + beta * old[j][h].x,
                                        alpha * v[1] + beta * old[j][h].y);
-        if (col + 1 < N && N % 2 == 0) {
+        if (col + 1 < cols_end && N % 2 == 0) {
           *reinterpret_cast<float2*>(p) = out;
         } else {
           p[0] = out.x;
-          if (col + 1 < N) p[1] = out.y;
+          if (col + 1 < cols_end) p[1] = out.y;
         }
       }
   }
+  if constexpr (GROUPS > WHOLE)
+    store_column_groups<GROUPS - WHOLE>(acc + 4 * WHOLE, C, M, N, m, n + 8 * WHOLE, alpha, beta,
+                                        cols_end);
 }
 
 #endif  // SGEMM_LAB_WGMMA_EPILOGUE_CUH

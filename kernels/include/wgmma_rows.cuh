@@ -9,134 +9,56 @@
 #define SGEMM_LAB_WGMMA_ROWS_CUH
 #include "wgmma.cuh"
 
+// Both forms of one m64nNk8 (always accumulating, and with the scale-d predicate): N, the "+f"
+// accumulator operands (in parentheses), their placeholders, then those of A's four registers,
+// of B's descriptor and of the predicate's value.
+#define WGMMA_RS_UNWRAP(...) __VA_ARGS__
+#define WGMMA_RS_FORMS(N, ACC, D, A, DESC, PRED)                                                 \
+  template <>                                                                                    \
+  __device__ __forceinline__ void wgmma_rs<N>(float* d, const unsigned* a, u64 desc_b) {        \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" D "}, {" A "}, "   \
+                 DESC ", 1, 1, 1;\n"                                                             \
+                 : WGMMA_RS_UNWRAP ACC                                                           \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)                       \
+                 : "memory");                                                                    \
+  }                                                                                              \
+  template <>                                                                                    \
+  __device__ __forceinline__ void wgmma_rs<N>(float* d, const unsigned* a, u64 desc_b,          \
+                                              int accumulate) {                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n"                              \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" D "}, {" A "}, "    \
+                 DESC ", p, 1, 1;\n}\n"                                                          \
+                 : WGMMA_RS_UNWRAP ACC                                                           \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)      \
+                 : "memory");                                                                    \
+  }
+
 // m64nNk8 for N = 8 .. 56: D (64 x N, N / 2 registers per lane) += A (registers) * B (shared), the
 // operands as wgmma.cuh describes them for N = 64.
-template <>
-__device__ __forceinline__ void wgmma_rs<8>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, "
-               "{%4, %5, %6, %7}, %8, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<8>(float* d, const unsigned* a, u64 desc_b,
-                                             int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0,%1,%2,%3}, "
-               "{%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<16>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7}, "
-               "{%8, %9, %10, %11}, %12, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<16>(float* d, const unsigned* a, u64 desc_b,
-                                             int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7}, "
-               "{%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<24>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n24k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
-               "{%12, %13, %14, %15}, %16, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<24>(float* d, const unsigned* a, u64 desc_b,
-                                             int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n24k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
-               "{%12, %13, %14, %15}, %16, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<32>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
-               "{%16, %17, %18, %19}, %20, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<32>(float* d, const unsigned* a, u64 desc_b,
-                                             int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
-               "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<40>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n40k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, "
-               "{%20, %21, %22, %23}, %24, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<40>(float* d, const unsigned* a, u64 desc_b,
-                                             int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n40k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, "
-               "{%20, %21, %22, %23}, %24, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<48>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, "
-               "{%24, %25, %26, %27}, %28, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<48>(float* d, const unsigned* a, u64 desc_b,
-                                             int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, "
-               "{%24, %25, %26, %27}, %28, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<56>(float* d, const unsigned* a, u64 desc_b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n56k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27}, "
-               "{%28, %29, %30, %31}, %32, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
-               : "memory");
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<56>(float* d, const unsigned* a, u64 desc_b,
-                                             int accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n56k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27}, "
-               "{%28, %29, %30, %31}, %32, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-               : "memory");
-}
+WGMMA_RS_FORMS(8, (WGMMA_ACC4(d, 0)),
+               "%0,%1,%2,%3",
+               "%4, %5, %6, %7", "%8", "%9")
+WGMMA_RS_FORMS(16, (WGMMA_ACC4(d, 0), WGMMA_ACC4(d, 4)),
+               "%0,%1,%2,%3,%4,%5,%6,%7",
+               "%8, %9, %10, %11", "%12", "%13")
+WGMMA_RS_FORMS(24, (WGMMA_ACC4(d, 0), WGMMA_ACC4(d, 4), WGMMA_ACC4(d, 8)),
+               "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11",
+               "%12, %13, %14, %15", "%16", "%17")
+WGMMA_RS_FORMS(32, (WGMMA_ACC16(d, 0)),
+               "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15",
+               "%16, %17, %18, %19", "%20", "%21")
+WGMMA_RS_FORMS(40, (WGMMA_ACC16(d, 0), WGMMA_ACC4(d, 16)),
+               "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+               "%16,%17,%18,%19",
+               "%20, %21, %22, %23", "%24", "%25")
+WGMMA_RS_FORMS(48, (WGMMA_ACC16(d, 0), WGMMA_ACC4(d, 16), WGMMA_ACC4(d, 20)),
+               "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+               "%16,%17,%18,%19,%20,%21,%22,%23",
+               "%24, %25, %26, %27", "%28", "%29")
+WGMMA_RS_FORMS(56, (WGMMA_ACC16(d, 0), WGMMA_ACC4(d, 16), WGMMA_ACC4(d, 20), WGMMA_ACC4(d, 24)),
+               "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+               "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27",
+               "%28, %29, %30, %31", "%32", "%33")
 
 // D += A * (ROWS rows of the tile at `tile`, K-major, 128-byte swizzle) for ROWS a multiple of 8
 // up to 256: the largest form that fits first, then the rest; d holds ROWS / 2 accumulators.

@@ -14,6 +14,8 @@ import json
 import random
 import zlib
 
+import pytest
+
 
 from src.job.training import read as read_evidence
 from src.job.gpu import limits_from_spec
@@ -211,8 +213,14 @@ def stand_in_sweeps(cache: dict, measured: list):
     in `cache` is taken from it (resume=true), a new one is counted in `measured`."""
     import shutil
 
+    from src.tune import evidence
+
+    sources = {}
+
     def run(sweeps, settings, sweep_dir, extra):
         limits = limits_from_spec("h100_sxm")
+        for sweep in sweeps:
+            sources.setdefault(sweep.kernel, evidence.source_sha256(sweep.kernel))
         for sweep in sweeps:
             target = sweep_dir / sweep.name
             if target.exists():
@@ -231,7 +239,8 @@ def stand_in_sweeps(cache: dict, measured: list):
                                           pct_of_cublas=float(pct))
                     Record(kernel=sweep.kernel, precision=sweep.precision, backend="nvrtc",
                            m=shape.m, n=shape.n, k=shape.k, alpha=0.5, beta=3.0,
-                           params=spec.params, **cache[key]).write(
+                           params=spec.params, source_sha256=sources[sweep.kernel],
+                           **cache[key]).write(
                         target / f"{i}_{sweep.kernel}_{shape.label}")
         return 0
     return run
@@ -289,6 +298,75 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
     out = capsys.readouterr().out
     assert "the survivors of the screen" in out and "at most" not in out
     assert f"{sum(s.jobs for s in staged.sweeps) + sum(s.jobs for s in staged.stage2)} jobs" in out
+
+
+def test_a_partial_retune_measures_the_named_candidates_and_keeps_the_others_rows(
+        tmp_path, monkeypatch, capsys):
+    """`--kernels gemm_tf32`: only gemm_tf32's jobs run; the other candidates' rows come from the
+    evidence file, into the screen (stage 2's gemm_tf32 survivors are those of the whole run) and
+    into the evidence, which is the whole run's again (SYNTHETIC figures, the same law)."""
+    from src.cli import main as cli
+
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
+              "--tuned", str(tmp_path / "t.yaml")]
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, []))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "whole")]) == 0
+    whole = (tmp_path / "e.csv").read_text()
+    tuned = (tmp_path / "t.yaml").read_text()
+    rows = read_evidence(tmp_path / "e.csv")
+    assert rows and all(r["source_sha256"] for r in rows)
+    measured = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, measured))  # an empty cache
+    capsys.readouterr()
+    assert cli(common + ["--sweep-dir", str(tmp_path / "part"), "--kernels", "gemm_tf32"]) == 0
+    out = capsys.readouterr().out
+    others = sum(1 for r in rows if r["kernel"] != "gemm_tf32")
+    assert f"keeping {others} rows of the other candidates" in out
+    assert measured and {k[1] for k in measured} == {"gemm_tf32"}
+    assert len(measured) == len({(r["dispatcher"], r["shape"], r["params"]) for r in rows
+                                 if r["kernel"] == "gemm_tf32" and not r["same_as"]})
+    assert (tmp_path / "e.csv").read_text() == whole
+    assert (tmp_path / "t.yaml").read_text() == tuned
+
+
+def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_path, monkeypatch):
+    """Kept rows must be of the kernel as it is built now: a row whose source_sha256 is another
+    source's, or missing (a file from before the column), stops a partial re-tune with the rule;
+    so do an unknown candidate and an evidence file over other training shapes."""
+    import csv
+
+    from src.errors import ConfigError
+    from src.tune import evidence
+
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, []))
+    args = ["--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
+            "--tuned", str(tmp_path / "t.yaml"), "--sweep-dir", str(tmp_path / "sw")]
+    assert command.main(args) == 0
+    rows = list(csv.DictReader((tmp_path / "e.csv").open()))
+
+    def rewrite(change):
+        with (tmp_path / "e.csv").open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(change(dict(r)) for r in rows)
+
+    plan = plan_mod.within_budget("h100_sxm", distribution.training(), None, count + 4, 1.0, 1)
+    for change, said in [
+            (lambda r: {**r, "source_sha256": "0" * 64 if r["kernel"] == "gemm_ffma" else r["source_sha256"]},
+             "the evidence rows of gemm_ffma were measured from another source"),
+            (lambda r: {**r, "source_sha256": ""}, "no source_sha256"),
+            (lambda r: r if r["shape"] != rows[-1]["shape"] else {**r, "shape": "1x2x3"},
+             "same training shapes and screen")]:
+        rewrite(change)
+        with pytest.raises(ConfigError) as info:
+            command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_tf32"})
+        assert said in str(info.value) and "rule:" in str(info.value)
+    with pytest.raises(ConfigError, match="gemm_nonesuch"):
+        command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_nonesuch"})
+    assert evidence.source_sha256("gemm_tf32") != evidence.source_sha256("gemm_3xtf32")
+    assert command.main(args + ["--kernels", "gemm_tf32"]) == 1  # the rule, said on stderr
 
 
 def test_a_capped_kernel_keeps_its_winners_then_the_closest_near_misses():

@@ -36,8 +36,8 @@ def read(path: Path) -> list[dict]:
             r["stage"] = number(r.get("stage"), int)  # None in a file from before the two stages
             for c in ("gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high", "ratio"):
                 r[c] = number(r[c], float)
-            for c in ("same_as", "error", "best_cublas", "baseline", "timestamp"):
-                r[c] = r[c] or None
+            for c in ("same_as", "error", "best_cublas", "baseline", "timestamp", "source_sha256"):
+                r[c] = r.get(c) or None  # source_sha256: None in a file from before it
             rows.append(r)
     return rows
 

@@ -8,6 +8,7 @@ results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/t
 `--against OTHER.csv` says whether another run's evidence fits the same choices (within noise).
 
     sgemm-lab tune [--gpu SPEC] [--shapes N] [--budget SECONDS] [--protocol quick] [--dry-run]
+    sgemm-lab tune --kernels gemm_tf32,gemm_3xtf32   # measure these again, keep the others' rows
     sgemm-lab tune --fit-only --gpu h100_sxm
     sgemm-lab tune --gpu h100_sxm --against earlier.csv      # exit 1 if a choice differs
 """
@@ -142,13 +143,48 @@ def rows_of(sweeps, sweep_dir: Path, gpu_spec: str, settings: dict) -> list[dict
     return [r for s in sweeps for r in evidence.sweep_rows(s, sweep_dir, gpu_spec, settings)]
 
 
-def screened(plan, settings: dict, rows: list[dict]):
-    """The plan with stage 2 made of the survivors of stage 1's `rows`."""
+def screened(plan, settings: dict, rows: list[dict], only: set[str] | None = None):
+    """The plan with stage 2 made of the survivors of stage 1's `rows` (the sweeps of `only`
+    alone, in a partial re-tune)."""
     from src.tune import plan as plan_mod
     from src.tune import screen
 
-    return plan_mod.build(plan.gpu_spec, plan.shapes, settings,
+    full = plan_mod.build(plan.gpu_spec, plan.shapes, settings,
                           screen.survivors(rows, settings, guards(settings)))
+    return full if only is None else full.only(only)
+
+
+def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) -> list[dict]:
+    """A partial re-tune's rows of the other candidates, from `csv_path`: the candidates named
+    must be the dispatch's, and the file must hold the plan's training shapes with its screening
+    shapes as stage 1, and the kept candidates' sources as they are today
+    (evidence.kept_rows)."""
+    from src.job.training import read
+    from src.tune import evidence
+
+    known = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+    if settings.get("fallback"):
+        known.add(settings["fallback"]["kernel"])
+    unknown = sorted(remeasured - known)
+    if unknown or not remeasured:
+        raise ConfigError(f"--kernels names {', '.join(unknown) or 'no kernel'}; it takes a comma "
+                          f"list of the dispatch's candidates ({', '.join(sorted(known))}) (rule: "
+                          f"a partial re-tune measures candidates of conf/tuning/dispatch.yaml).")
+    if not csv_path.is_file():
+        raise ConfigError(f"--kernels keeps the other candidates' rows of {csv_path}, which does "
+                          f"not exist (rule: a partial re-tune extends an earlier run's evidence); "
+                          f"run the whole tune first.")
+    rows = read(csv_path)
+    planned = {s.label for s in plan.shapes}
+    screening_shapes = planned - {s.label for s in plan.rest}
+    held = {r["shape"] for r in rows}
+    first = {r["shape"] for r in rows if r["stage"] == 1}
+    if held != planned or (plan.rest and first != screening_shapes):
+        raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(first)} screened) "
+                          f"and this plan {len(planned)} ({len(screening_shapes)} screened) (rule: "
+                          f"a partial re-tune keeps rows measured over the same training shapes and "
+                          f"screen); pass the --shapes of that run, or run the whole tune.")
+    return evidence.kept_rows(rows, remeasured)
 
 
 def screen_done(plan, sweep_dir: Path) -> bool:
@@ -174,6 +210,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tuned", type=Path, default=None,
                         help="where the fitted dispatch goes (default conf/tuned/<gpu>.yaml)")
     parser.add_argument("--sweep-dir", type=Path, default=SWEEP_DIR)
+    parser.add_argument("--kernels", default=None,
+                        help="comma list of candidates to measure again; the other candidates' "
+                             "rows are kept from the evidence file (their sources unchanged)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--against", type=Path, default=None,
                         help="another run's evidence: do both fit the same choices? (no GPU)")
@@ -200,10 +239,17 @@ def main(argv: list[str]) -> int:
         per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
         plan = plan_mod.within_budget(gpu_spec, distribution.training(), args.budget,
                                       args.shapes, per_job, gpus, settings)
+        only, kept = None, []
+        if args.kernels is not None:  # a partial re-tune: the others' rows from the evidence
+            only = {k.strip() for k in args.kernels.split(",") if k.strip()}
+            kept = kept_evidence(plan, settings, csv_path, only)
+            plan = plan.only(only)
+            print(f"keeping {len(kept)} rows of the other candidates from {csv_path}", flush=True)
+        kept_screen = [r for r in kept if r["stage"] == 1]
         if args.dry_run:
             if screen_done(plan, args.sweep_dir):  # stage 1 has run: stage 2 is known
-                plan = screened(plan, settings,
-                                rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings))
+                plan = screened(plan, settings, rows_of(plan.sweeps, args.sweep_dir, gpu_spec,
+                                                        settings) + kept_screen, only)
             print(plan.describe(per_job, gpus), flush=True)
             return 0
         print(plan.describe(per_job, gpus), flush=True)
@@ -212,14 +258,15 @@ def main(argv: list[str]) -> int:
         rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
         seconds = [time.perf_counter() - started]
         if plan.rest:
-            plan = screened(plan, settings, rows)
+            plan = screened(plan, settings, rows + kept_screen, only)
             print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
             started = time.perf_counter()
             failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides)
             rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings)
             seconds.append(time.perf_counter() - started)
-        evidence.write(rows, csv_path)
-        print(f"{len(rows)} rows -> {csv_path}")
+        evidence.write(kept + rows, csv_path)
+        print(f"{len(kept) + len(rows)} rows -> {csv_path}"
+              + (f" ({len(kept)} kept from the earlier run)" if kept else ""))
         # the wall time a reader asks for ("how long on 1, 2, 4 GPUs"), said by the command itself
         cached = sum(1 for r in rows if r.get("from_cache"))
         print(f"tuning sweeps: {' + '.join(f'{s:.0f} s' for s in seconds)} (stage 1"

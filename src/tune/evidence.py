@@ -5,11 +5,17 @@ and back. A candidate that builds the same kernel and launch as a measured one a
 candidate of the sweep has a row where it builds. `stage` says which stage of the plan measured
 a row (1: the screen, every candidate; 2: the survivors at the other shapes; src/tune/plan.py). The fit (src/tune/fit.py) and `sgemm-lab
 explain` read the file; nothing else is needed to re-fit.
+
+`source_sha256` is the SHA-256 of the exact source NVRTC built (the kernel file with its headers
+pasted in, src/job/compile.expand_source): a partial re-tune (`sgemm-lab tune --kernels ...`)
+keeps another candidate's rows only while that candidate's source is still the one they measured
+(`kept_rows`).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from pathlib import Path
 
@@ -17,7 +23,8 @@ from src.records.record import Record, load_records
 
 COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",
            "params", "status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
-           "best_cublas", "ratio", "baseline", "same_as", "from_cache", "timestamp", "error", "stage"]
+           "best_cublas", "ratio", "baseline", "same_as", "from_cache", "timestamp", "error", "stage",
+           "source_sha256"]
 
 
 def _ratio(pct) -> float | None:
@@ -40,7 +47,7 @@ def row(record: Record, gpu_spec: str, dispatcher: str, precision: str, stage: i
         "baseline": record.baseline, "same_as": None, "from_cache": int(bool(record.from_cache)),
         "timestamp": record.timestamp,
         "error": None if ok else (record.error or "").splitlines()[0][:200] if record.error else None,
-        "stage": stage,
+        "stage": stage, "source_sha256": record.source_sha256,
     }
 
 
@@ -70,6 +77,36 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict) -> list[di
                 rows.append({**source, "params": json.dumps(json.loads(dup), sort_keys=True),
                              "same_as": source["params"]})
     return rows
+
+
+def source_sha256(kernel: str) -> str:
+    """The SHA-256 of the source NVRTC builds for `kernel` today (what a record's source_sha256
+    holds for a job of it)."""
+    from src.job.compile import expand_source
+    from src.job.config import kernel_config
+    from src.paths import kernel_file
+
+    text = expand_source(kernel_file(str(kernel_config(kernel)["source"]), kernel))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def kept_rows(rows: list[dict], remeasured: set[str]) -> list[dict]:
+    """The rows of an evidence file that a partial re-tune keeps: every candidate's but those it
+    measures again, each only if its source is still the one that measured it. A ConfigError
+    names the candidates whose rows cannot be kept (a row without source_sha256, or a source that
+    changed): measure them again too."""
+    from src.errors import ConfigError
+
+    kept = [r for r in rows if r["kernel"] not in remeasured]
+    today = {k: source_sha256(k) for k in {r["kernel"] for r in kept}}
+    stale = sorted({r["kernel"] for r in kept if r.get("source_sha256") != today[r["kernel"]]})
+    if stale:
+        raise ConfigError(
+            f"the evidence rows of {', '.join(stale)} were measured from another source than "
+            f"today's (or do not say which: no source_sha256), so a partial re-tune cannot keep "
+            f"them (rule: kept evidence must be of the kernel as it is built now); add them to "
+            f"--kernels, or run the whole tune.")
+    return kept
 
 
 def sort_key(r: dict):

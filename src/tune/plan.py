@@ -105,6 +105,12 @@ class Plan:
         """Both stages' jobs (stage 2 an upper bound until the screen has run)."""
         return sum(s.jobs for s in self.sweeps) + sum(s.jobs for s in self.stage2)
 
+    def only(self, kernels: set[str]) -> "Plan":
+        """The plan with the sweeps of `kernels` alone (a partial re-tune: the other candidates'
+        rows come from the evidence file)."""
+        return Plan(self.gpu_spec, [s for s in self.sweeps if s.kernel in kernels], self.shapes,
+                    self.rest, [s for s in self.stage2 if s.kernel in kernels], self.screened)
+
     def describe(self, seconds_per_job: float, gpus: int) -> str:
         bound = "" if self.screened or not self.rest else "at most "
         lines = [f"tuning plan for {self.gpu_spec}: {len(self.shapes)} training shapes, "

@@ -407,6 +407,21 @@ def test_fitted_tiles_build_without_spills(kernel, shape, params):
 
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
+    ((1156, 65, 4351), {"bn": 128}),                        # 72 columns, 8 slices
+    ((552, 6, 2313), {"bm": 64}),                           # 8 columns (m64n8k8), one consumer, 4 slices
+    ((14792, 10, 3067), {}),                                # 16 columns, unsliced
+    ((2048, 100, 4093), {"bn": 128, "in_flight": 2}),       # A copied (K % 4), 104 columns
+], ids=["72-split8", "8-bm64", "16-unsplit", "104-a-copied"])
+def test_swapped_tf32_kernel_builds_without_spills(shape, params):
+    """gemm_tf32_swapped (gemm_3xtf32's role 1 with one TF32 product a step) in each tile and
+    slice shape builds for sm_90a without spills: A from shared memory by ldmatrix, rounded to
+    TF32 in registers, the fitted columns on wgmma's N side."""
+    _sliced_build("gemm_tf32_swapped", shape, params,
+                  ["ldmatrix.sync.aligned.m8n8.x4", "cvt.rna.tf32.f32"], entries=3)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
     ((4096, 4096, 4096), {}),                               # persistent, stream-K, 16-byte B copies
     ((4095, 4097, 333), {}),                                # 4-byte B copies (N % 4 != 0)
     ((4096, 4096, 4096), {"schedule": 1, "split_k": 3}),    # one block per tile and K slice

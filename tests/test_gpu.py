@@ -301,6 +301,39 @@ def test_fitted_tiles_alpha_beta(compose, kernel, shape, params):
     assert args[position] == fitted < cap, record.entry
 
 
+SWAPPED_CASES = [  # gemm_tf32_swapped: the columns on wgmma's N side (fit 2 unless set)
+    ((1156, 65, 4351), {"bn": 128}),                    # 72 columns (64 + 8), 8 slices of 9 groups
+    ((552, 6, 2313), {"bm": 64}),                       # 8 columns, one consumer, 4 slices
+    ((14792, 10, 3067), {}),                            # 16 columns, unsliced
+    ((297, 43, 673), {"bm": 64}),                       # 48 columns, K % 4 (A copied)
+    ((7383, 20, 7088), {}),                             # 24 columns, 2 slices
+    ((2048, 100, 4093), {"bn": 128, "in_flight": 2}),   # 104 columns (64 + 40), A copied
+    ((4096, 64, 4096), {"fit": 1}),                     # bn as set: m64n64k8, 4 slices
+    ((17, 33, 5), {}),                                  # a tile smaller than everything
+]
+
+
+@pytest.mark.chapter("gemm_tf32_swapped")
+@pytest.mark.parametrize("shape,params", [
+    pytest.param(shape, params, id="x".join(map(str, shape)),
+                 marks=[pytest.mark.smoke] if shape in ((1156, 65, 4351), (297, 43, 673)) else [])
+    for shape, params in SWAPPED_CASES])
+def test_swapped_tf32_alpha_beta(compose, shape, params):
+    """gemm_tf32_swapped (gemm_3xtf32's A-in-registers block with one TF32 product a step) with
+    fitted and plain column tiles, K slices, A read in place or copied, one or two groups in
+    flight: verified with alpha and beta against the FP64 reference at the TF32 tolerance, its
+    timed launches and fresh inputs too, with no local memory."""
+    m, n, k = shape
+    record = run_job(compose("kernel=gemm_tf32_swapped", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *[f"kernel.params.{p}={v}" for p, v in params.items()],
+                             *QUICK, *pinned_inputs(shape)),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert record.precision == "tf32" and record.math == "tf32"
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+
+
 @pytest.mark.chapter("23_wgmma_3xtf32")
 @pytest.mark.parametrize("shape", [(1000, 1000, 1000), (1024, 1024, 1024), (2048, 2048, 2048),
                                    (1024, 1024, 4096), (512, 512, 16384)])

@@ -193,6 +193,14 @@ VIOLATIONS = [
     ("gemm_3xtf32", dict(bm=200, fit=2), SQUARE, "wgmma_side == 64 or wgmma_side == 128 or wgmma_side == 256"),
     ("gemm_3xtf32", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
     ("gemm_tf32", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
+    ("gemm_tf32_swapped", dict(bm=256), SQUARE, "bm == 64 or bm == 128"),
+    ("gemm_tf32_swapped", dict(bn=256), SQUARE, "bn == 64 or bn == 128"),
+    ("gemm_tf32_swapped", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
+    ("gemm_tf32_swapped", dict(in_flight=3, stages=4), SQUARE, "in_flight == 1 or in_flight == 2"),
+    ("gemm_tf32_swapped", dict(stages=2, in_flight=2), SQUARE, "stages >= in_flight + 1"),
+    ("gemm_tf32_swapped", dict(split_k=3), SQUARE, "split_k == 1 or split_k == 2"),
+    ("gemm_tf32_swapped", dict(min_slice_k=16), SQUARE, "min_slice_k >= 32"),
+    ("gemm_tf32_swapped", dict(stages=12, bn=128), SQUARE, "smem_bytes <= max_smem_per_block"),
     ("gemm_tf32", dict(bm=72, fit=2), SQUARE, "bm == 64 or bm == 128 or bm == 256"),
     ("gemm_3xtf32", dict(bn=256), SQUARE, "register_side == 64 or register_side == 128"),
     ("gemm_3xtf32", dict(bm=256, stages=2), SQUARE, "accumulators <= 128"),
@@ -257,6 +265,11 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     # tile for every allowed bm and bn
     ("gemm_3xtf32", "slices == 1 or stages * stage_bytes >= 4 * block_m * block_n"),
     ("gemm_tf32", "group_m >= 1"),                  # as for chapter 25
+    ("gemm_tf32_swapped", "group_m >= 1"),
+    ("gemm_tf32_swapped", "compute_capability == 90"),
+    # a stage holds A's bm rows and B_big^T's block_n: 128 * (bm + block_n) bytes, and stages >= 2,
+    # at least the 4 * bm * block_n of a partial tile for every allowed bm and block_n
+    ("gemm_tf32_swapped", "slices == 1 or stages * stage_bytes >= 4 * bm * block_n"),
     ("gemm_tf32", "compute_capability == 90"),
 }
 # The library's copies of chapters 24 and 25 keep their chapters' rules: the same cases break them.
@@ -503,3 +516,29 @@ def test_fit_2_fits_wgmmas_n_side_to_the_shape(kernel, params, shape, fitted):
         assert boxes[0] == boxes[1] == (32, block_m)         # A_big and A_small
     else:
         assert boxes[1] == boxes[2] == (32, block_n)         # B_big^T and B_small^T
+
+
+@pytest.mark.parametrize("shape,block_n,slices", [
+    ((1156, 65, 4351), 72, 8),     # 65 columns in one tile of 72 (bn 128); 10 tiles: 8 slices of 544 k
+    ((14792, 10, 3067), 16, 1),    # 116 row tiles, most of a wave: unsliced
+    ((4096, 64, 4096), 64, 4),     # a whole tile: block_n is bn; 32 tiles, 4 slices
+])
+def test_swapped_tf32_puts_the_fitted_columns_on_wgmmas_n_side(shape, block_n, slices):
+    """gemm_tf32_swapped: role 1's block with one product. The columns, fitted with `fit` 2, are
+    wgmma's N side (the second template argument and B_big^T's TMA box); A is read as it is
+    (FP32, rounded in registers) unless K % 4; the pre-pass is role 1's transposing split; K slices
+    as in gemm_tf32."""
+    m, n, k = shape
+    spec = build_spec(kernel_cfg("gemm_tf32_swapped", bn=128 if n > 64 else 64),
+                      Problem(m, n, k, 0.5, 3.0), H100)
+    args = [int(a) for a in spec.entry.split("<")[1].rstrip(">").split(",")]
+    assert args[1] == block_n == spec.derived["block_n"]
+    tiles = ceil_div(m, 128) * ceil_div(n, block_n)
+    assert spec.derived["slices"] == slices and spec.grid == (tiles * slices,)
+    assert spec.entry.startswith("gemm_tf32_swapped_cluster<" if spec.derived["slices"] > 1
+                                 else "gemm_tf32_swapped<")
+    a_map, b_map = spec.tensor_maps
+    assert a_map.matrix == ("workspace" if k % 4 else "a") and a_map.box == (32, 128)
+    assert b_map.matrix == "workspace" and b_map.box == (32, block_n)
+    assert spec.prepass.entry == "split_tf32_b_transposed"
+    assert spec.precision == "tf32"

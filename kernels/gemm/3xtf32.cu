@@ -14,6 +14,8 @@
 //      BM x BN, BN = wgmma's N, one consumer warpgroup per 64 rows.
 // wgmma's N side (BM in role 0, BN in role 1) is 64, 128 or 256, or with the tuned file's `fit`
 // 2 fitted to the shape, any multiple of 8 (wgmma_rows.cuh): 19 rows run in a 24-row tile.
+// The same block with one product a step (PRODUCTS 1, role 1 only) is gemm_tf32_swapped, the
+// library's TF32 kernel for few columns (defined at the end of this file).
 // Everything else is shared: the stage ring, the producer (produce_split_k_tiles), the consumer's
 // K loop (consume_split_k_tiles), and K slices (SLICES > 1: the blocks of one cluster, each
 // block's FP32 total left in its idle stage ring and added up in K order, k_slices.cuh).
@@ -81,14 +83,16 @@ __global__ void __launch_bounds__(256)
 
 // The block's geometry for the operands' roles: which tile side is wgmma's N (the shared-memory
 // operand, split by the pre-pass) and which the register operand's (64 per consumer warpgroup).
-template <bool A_IN_REGISTERS, int BM, int BN>
+// PRODUCTS 1 (gemm_tf32_swapped, role 1 only): one TF32 product, so a stage holds B_big^T alone.
+template <bool A_IN_REGISTERS, int BM, int BN, int PRODUCTS = 3>
 struct Roles {
   static constexpr int BK = 32;
   static constexpr int WGMMA_N = A_IN_REGISTERS ? BN : BM;
   static constexpr int CONSUMERS = (A_IN_REGISTERS ? BM : BN) / 64;
   static constexpr int A_TILE = BM * BK * 4;  // bytes of one A part (A_big, A_small or A) per stage
   static constexpr int B_TILE = BN * BK * 4;  // bytes of one B part per stage
-  static constexpr int STAGE = A_IN_REGISTERS ? A_TILE + 2 * B_TILE : 2 * A_TILE + B_TILE;
+  static constexpr int B_PARTS = PRODUCTS == 1 ? 1 : 2;  // B_big^T (and B_small^T) with A in registers
+  static constexpr int STAGE = A_IN_REGISTERS ? A_TILE + B_PARTS * B_TILE : 2 * A_TILE + B_TILE;
 };
 
 // What either consumer takes: the problem's C side, the stage ring and its barriers, its work.
@@ -130,9 +134,9 @@ __device__ __forceinline__ void consume_b_in_registers(CONSUMER_ARGS) {
 
 // Role 1's consumer: A fragments split in registers (ldmatrix from the FP32 A tile), B_big^T and
 // B_small^T from shared memory; C stored by pairs of columns (store_column_groups).
-template <int BM, int BN, int STAGES, int IN_FLIGHT, int PROMOTE, int SLICES>
+template <int BM, int BN, int STAGES, int IN_FLIGHT, int PROMOTE, int SLICES, int PRODUCTS>
 __device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
-  using R = Roles<true, BM, BN>;
+  using R = Roles<true, BM, BN, PRODUCTS>;
   const int ct = threadIdx.x - 128;  // consumer thread, 0 .. 128 * CONSUMERS - 1
   const int c = ct / 128, warp = (ct / 32) % 4, lane = ct % 32;
   // The row of the A tile this lane addresses for ldmatrix (split_a_fragments): the warp's 16
@@ -142,8 +146,8 @@ __device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
   float d[BN / 2];      // the wgmma accumulator (restarted every PROMOTE k tiles)
   float total[BN / 2];  // promotion: the FP32 sum of this slice's periods
   consume_split_k_tiles<BN, R::STAGE, R::A_TILE, R::A_TILE + R::B_TILE, STAGES, IN_FLIGHT, 1,
-                        PROMOTE, true>(smem, full, empty, work.k_tiles, 0, a_row * 128, 0, lane,
-                                       d, total);
+                        PROMOTE, true, PRODUCTS>(smem, full, empty, work.k_tiles, 0, a_row * 128,
+                                                 0, lane, d, total);
 
   const float* acc = PROMOTE > 0 ? total : d;
   const int m = work.m0 + 64 * c + 16 * warp + lane / 4, n = work.n0 + 2 * (lane % 4);
@@ -165,11 +169,13 @@ __device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
 // The three tensor maps in the roles' order: role 0 A_big, A_small, B; role 1 A, B_big^T,
 // B_small^T (the producer loads them in this order into each stage).
 template <bool A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT,
-          int PROMOTE, int SLICES>
+          int PROMOTE, int SLICES, int PRODUCTS = 3>
 __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, float beta, float* C,
                                           const TensorMap* tmap_0, const TensorMap* tmap_1,
                                           const TensorMap* tmap_2) {
-  using R = Roles<A_IN_REGISTERS, BM, BN>;
+  using R = Roles<A_IN_REGISTERS, BM, BN, PRODUCTS>;
+  static_assert(PRODUCTS == 3 || (PRODUCTS == 1 && A_IN_REGISTERS && PROMOTE == 0),
+                "one product: role 1, one accumulator over the slice (TF32 needs no promotion)");
   constexpr int PRODUCER_REGS = 40;
   constexpr int CONSUMER_REGS = R::CONSUMERS == 2 ? 232 : 240;
   static_assert(SLICES == 1 || STAGES * R::STAGE >= BM * BN * 4,
@@ -189,16 +195,15 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x == 0)
-      produce_split_k_tiles<BM, BN, STAGES, A_IN_REGISTERS>(smem, full, empty, tmap_0, tmap_1,
-                                                            tmap_2, work.m0, work.n0, work.kt0,
-                                                            work.k_tiles);
+      produce_split_k_tiles<BM, BN, STAGES, A_IN_REGISTERS, R::B_PARTS>(
+          smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles);
     producers_meet_slice_barriers<SLICES>();
     return;
   }
   setmaxnreg_inc<CONSUMER_REGS>();
   if constexpr (A_IN_REGISTERS)
-    consume_a_in_registers<BM, BN, STAGES, IN_FLIGHT, PROMOTE, SLICES>(M, N, alpha, beta, C, smem,
-                                                                       full, empty, work);
+    consume_a_in_registers<BM, BN, STAGES, IN_FLIGHT, PROMOTE, SLICES, PRODUCTS>(
+        M, N, alpha, beta, C, smem, full, empty, work);
   else
     consume_b_in_registers<BM, BN, STAGES, IN_FLIGHT, PROMOTE, SLICES>(M, N, alpha, beta, C, smem,
                                                                        full, empty, work);
@@ -226,4 +231,27 @@ __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONS
     __cluster_dims__(SLICES, 1, 1) gemm_3xtf32_cluster(GEMM_3XTF32_ARGS) {
   run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES>(
       M, N, K, alpha, beta, C, &tmap_0, &tmap_1, &tmap_2);
+}
+
+// gemm_tf32_swapped: TF32 (one product a step, A rounded to TF32 in registers, B^T rounded by the
+// pre-pass) in role 1's block, for few columns: they are wgmma's N side (any multiple of 8 with a
+// fitted tile), where gemm_tf32 spends a 64-column consumer warpgroup. The pre-pass and the maps
+// are role 1's (the pre-pass also writes B_small^T, which this kernel never reads).
+#define GEMM_TF32_SWAPPED_ARGS                                                                \
+  int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B,   \
+      float beta, float* __restrict__ C, float* __restrict__ workspace,                         \
+      const __grid_constant__ TensorMap tmap_0, const __grid_constant__ TensorMap tmap_1
+
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+__global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
+    gemm_tf32_swapped(GEMM_TF32_SWAPPED_ARGS) {
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, beta, C,
+                                                                    &tmap_0, &tmap_1, &tmap_1);
+}
+
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+__global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
+    __cluster_dims__(SLICES, 1, 1) gemm_tf32_swapped_cluster(GEMM_TF32_SWAPPED_ARGS) {
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, beta, C,
+                                                                    &tmap_0, &tmap_1, &tmap_1);
 }

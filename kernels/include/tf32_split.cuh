@@ -95,15 +95,16 @@ __device__ __forceinline__ void split_a_fragments(unsigned row_addr, int lane, F
 // a K slice in 26 and 27), refilling each stage as soon as the consumers release it, one stage
 // after another in `smem`: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B (23, 26:
 // maps a_big, a_small, b), or with SPLIT_A A's BM x 32 box (FP32), then B_big^T's and B_small^T's
-// BN x 32 boxes (27: maps a, b_big, b_small).
-template <int BM, int BN, int STAGES, bool SPLIT_A = false>
+// BN x 32 boxes (27: maps a, b_big, b_small); B_big^T's alone with PARTS 1 (one TF32 product,
+// gemm_tf32_swapped: B^T rounded to TF32 is B_big^T).
+template <int BM, int BN, int STAGES, bool SPLIT_A = false, int PARTS = 2>
 __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* full, u64* empty,
                                                       const TensorMap* tmap_a_big,
                                                       const TensorMap* tmap_a_small,
                                                       const TensorMap* tmap_b, int m0, int n0,
                                                       int kt0, int k_tiles) {
   constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4, B_TILE = BN * BK * 4;
-  constexpr int STAGE = SPLIT_A ? A_TILE + 2 * B_TILE : 2 * A_TILE + (BN / 32) * B_BOX;
+  constexpr int STAGE = SPLIT_A ? A_TILE + PARTS * B_TILE : 2 * A_TILE + (BN / 32) * B_BOX;
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int s = kt % STAGES;
     const int k = (kt0 + kt) * BK;
@@ -113,7 +114,8 @@ __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* 
     if constexpr (SPLIT_A) {
       tma_load_2d(stage, tmap_a_big, &full[s], k, m0);                        // A
       tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, n0);             // B_big^T
-      tma_load_2d(stage + A_TILE + B_TILE, tmap_b, &full[s], k, n0);          // B_small^T
+      if constexpr (PARTS == 2)
+        tma_load_2d(stage + A_TILE + B_TILE, tmap_b, &full[s], k, n0);        // B_small^T
     } else {
       tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
       tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
@@ -133,8 +135,9 @@ __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* 
 // stage: register small x big, register big x small, register big x big (the accumulator
 // restarted every PROMOTE k tiles) and, with promotion, `total` (the FP32 sum of the periods).
 // The three products of a k step go small ones first (ORDER 1) or the big one first (ORDER 2).
+// PRODUCTS 1: register big x big alone, one TF32 product (gemm_tf32_swapped: TF32, not FP32).
 template <int N, int STAGE, int BIG, int SMALL, int STAGES, int IN_FLIGHT, int ORDER, int PROMOTE,
-          bool SPLIT_A = false>
+          bool SPLIT_A = false, int PRODUCTS = 3>
 __device__ __forceinline__ void consume_split_k_tiles(const unsigned char* smem, u64* full,
                                                       u64* empty, int k_tiles, int box,
                                                       unsigned frag_lo, unsigned frag_hi,
@@ -177,6 +180,10 @@ __device__ __forceinline__ void consume_split_k_tiles(const unsigned char* smem,
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BK / 8; ++ks) {
+      if constexpr (PRODUCTS == 1) {
+        mma(f.big[ks], big + ks * 32);                // TF32: big x big alone
+        continue;
+      }
       if (ORDER == 2) mma(f.big[ks], big + ks * 32);  // big x big first
       mma(f.small[ks], big + ks * 32);                // register small x big
       mma(f.big[ks], small + ks * 32);                // register big x small

@@ -196,6 +196,41 @@ def screen_done(plan, sweep_dir: Path) -> bool:
         for s in plan.sweeps)
 
 
+def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: list[dict],
+            only: set[str] | None) -> int:
+    """Both stages' sweeps (stage 2 from the screen of stage 1's rows and the kept ones), the
+    evidence (kept rows + measured ones) and the fit; 1 if a sweep failed."""
+    from src.tune import evidence
+
+    gpus = visible_gpus()
+    per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
+    kept_screen = [r for r in kept if r["stage"] == 1]
+    print(plan.describe(per_job, gpus), flush=True)
+    started = time.perf_counter()
+    failed = run_sweeps(plan.sweeps, settings, args.sweep_dir, args.overrides)
+    rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
+    seconds = [time.perf_counter() - started]
+    if plan.rest:
+        plan = screened(plan, settings, rows + kept_screen, only)
+        print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
+        started = time.perf_counter()
+        failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides)
+        rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings)
+        seconds.append(time.perf_counter() - started)
+    evidence.write(kept + rows, csv_path)
+    print(f"{len(kept) + len(rows)} rows -> {csv_path}"
+          + (f" ({len(kept)} kept from the earlier run)" if kept else ""))
+    # the wall time a reader asks for ("how long on 1, 2, 4 GPUs"), said by the command itself
+    cached = sum(1 for r in rows if r.get("from_cache"))
+    print(f"tuning sweeps: {' + '.join(f'{s:.0f} s' for s in seconds)} (stage 1"
+          f"{' + stage 2' if len(seconds) > 1 else ''}) on {gpus} GPU(s); {len(rows)} rows, "
+          f"{cached} of them from the measurement cache", flush=True)
+    dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
+    print(f"fitted {sum(len(r) for r in dispatch.values())} rules -> "
+          f"{args.tuned or 'conf/tuned/' + gpu_spec + '.yaml'}")
+    return 1 if failed else 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sgemm-lab tune", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", help="the GPU spec (default: the detected device's)")
@@ -218,7 +253,7 @@ def main(argv: list[str]) -> int:
                         help="another run's evidence: do both fit the same choices? (no GPU)")
     parser.add_argument("overrides", nargs="*", help="more overrides for every sweep (after --)")
     args = parser.parse_args(argv)
-    from src.tune import distribution, evidence, plan as plan_mod
+    from src.tune import distribution, plan as plan_mod
 
     try:
         settings = plan_mod.load_settings()
@@ -252,30 +287,7 @@ def main(argv: list[str]) -> int:
                                                         settings) + kept_screen, only)
             print(plan.describe(per_job, gpus), flush=True)
             return 0
-        print(plan.describe(per_job, gpus), flush=True)
-        started = time.perf_counter()
-        failed = run_sweeps(plan.sweeps, settings, args.sweep_dir, args.overrides)
-        rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
-        seconds = [time.perf_counter() - started]
-        if plan.rest:
-            plan = screened(plan, settings, rows + kept_screen, only)
-            print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
-            started = time.perf_counter()
-            failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides)
-            rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings)
-            seconds.append(time.perf_counter() - started)
-        evidence.write(kept + rows, csv_path)
-        print(f"{len(kept) + len(rows)} rows -> {csv_path}"
-              + (f" ({len(kept)} kept from the earlier run)" if kept else ""))
-        # the wall time a reader asks for ("how long on 1, 2, 4 GPUs"), said by the command itself
-        cached = sum(1 for r in rows if r.get("from_cache"))
-        print(f"tuning sweeps: {' + '.join(f'{s:.0f} s' for s in seconds)} (stage 1"
-              f"{' + stage 2' if len(seconds) > 1 else ''}) on {gpus} GPU(s); {len(rows)} rows, "
-              f"{cached} of them from the measurement cache", flush=True)
-        dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
-        print(f"fitted {sum(len(r) for r in dispatch.values())} rules -> "
-              f"{args.tuned or 'conf/tuned/' + gpu_spec + '.yaml'}")
-        return 1 if failed else 0
+        return measure(plan, settings, args, gpu_spec, csv_path, kept, only)
     except LabError as exc:
         print(f"error [{exc.status}]: {exc}", file=sys.stderr)
         return 1

@@ -49,13 +49,19 @@ def visible_gpus() -> int:
         return 1
 
 
+def candidates(settings: dict) -> set[str]:
+    """Every kernel the dispatch may choose: the dispatchers' candidates and the fallback."""
+    kernels = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+    if settings.get("fallback"):
+        kernels.add(settings["fallback"]["kernel"])
+    return kernels
+
+
 def guards(settings: dict) -> dict[str, str | None]:
     from src.job.config import kernel_config
     from src.tune import fit
 
-    kernels = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
-    if settings.get("fallback"):
-        kernels.add(settings["fallback"]["kernel"])
+    kernels = candidates(settings)
     from src.tune.plan import measured_where
 
     where = measured_where(settings)  # the size constraints over m, n, k and where it is measured
@@ -162,9 +168,7 @@ def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) ->
     from src.job.training import read
     from src.tune import evidence
 
-    known = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
-    if settings.get("fallback"):
-        known.add(settings["fallback"]["kernel"])
+    known = candidates(settings)
     unknown = sorted(remeasured - known)
     if unknown or not remeasured:
         raise ConfigError(f"--kernels names {', '.join(unknown) or 'no kernel'}; it takes a comma "
@@ -197,13 +201,11 @@ def screen_done(plan, sweep_dir: Path) -> bool:
 
 
 def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: list[dict],
-            only: set[str] | None) -> int:
+            only: set[str] | None, per_job: float, gpus: int) -> int:
     """Both stages' sweeps (stage 2 from the screen of stage 1's rows and the kept ones), the
     evidence (kept rows + measured ones) and the fit; 1 if a sweep failed."""
     from src.tune import evidence
 
-    gpus = visible_gpus()
-    per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
     kept_screen = [r for r in kept if r["stage"] == 1]
     print(plan.describe(per_job, gpus), flush=True)
     started = time.perf_counter()
@@ -280,14 +282,13 @@ def main(argv: list[str]) -> int:
             kept = kept_evidence(plan, settings, csv_path, only)
             plan = plan.only(only)
             print(f"keeping {len(kept)} rows of the other candidates from {csv_path}", flush=True)
-        kept_screen = [r for r in kept if r["stage"] == 1]
         if args.dry_run:
             if screen_done(plan, args.sweep_dir):  # stage 1 has run: stage 2 is known
-                plan = screened(plan, settings, rows_of(plan.sweeps, args.sweep_dir, gpu_spec,
-                                                        settings) + kept_screen, only)
+                rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
+                plan = screened(plan, settings, rows + [r for r in kept if r["stage"] == 1], only)
             print(plan.describe(per_job, gpus), flush=True)
             return 0
-        return measure(plan, settings, args, gpu_spec, csv_path, kept, only)
+        return measure(plan, settings, args, gpu_spec, csv_path, kept, only, per_job, gpus)
     except LabError as exc:
         print(f"error [{exc.status}]: {exc}", file=sys.stderr)
         return 1

@@ -437,7 +437,7 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
     csv_path = evidence.write(synthetic_rows(), tmp_path / "e.csv")
     tuned = tmp_path / "t.yaml"
     nearest = fit.nearest_model(str(csv_path), GUARDS, {**SETTINGS, "model": "nearest"})
-    assert nearest == {"evidence": str(csv_path), "count": 4,
+    assert nearest == {"evidence": str(csv_path), "count": 4, "weighting": "equal",
                        "guards": {"gemm_ffma_skinny": "min(m, n) <= 32"}}
     fit.write(tuned, fit.fit(training.read(csv_path), GUARDS, SETTINGS), "e.csv", nearest)
     written = OmegaConf.to_container(OmegaConf.load(tuned))
@@ -471,6 +471,55 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
     with pytest.raises(ConfigError, match="is not a file"):
         dispatch.choose(cfg, "synthetic", Problem(64, 64, 64, 0.5, 3.0))
     forget()
+
+
+def test_inverse_distance_weighting_lets_the_nearer_shape_outvote_the_farther(tmp_path, monkeypatch):
+    """SYNTHETIC: two neighbours of 100^3, 64^3 (log2 distance 1.12) and 1024^3 (5.81). The big
+    tiles lose at the near one (0.8) and win at the far one (1.5), the small ones are 1.0 at both.
+    Equal weights: the big tiles (geomean 1.095); inverse distance: the small ones (the near shape
+    counts 5.2 times the far one: 0.885 against 1.0), computed here by hand. The runner's dispatch
+    reads the weighting from the tuned file, names it in the rule, takes a file without the key as
+    equal, and an unknown weighting, in the tuned file or in the fit's settings, is a ConfigError
+    naming the rule."""
+    import pytest
+
+    import src.job.dispatch as d
+    from src.errors import ConfigError
+
+    near, far, query = (64, 64, 64), (1024, 1024, 1024), (100, 100, 100)
+    rows = [{"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": p, "m": s[0], "n": s[1],
+             "k": s[2], "status": "ok", "ratio_best": v}
+            for p, values in ((BIG, (0.8, 1.5)), (SMALL, (1.0, 1.0))) for s, v in zip((near, far), values)]
+    weights = [1 / training.distance(s, query) for s in (near, far)]
+    by_hand = math.exp((weights[0] * math.log(0.8) + weights[1] * math.log(1.5)) / sum(weights))
+    assert by_hand < 1.0 < math.sqrt(0.8 * 1.5)
+    tab = training.table(rows, "best_tf32")
+    anything = lambda c, s: True  # noqa: E731
+    equal = training.nearest_choice(tab, query, tab.shapes, 2, anything)
+    inverse = training.nearest_choice(tab, query, tab.shapes, 2, anything, "inverse_distance")
+    assert equal[0].params == BIG and abs(equal[2] - math.sqrt(1.2)) < 1e-12
+    assert inverse[0].params == SMALL and abs(inverse[2] - 1.0) < 1e-12
+    # at a training shape its own measurements decide, whatever the weighting
+    assert training.nearest_choice(tab, far, tab.shapes, 2, anything, "inverse_distance")[0].params == BIG
+    csv_path = evidence.write(rows, tmp_path / "e.csv")
+    cfg = {"name": "best_tf32", "default": "17_flagship"}
+    for key, expected in (("equal", BIG), ("inverse_distance", SMALL), (None, BIG)):
+        model = {"evidence": str(csv_path), "count": 2, "guards": {}}
+        if key:
+            model["weighting"] = key
+        monkeypatch.setattr(d, "tuned_config", lambda gpu, m=model: {"nearest": m})
+        got = dispatch.choose(cfg, f"synthetic-{key}", Problem(*query, 0.5, 3.0))
+        assert json.dumps(got.params, sort_keys=True) == expected
+        assert f"{key or 'equal'} weights" in got.rule
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {
+        "evidence": str(csv_path), "count": 2, "weighting": "gaussian", "guards": {}}})
+    with pytest.raises(ConfigError, match="weighting 'gaussian' is not one of equal, inverse_distance"):
+        dispatch.choose(cfg, "synthetic-bad", Problem(*query, 0.5, 3.0))
+    with pytest.raises(ConfigError, match="fit.weighting"):
+        fit.nearest_model("e.csv", GUARDS, {**SETTINGS, "model": "nearest", "weighting": "gaussian"})
+    settings = {**SETTINGS, "model": "nearest", "weighting": "inverse_distance"}
+    assert fit.nearest_model("e.csv", GUARDS, settings)["weighting"] == "inverse_distance"
+    assert judge.nearest_cross_validated(rows, GUARDS, settings, count=1)["best_tf32"]["weighting"] == "inverse_distance"
 
 
 def test_the_ceiling_is_each_shapes_best_choosable_candidate_and_names_the_lowest():

@@ -81,6 +81,8 @@ def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None
     tab = _table(str(path), path.stat().st_mtime, name)
     guards = dict(model.get("guards") or {})
     count = int(model.get("count", 4))
+    weighting = str(model.get("weighting", "equal"))  # a file from before the key: equal weights
+    training.weighting_of(weighting, where)
     shape = (problem.m, problem.n, problem.k)
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
@@ -88,7 +90,7 @@ def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None
         guard = guards.get(candidate.kernel)
         return not guard or first_rule([{"when": guard}], names, f"{where}.guards") is not None
 
-    found = training.nearest_choice(tab, shape, tab.shapes, count, runs)
+    found = training.nearest_choice(tab, shape, tab.shapes, count, runs, weighting)
     if found is None:
         return None
     candidate, near, geomean = found
@@ -98,7 +100,7 @@ def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None
     else:
         why = (f"{where}: the best of the {len(near)} nearest training shapes "
                f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
-               f"{geomean:.3f}x the stronger cuBLAS there (geomean)")
+               f"{geomean:.3f}x the stronger cuBLAS there (geomean, {weighting} weights)")
     return DispatchChoice(candidate.kernel, json.loads(candidate.params), why, NEAREST)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from src.errors import ConfigError
 from src.paths import ROOT
 
 EVIDENCE_DIR = ROOT / "results" / "tuning"
@@ -103,15 +104,35 @@ def table(rows: list[dict], dispatcher: str) -> Table:
     return out
 
 
+WEIGHTINGS = {  # how much each of the nearest training shapes counts: a function of its log2 distance
+    "equal": lambda d: 1.0,
+    "inverse_distance": lambda d: 1.0 / d,  # d > 0: a shape at distance 0 is its own only neighbour
+}
+
+
+def weighting_of(name: str, where: str) -> Callable[[float], float]:
+    """The weight function `name` (a key of WEIGHTINGS); anything else is a ConfigError naming
+    the rule and `where` it was read."""
+    if name not in WEIGHTINGS:
+        raise ConfigError(f"{where}: weighting {name!r} is not one of {', '.join(WEIGHTINGS)} (rule: "
+                          f"the nearest-neighbour model weighs its neighbours' log ratios equally "
+                          f"or by the inverse of their log2 distance).")
+    return WEIGHTINGS[name]
+
+
 def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,
-                   runs: Callable[[Candidate, tuple], bool]) -> tuple[Candidate, list, float] | None:
-    """(candidate, its neighbours, its geomean ratio there): the candidate with the best sum of
-    log ratios over the `count` shapes of `among` nearest to `shape` (log2 distance, ties by the
-    shape), among those measured at all of them for which `runs(candidate, shape)` holds (its
-    size rules and where it was measured); ties by the candidates' order. A shape of `among`
-    itself is its own only neighbour: what was measured there is the evidence (the suites' shapes
-    are training shapes). None if no candidate is."""
+                   runs: Callable[[Candidate, tuple], bool],
+                   weighting: str = "equal") -> tuple[Candidate, list, float] | None:
+    """(candidate, its neighbours, its weighted geomean ratio there): the candidate with the best
+    weighted mean of log ratios over the `count` shapes of `among` nearest to `shape` (log2
+    distance, ties by the shape; `weighting`, a key of WEIGHTINGS), among those measured at all
+    of them for which `runs(candidate, shape)` holds (its size rules and where it was measured);
+    ties by the candidates' order. A shape of `among` itself is its own only neighbour: what was
+    measured there is the evidence (the suites' shapes are training shapes). None if no
+    candidate is."""
     near = [shape] if shape in among else sorted(among, key=lambda s: (distance(s, shape), s))[:count]
+    weigh = weighting_of(weighting, "nearest_choice")
+    weights = [1.0] if near == [shape] else [weigh(distance(s, shape)) for s in near]
     best = None
     for c in tab.candidates:
         if not near or not runs(c, shape):
@@ -119,7 +140,7 @@ def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: 
         values = [tab.ratio.get((s, c)) for s in near]
         if any(v is None for v in values):
             continue
-        total = sum(math.log(v) for v in values)
+        total = sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights)
         if best is None or total > best[1]:
             best = (c, total)
-    return None if best is None else (best[0], near, math.exp(best[1] / len(near)))
+    return None if best is None else (best[0], near, math.exp(best[1]))

@@ -90,7 +90,8 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
               f"there", flush=True)
     for dispatcher, cv in judge.nearest_cross_validated(
             rows, kernel_guards, fit_settings, count=fit.neighbours(fit_settings)).items():
-        print(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead (the same "
+        print(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead ({cv['weighting']} "
+              f"weights, the same "
               f"folds), geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']}; "
               f"{cv['unmeasured']} of {cv['shapes']} shapes without a choice measured there",
               flush=True)

@@ -33,6 +33,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from src.job import training
 from src.job.training import Candidate, Table, table  # noqa: F401 (the fit's vocabulary)
 
 ALIGNED = "n % 4 == 0 and k % 4 == 0"
@@ -289,13 +290,21 @@ def neighbours(settings: dict) -> int:
     return int(settings.get("neighbours", 4))
 
 
+def weighting(settings: dict) -> str:
+    """How the nearest-neighbour model weighs its neighbours (`fit.weighting`, default `equal`;
+    src/job/training.WEIGHTINGS); an unknown name is a ConfigError naming the rule."""
+    name = str(settings.get("weighting", "equal"))
+    training.weighting_of(name, "conf/tuning/dispatch.yaml: fit.weighting")
+    return name
+
+
 def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:
     """The tuned file's `nearest:` section (src/job/dispatch.py) where `fit.model` is `nearest`:
-    the evidence file, the neighbours counted, and each candidate kernel's guard (its size rules
-    and where it was measured); None for the tree alone."""
+    the evidence file, the neighbours counted and how they are weighed, and each candidate
+    kernel's guard (its size rules and where it was measured); None for the tree alone."""
     if not uses_nearest(settings):
         return None
-    return {"evidence": evidence, "count": neighbours(settings),
+    return {"evidence": evidence, "count": neighbours(settings), "weighting": weighting(settings),
             "guards": {k: v for k, v in sorted(guards.items()) if v}}
 
 
@@ -332,8 +341,8 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
         data.pop("nearest", None)
     else:
         guards = CommentedMap((k, DoubleQuotedScalarString(v)) for k, v in nearest["guards"].items())
-        data["nearest"] = CommentedMap([("evidence", nearest["evidence"]),
-                                        ("count", nearest["count"]), ("guards", guards)])
+        data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), ("count", nearest["count"]),
+                                        ("weighting", nearest["weighting"]), ("guards", guards)])
     if not had and not new:  # once: a re-fit replaces the lists and leaves the comment as it is
         data.yaml_set_comment_before_after_key("dispatch", before=HEADER.format(evidence=evidence))
     path.parent.mkdir(parents=True, exist_ok=True)

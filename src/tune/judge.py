@@ -11,7 +11,7 @@ import json
 import math
 
 from src.job import training
-from src.tune.fit import Candidate, Fitter, holds, neighbours, rules_for, table, uses_nearest
+from src.tune.fit import Candidate, Fitter, holds, neighbours, rules_for, table, uses_nearest, weighting
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -71,10 +71,11 @@ def _summary(figures: list[tuple[float | None, tuple]], shapes: int) -> dict:
 
 
 def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
-                   count: int) -> Candidate | None:
+                   count: int, weights: str = "equal") -> Candidate | None:
     """The candidate the nearest-neighbour model (src/job/training.nearest_choice) takes at
-    `shape` from the shapes `among`, each candidate's guard as the fit's (`fitter.inside`)."""
-    found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside)
+    `shape` from the shapes `among`, each candidate's guard as the fit's (`fitter.inside`), its
+    neighbours weighed by `weights` (src/job/training.WEIGHTINGS)."""
+    found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside, weights)
     return None if found is None else found[0]
 
 
@@ -91,10 +92,11 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            figures.append((whole.ratio.get((shape, nearest_choice(fitter, shape, among, count))),
-                            shape))
+            choice = nearest_choice(fitter, shape, among, count, weighting(settings))
+            figures.append((whole.ratio.get((shape, choice)), shape))
         if any(v is not None for v, _ in figures):
-            out[dispatcher] = {"folds": folds, "count": count, **_summary(figures, len(whole.shapes))}
+            out[dispatcher] = {"folds": folds, "count": count, "weighting": weighting(settings),
+                               **_summary(figures, len(whole.shapes))}
     return out
 
 
@@ -113,13 +115,13 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
     `within_noise` where they differ but each run measured the other's choice within `tolerance`
     (relative) of its own, and `differs` otherwise (with the shape, both choices and the two
     runs' figures); `unmeasured` where a run has no figure for a choice."""
-    nearest, count = uses_nearest(settings), neighbours(settings)
+    nearest, count, weigh = uses_nearest(settings), neighbours(settings), weighting(settings)
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
         if nearest:
             fitters = [Fitter(tab, guards, settings) for tab in tabs]
-            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count)
+            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count, weigh)
                         for f in fitters]
         else:
             choosers = [lambda shape, r=rules_for(rows, dispatcher, guards, settings): choice_at(r, shape)

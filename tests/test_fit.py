@@ -522,6 +522,41 @@ def test_inverse_distance_weighting_lets_the_nearer_shape_outvote_the_farther(tm
     assert judge.nearest_cross_validated(rows, GUARDS, settings, count=1)["best_tf32"]["weighting"] == "inverse_distance"
 
 
+def test_a_reserved_region_is_the_first_rule_its_owners_best_over_the_regions_shapes():
+    """SYNTHETIC: the matrix-vector region (min(m, n) <= 2) reserved for gemm_ffma_skinny, with two
+    skinny candidates there (one 1.30, one 1.10 at every region shape) and the big tiles 1.6 at
+    one region shape. The fit's first rule is the region's: the 1.30 candidate, its `when` the
+    region and the kernel's guard, its `why` the region's shapes; the tree's rules follow as
+    without the region. Cross-validated, a left-out region shape runs the region's rule (its
+    figure the skinny kernel's there), and the rules chosen without a region differ only by it."""
+    region = {"gemm_ffma_skinny": "min(m, n) <= 2"}
+    other = json.dumps({"warps": 4}, sort_keys=True)
+    rows = synthetic_rows()
+    gemv = [(1, 4096, 4096), (4096, 1, 4096), (2, 3000, 700), (900, 2, 5000)]
+    for m, n, k in gemv:
+        for kernel, params, ratio in (("gemm_ffma_skinny", SKINNY, 1.30), ("gemm_ffma_skinny", other, 1.10),
+                                      ("gemm_tf32", BIG, 1.6 if m == 1 else 0.5), ("gemm_tf32", SMALL, 0.6)):
+            rows.append({"dispatcher": "best_tf32", "kernel": kernel, "params": params, "m": m,
+                         "n": n, "k": k, "status": "ok", "ratio_best": ratio})
+    plain = fit.rules_for(rows, "best_tf32", GUARDS, SETTINGS)
+    rules = fit.rules_for(rows, "best_tf32", GUARDS, SETTINGS, region)
+    first = rules[0]
+    assert (first["kernel"], json.dumps(first["params"], sort_keys=True)) == ("gemm_ffma_skinny", SKINNY)
+    assert first["when"] == "(min(m, n) <= 2) and (min(m, n) <= 32)"
+    inside = {(r["m"], r["n"], r["k"]) for r in rows if min(r["m"], r["n"]) <= 2}
+    assert len(inside) > len(gemv)  # the synthetic shapes' own matrix-vector products too
+    assert first["why"].startswith(f"reserved for gemm_ffma_skinny: {len(inside)} shapes, geomean 1.30x")
+    assert rules[1:] == plain
+    cv = judge.cross_validated(rows, GUARDS, SETTINGS, regions=region)["best_tf32"]
+    cv_plain = judge.cross_validated(rows, GUARDS, SETTINGS)["best_tf32"]
+    assert cv["shapes"] == cv_plain["shapes"] == 64 and cv["unmeasured"] == 0
+    held = {s: i % 5 for i, s in enumerate(sorted({(r["m"], r["n"], r["k"]) for r in rows}))}
+    for shape in gemv:  # by hand: each fold's rules at its left-out region shapes
+        train = [r for r in rows if held[(r["m"], r["n"], r["k"])] != held[shape]]
+        chosen = judge.choice_at(fit.rules_for(train, "best_tf32", GUARDS, SETTINGS, region), shape)
+        assert (chosen.kernel, chosen.params) == ("gemm_ffma_skinny", SKINNY)
+
+
 def test_the_ceiling_is_each_shapes_best_choosable_candidate_and_names_the_lowest():
     """SYNTHETIC: the ceiling at a shape is its best measured candidate (the law's winner: 1.30
     where skinny runs, else 1.05 or 1.00), so its geomean bounds the fitted rules' own figure; a

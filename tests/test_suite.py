@@ -98,6 +98,29 @@ def test_the_h100_dispatch_runs_each_training_shape_on_its_best_measured_candida
         assert choice.rule.startswith("conf/tuned/h100_sxm.yaml: nearest: a training shape")
 
 
+@pytest.mark.parametrize("gpu", ["h100_sxm", "h200"])
+def test_the_tuned_dispatch_sends_matrix_vector_products_to_the_skinny_kernel(gpu):
+    """conf/tuning/dispatch.yaml reserves min(m, n) <= 2 for gemm_ffma_skinny: through each GPU's
+    committed tuned file, both dispatchers run it at the held-out set's matrix-vector products
+    (3760x1x1258 chose the fitted 3xTF32 tiles before the region: its nearest training shapes
+    include 10684x24x1552) and at shapes near none of the training shapes."""
+    import yaml
+
+    heldout = yaml.safe_load((ROOT / "conf" / "suite" / "heldout.yaml").read_text())
+    shapes = [tuple(map(int, s.split("x")))
+              for s in heldout["hydra"]["sweeper"]["params"]["shape"].split(",")]
+    gemv = [s for s in shapes if min(s[:2]) <= 2] + [(2, 77, 99), (16384, 1, 333), (1, 1, 1)]
+    assert (3760, 1, 1258) in gemv and len(gemv) >= 8
+    for dispatcher in ("best_fp32", "best_tf32"):
+        for shape in gemv:
+            choice = dispatch.choose({"name": dispatcher, "dispatch": True, "default": "17_flagship"},
+                                     gpu, _problem(*shape))
+            assert choice.kernel == "gemm_ffma_skinny", (dispatcher, shape, choice.rule)
+        wide = dispatch.choose({"name": dispatcher, "dispatch": True, "default": "17_flagship"},
+                               gpu, _problem(4096, 4096, 4096))
+        assert wide.kernel != "gemm_ffma_skinny"
+
+
 def test_an_unaligned_shape_the_tf32_dispatch_sends_to_the_tma_kernel_is_padded_first(compose):
     """best_tf32 on the H100: where it chooses gemm_tf32 (TMA) for rows that are not 16-byte
     aligned, the kernel's pre-pass pads them; gemm_mma_tf32 reads them as stored (no pre-pass);

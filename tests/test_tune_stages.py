@@ -17,6 +17,7 @@ import zlib
 import pytest
 
 
+from src.errors import ConfigError
 from src.job.training import read as read_evidence
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
@@ -65,7 +66,9 @@ def test_before_the_screen_stage_two_is_every_candidate_at_the_other_shapes():
         per_kernel[(sweep.dispatcher, sweep.kernel)] = \
             per_kernel.get((sweep.dispatcher, sweep.kernel), 0) + sweep.jobs
     assert per_kernel == {(s.dispatcher, s.kernel): s.jobs for s in whole.sweeps}
-    assert {s.name for s in staged.stage2} == {s.name + "_stage2" for s in whole.sweeps}
+    rest = {s.dims for s in staged.rest}  # a kernel measured at none of them has no stage 2
+    assert {s.name for s in staged.stage2} == {s.name + "_stage2" for s in whole.sweeps
+                                               if rest & {shape.dims for shape in s.shapes}}
     assert all(s.stage == 2 and s.candidates is None for s in staged.stage2)
 
 
@@ -74,7 +77,9 @@ def test_a_candidate_is_measured_only_where_its_measured_where_holds_and_carries
     where its `when` holds (narrow or tiny products), the others are counted as skipped under that
     rule, and the fit's guard for it is that `when` (its rules carry it, like a size constraint)."""
     data = plan_mod.load_settings()
-    where = data["measured_where"]["gemm_ffma"]["when"]
+    own = data["measured_where"]["gemm_ffma"]["when"]
+    where = plan_mod.measured_where(data)["gemm_ffma"]  # its own, outside the reserved regions
+    assert own in where
     shapes = distribution.stratified(distribution.training(), 24)
     plan = plan_mod.build("h100_sxm", shapes, settings(shapes=None))
     ffma = [s for s in plan.sweeps if s.kernel == "gemm_ffma"]
@@ -84,9 +89,39 @@ def test_a_candidate_is_measured_only_where_its_measured_where_holds_and_carries
     for sweep in ffma:
         assert sweep.shapes and all(fit.holds(where, s.dims) for s in sweep.shapes)
         assert sweep.skipped[f"measured_where: {where}"] == len(outside)
-    guards = command.guards(data)
-    assert guards["gemm_ffma"] == where and guards["gemm_ffma_skinny"] == "min(m, n) <= 32"
-    assert guards["gemm_tf32"] is None
+    tree = command.guards(data, outside_reserved=False)
+    assert tree["gemm_ffma"] == own and tree["gemm_ffma_skinny"] == "min(m, n) <= 32"
+    assert command.guards(data)["gemm_ffma"] == where
+    assert tree["gemm_tf32"] is None
+
+
+def test_a_reserved_region_is_measured_and_chosen_for_its_owner_alone():
+    """conf/tuning/dispatch.yaml's `reserved`: at the training shapes of gemm_ffma_skinny's region
+    (the matrix-vector products) no other candidate's sweep holds the shape, the skinny kernel's
+    do; every other candidate's guard (the nearest model's and the screen's) excludes the region,
+    the tree's guards do not (the region is a rule of its own, first: tests/test_fit.py). A region
+    whose owner is no candidate, or without a `when`, is a ConfigError naming the rule."""
+    data = plan_mod.load_settings()
+    region = data["reserved"]["gemm_ffma_skinny"]["when"]
+    shapes = distribution.stratified(distribution.training(), 48)
+    inside = [s for s in shapes if fit.holds(region, s.dims)]
+    assert inside and len(inside) < len(shapes)
+    plan = plan_mod.build("h100_sxm", shapes, settings(shapes=None))
+    for sweep in plan.sweeps:
+        held = {s.dims for s in sweep.shapes}
+        if sweep.kernel == "gemm_ffma_skinny":
+            assert {s.dims for s in inside} <= held
+        elif not sweep.fallback:
+            assert not held & {s.dims for s in inside}, sweep.name
+    guards, tree = command.guards(data), command.guards(data, outside_reserved=False)
+    for kernel in command.candidates(data) - {"gemm_ffma_skinny", data["fallback"]["kernel"]}:
+        assert all(not fit.holds(guards[kernel], s.dims) for s in inside), kernel
+        assert tree[kernel] is None or any(fit.holds(tree[kernel], s.dims) for s in inside), kernel
+    assert guards["gemm_ffma_skinny"] == tree["gemm_ffma_skinny"]
+    for bad in ({"gemm_ffma_skinny": {}}, {"17_flagship": {"when": "m <= 2"}},
+                {"no_such_kernel": {"when": "m <= 2"}}):
+        with pytest.raises(ConfigError, match="rule: a reserved region"):
+            plan_mod.measured_where({**data, "reserved": bad})
 
 
 def row(dispatcher, kernel, params, shape, ratio, status="ok", stage=1):
@@ -157,16 +192,19 @@ def test_stage_two_measures_the_survivors_and_the_whole_grid_only_where_none_bui
     by_name = {s.name: s for s in staged.stage2}
     survivors = by_name["best_tf32_gemm_tf32_stage2"]
     assert survivors.candidates == [tf32[1], big]  # in grid order
-    expected = 0
-    for shape in staged.rest:
+    expected, where = 0, plan_mod.measured_where(cfg).get("gemm_tf32")
+    measured = [shape for shape in staged.rest if fit.holds(where, shape.dims)]
+    for shape in measured:
         problem = Problem(*shape.dims, 0.5, 3.0)
         expected += len(tune.prune(plan_mod.candidate_config("gemm_tf32", "tf32"),
                                    [tf32[1], big], problem, H100).valid)
-    assert survivors.jobs == expected > 0 and survivors.shapes == staged.rest
+    assert survivors.jobs == expected > 0 and survivors.shapes == measured
     assert "best_tf32_gemm_ffma_skinny_stage2" in by_name
     # best_fp32 has no survivors: its rest shapes get the whole grids, as a screen never ran
     assert by_name["best_fp32_gemm_3xtf32_stage2_all"].candidates is None
-    assert by_name["best_fp32_gemm_3xtf32_stage2_all"].shapes == staged.rest
+    outside = plan_mod.measured_where(cfg).get("gemm_3xtf32")
+    assert by_name["best_fp32_gemm_3xtf32_stage2_all"].shapes == \
+        [shape for shape in staged.rest if fit.holds(outside, shape.dims)]
     assert not any(n.startswith("best_tf32") and n.endswith("_all") for n in by_name)
     assert staged.jobs < plan_mod.build("h100_sxm", shapes, cfg).jobs
     # the survivors reach the sweeper as one list override Hydra parses back to them

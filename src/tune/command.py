@@ -57,14 +57,17 @@ def candidates(settings: dict) -> set[str]:
     return kernels
 
 
-def guards(settings: dict) -> dict[str, str | None]:
+def guards(settings: dict, outside_reserved: bool = True) -> dict[str, str | None]:
+    """{kernel: where it may be chosen}: its size constraints over m, n, k and where it is measured
+    (with `outside_reserved`, outside the regions other candidates hold: the nearest model's and
+    the screen's guards; without, the tree's, whose reserved regions are rules of their own)."""
     from src.job.config import kernel_config
     from src.tune import fit
 
     kernels = candidates(settings)
     from src.tune.plan import measured_where
 
-    where = measured_where(settings)  # the size constraints over m, n, k and where it is measured
+    where = measured_where(settings, outside_reserved)
     return {k: fit.conjunction([p for p in (fit.guard_of(kernel_config(k)), where.get(k)) if p])
             for k in sorted(kernels)}
 
@@ -74,16 +77,18 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     from src.job.tuned import tuned_file
     from src.job.training import read
     from src.tune import fit, judge
+    from src.tune.plan import reserved
 
     rows = read(csv_path)
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
     kernel_guards, fit_settings = guards(settings), settings.get("fit") or {}
-    dispatch = fit.fit(rows, kernel_guards, fit_settings)
+    tree_guards, regions = guards(settings, outside_reserved=False), reserved(settings)
+    dispatch = fit.fit(rows, tree_guards, fit_settings, regions)
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
               fit.nearest_model(cited, kernel_guards, fit_settings))
-    for dispatcher, cv in judge.cross_validated(rows, kernel_guards, fit_settings).items():
+    for dispatcher, cv in judge.cross_validated(rows, tree_guards, fit_settings, regions=regions).items():
         print(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), geomean "
               f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "
               f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
@@ -115,8 +120,10 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
         if not path.is_file():
             raise ConfigError(f"--against compares two evidence files; {path} is not one.")
     tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
+    from src.tune.plan import reserved
+
     reports = judge.agreement(read(csv_path), read(other), guards(settings), settings.get("fit") or {},
-                              tolerance)
+                              tolerance, guards(settings, outside_reserved=False), reserved(settings))
     for dispatcher, r in reports.items():
         print(f"{dispatcher}: {r['agrees']} shapes the same choice, {r['within_noise']} another "
               f"within {tolerance:.0%} in both runs, {len(r['differs'])} differ, {r['unmeasured']} "

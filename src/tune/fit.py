@@ -213,12 +213,35 @@ def _rule(when: str, c: Candidate, why: str) -> dict:
     return {"when": when, "kernel": c.kernel, "params": json.loads(c.params), "why": why}
 
 
-def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None],
-              settings: dict) -> list[dict]:
-    """The dispatch rules for one dispatching kernel, in order, each with a one-line `why`
-    summing up its class's training shapes (the file's header names the evidence)."""
-    fitter = Fitter(table(rows, dispatcher), guards, settings)
+def region_rules(fitter: Fitter, regions: dict[str, str]) -> list[dict]:
+    """One rule per reserved region (`regions`: {owner kernel: its `when`}), first in the list:
+    the owner's candidate with the best geomean over the region's training shapes (among those
+    measured at all of them), where the owner's guard holds too. None for a region without
+    training shapes or without such a candidate."""
     rules = []
+    for owner, when in regions.items():
+        shapes = [s for s in fitter.tab.shapes if holds(when, s)]
+        best = None
+        for c in (c for c in fitter.tab.candidates if c.kernel == owner and shapes):
+            t = fitter.total(c, shapes)
+            if t is not None and (best is None or t > best[1]):
+                best = (c, t)
+        if best is None:
+            continue
+        geo, low, where = _stats(fitter, Leaf([], shapes, best[0], best[1]))
+        rules.append(_rule(conjunction([p for p in (when, fitter.guards.get(owner)) if p]), best[0],
+                           f"reserved for {owner}: {len(shapes)} shapes, geomean {geo:.2f}x, "
+                           f"min {low:.2f}x at {'x'.join(map(str, where))}"))
+    return rules
+
+
+def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None],
+              settings: dict, regions: dict[str, str] | None = None) -> list[dict]:
+    """The dispatch rules for one dispatching kernel, in order, each with a one-line `why`
+    summing up its class's training shapes (the file's header names the evidence): the reserved
+    regions' rules (`regions`, conf/tuning/dispatch.yaml `reserved`) first, then the tree's."""
+    fitter = Fitter(table(rows, dispatcher), guards, settings)
+    rules = region_rules(fitter, regions or {})
     for leaf in fitter.fit():
         if leaf.choice is None or (leaf.choice == fitter.catch_all and leaf.conditions):
             continue
@@ -249,9 +272,10 @@ def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None],
     return rules
 
 
-def fit(rows: list[dict], guards: dict[str, str | None], settings: dict) -> dict:
+def fit(rows: list[dict], guards: dict[str, str | None], settings: dict,
+        regions: dict[str, str] | None = None) -> dict:
     """{dispatcher: rules} for every dispatching kernel in the evidence, in name order."""
-    return {d: rules_for(rows, d, guards, settings)
+    return {d: rules_for(rows, d, guards, settings, regions)
             for d in sorted({r["dispatcher"] for r in rows})}
 
 

@@ -15,7 +15,7 @@ from src.tune.fit import Candidate, Fitter, holds, neighbours, rules_for, table,
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
-                    folds: int = 5) -> dict[str, dict]:
+                    folds: int = 5, regions: dict[str, str] | None = None) -> dict[str, dict]:
     """How the fit does on training shapes it did not see, per dispatching kernel: the shapes
     (sorted) go round-robin into `folds` folds; the rules fitted without a fold choose at each of
     its shapes (the first rule whose `when` holds, as the runner reads them), and the measured
@@ -30,7 +30,7 @@ def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: d
         for fold in range(min(folds, len(whole.shapes))):
             train = [r for r in rows if r["dispatcher"] == dispatcher
                      and held[(int(r["m"]), int(r["n"]), int(r["k"]))] != fold]
-            rules = rules_for(train, dispatcher, guards, settings)
+            rules = rules_for(train, dispatcher, guards, settings, regions)
             for shape in (s for s in whole.shapes if held[s] == fold):
                 figures.append((whole.ratio.get((shape, choice_at(rules, shape))), shape))
         if any(v is not None for v, _ in figures):
@@ -107,14 +107,16 @@ def choice_at(rules: list[dict], shape: tuple[int, int, int]) -> Candidate | Non
 
 
 def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | None], settings: dict,
-              tolerance: float) -> dict[str, dict]:
+              tolerance: float, tree_guards: dict[str, str | None] | None = None,
+              regions: dict[str, str] | None = None) -> dict[str, dict]:
     """Whether two tuning runs (their evidence) fit the same dispatch, per dispatching kernel, at
     the training shapes both measured, for the model the fit writes (`fit.model`): the tree's
     rules, or the nearest-neighbour model, which at a training shape runs that run's own best
     measured candidate. A shape `agrees` where both runs choose the same candidate, is
     `within_noise` where they differ but each run measured the other's choice within `tolerance`
     (relative) of its own, and `differs` otherwise (with the shape, both choices and the two
-    runs' figures); `unmeasured` where a run has no figure for a choice."""
+    runs' figures); `unmeasured` where a run has no figure for a choice. The tree's rules use
+    `tree_guards` and the reserved `regions` where given, as the fit writes them."""
     nearest, count, weigh = uses_nearest(settings), neighbours(settings), weighting(settings)
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
@@ -124,7 +126,8 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
             choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count, weigh)
                         for f in fitters]
         else:
-            choosers = [lambda shape, r=rules_for(rows, dispatcher, guards, settings): choice_at(r, shape)
+            choosers = [lambda shape, r=rules_for(rows, dispatcher, tree_guards or guards, settings,
+                                                  regions): choice_at(r, shape)
                         for rows in (rows_a, rows_b)]
         report = {"agrees": 0, "within_noise": 0, "differs": [], "unmeasured": 0}
         for shape in sorted(set(tabs[0].shapes) & set(tabs[1].shapes)):

@@ -28,7 +28,7 @@ from src.errors import ConfigError
 from src.job.problem import Problem
 from src.paths import CONF_DIR
 from src.tune import distribution
-from src.tune.fit import holds
+from src.tune.fit import conjunction, holds
 from src.tune import space as tune
 
 SETTINGS_FILE = CONF_DIR / "tuning" / "dispatch.yaml"
@@ -139,9 +139,31 @@ class Plan:
         return lines
 
 
-def measured_where(settings: dict) -> dict[str, str]:
-    """{kernel: the `when` of the shapes it is measured at} (conf/tuning/dispatch.yaml)."""
-    return {k: str(v["when"]) for k, v in (settings.get("measured_where") or {}).items()}
+def reserved(settings: dict) -> dict[str, str]:
+    """{kernel: the `when` of the shape region it holds} (conf/tuning/dispatch.yaml `reserved`):
+    there no other candidate is measured or chosen. The owner must be a candidate."""
+    kernels = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+    out = {}
+    for owner, region in (settings.get("reserved") or {}).items():
+        if owner not in kernels or not isinstance(region, dict) or not region.get("when"):
+            raise ConfigError(f"conf/tuning/dispatch.yaml: reserved.{owner} must be a candidate of a "
+                              f"dispatcher with a `when` (rule: a reserved region is a shape region "
+                              f"one candidate holds, the others measured and chosen outside it).")
+        out[owner] = str(region["when"])
+    return out
+
+
+def measured_where(settings: dict, outside_reserved: bool = True) -> dict[str, str]:
+    """{kernel: the `when` of the shapes it is measured at} (conf/tuning/dispatch.yaml): its own
+    `measured_where`, and (`outside_reserved`) outside every region another candidate holds."""
+    where = {k: str(v["when"]) for k, v in (settings.get("measured_where") or {}).items()}
+    if not outside_reserved:
+        return where
+    kernels = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+    for owner, region in reserved(settings).items():
+        for kernel in sorted(kernels - {owner}):
+            where[kernel] = conjunction([f"not ({region})"] + ([where[kernel]] if kernel in where else []))
+    return where
 
 
 def candidate_config(kernel: str, precision: str) -> dict:

@@ -216,13 +216,15 @@ def _rule(when: str, c: Candidate, why: str) -> dict:
 def region_rules(fitter: Fitter, regions: dict[str, str]) -> list[dict]:
     """One rule per reserved region (`regions`: {owner kernel: its `when`}), first in the list:
     the owner's candidate with the best geomean over the region's training shapes (among those
-    measured at all of them), where the owner's guard holds too. None for a region without
+    measured at all of them), where the owner's guard holds too. No rule for a region without
     training shapes or without such a candidate."""
     rules = []
     for owner, when in regions.items():
         shapes = [s for s in fitter.tab.shapes if holds(when, s)]
         best = None
-        for c in (c for c in fitter.tab.candidates if c.kernel == owner and shapes):
+        for c in (c for c in fitter.tab.candidates if c.kernel == owner):
+            if not shapes:
+                break
             t = fitter.total(c, shapes)
             if t is not None and (best is None or t > best[1]):
                 best = (c, t)

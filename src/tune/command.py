@@ -51,7 +51,9 @@ def visible_gpus() -> int:
 
 def candidates(settings: dict) -> set[str]:
     """Every kernel the dispatch may choose: the dispatchers' candidates and the fallback."""
-    kernels = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+    from src.tune.plan import dispatch_candidates
+
+    kernels = dispatch_candidates(settings)
     if settings.get("fallback"):
         kernels.add(settings["fallback"]["kernel"])
     return kernels
@@ -115,13 +117,12 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
     beyond it."""
     from src.job.training import read
     from src.tune import judge
+    from src.tune.plan import reserved
 
     for path in (csv_path, other):
         if not path.is_file():
             raise ConfigError(f"--against compares two evidence files; {path} is not one.")
     tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
-    from src.tune.plan import reserved
-
     reports = judge.agreement(read(csv_path), read(other), guards(settings), settings.get("fit") or {},
                               tolerance, guards(settings, outside_reserved=False), reserved(settings))
     for dispatcher, r in reports.items():

@@ -84,7 +84,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
     """The other model, judged on the same folds as `cross_validated`: each left-out shape runs
     `nearest_choice` over the other folds' shapes. Printed beside the tree's figures so that the
     choice of model stays a measured one (docs/tuning.md)."""
-    out = {}
+    out, weights = {}, weighting(settings)
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
@@ -92,10 +92,10 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            choice = nearest_choice(fitter, shape, among, count, weighting(settings))
+            choice = nearest_choice(fitter, shape, among, count, weights)
             figures.append((whole.ratio.get((shape, choice)), shape))
         if any(v is not None for v, _ in figures):
-            out[dispatcher] = {"folds": folds, "count": count, "weighting": weighting(settings),
+            out[dispatcher] = {"folds": folds, "count": count, "weighting": weights,
                                **_summary(figures, len(whole.shapes))}
     return out
 

@@ -139,10 +139,15 @@ class Plan:
         return lines
 
 
+def dispatch_candidates(settings: dict) -> set[str]:
+    """The kernels the dispatchers choose among (conf/tuning/dispatch.yaml `dispatchers`)."""
+    return {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+
+
 def reserved(settings: dict) -> dict[str, str]:
     """{kernel: the `when` of the shape region it holds} (conf/tuning/dispatch.yaml `reserved`):
     there no other candidate is measured or chosen. The owner must be a candidate."""
-    kernels = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+    kernels = dispatch_candidates(settings)
     out = {}
     for owner, region in (settings.get("reserved") or {}).items():
         if owner not in kernels or not isinstance(region, dict) or not region.get("when"):
@@ -159,7 +164,7 @@ def measured_where(settings: dict, outside_reserved: bool = True) -> dict[str, s
     where = {k: str(v["when"]) for k, v in (settings.get("measured_where") or {}).items()}
     if not outside_reserved:
         return where
-    kernels = {k for d in settings["dispatchers"].values() for k in d["candidates"]}
+    kernels = dispatch_candidates(settings)
     for owner, region in reserved(settings).items():
         for kernel in sorted(kernels - {owner}):
             where[kernel] = conjunction([f"not ({region})"] + ([where[kernel]] if kernel in where else []))

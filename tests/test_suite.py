@@ -103,7 +103,9 @@ def test_the_tuned_dispatch_sends_matrix_vector_products_to_the_skinny_kernel(gp
     """conf/tuning/dispatch.yaml reserves min(m, n) <= 2 for gemm_ffma_skinny: through each GPU's
     committed tuned file, both dispatchers run it at the held-out set's matrix-vector products
     (3760x1x1258 chose the fitted 3xTF32 tiles before the region: its nearest training shapes
-    include 10684x24x1552) and at shapes near none of the training shapes."""
+    include 10684x24x1552) and at shapes near none of the training shapes; the rule text says the
+    guards left it alone there (or the reserved rule chose it), as it does for the big-tile kernel
+    at 4096^3, and not where several kernels may run."""
     import yaml
 
     heldout = yaml.safe_load((ROOT / "conf" / "suite" / "heldout.yaml").read_text())
@@ -116,9 +118,16 @@ def test_the_tuned_dispatch_sends_matrix_vector_products_to_the_skinny_kernel(gp
             choice = dispatch.choose({"name": dispatcher, "dispatch": True, "default": "17_flagship"},
                                      gpu, _problem(*shape))
             assert choice.kernel == "gemm_ffma_skinny", (dispatcher, shape, choice.rule)
+            assert (choice.rule.endswith("gemm_ffma_skinny is the only candidate kernel the "
+                                         "guards allow here")  # the nearest model
+                    or "reserved for gemm_ffma_skinny" in choice.rule), choice.rule  # the rules
         wide = dispatch.choose({"name": dispatcher, "dispatch": True, "default": "17_flagship"},
                                gpu, _problem(4096, 4096, 4096))
-        assert wide.kernel != "gemm_ffma_skinny"
+        assert wide.kernel != "gemm_ffma_skinny"  # there only the big-tile kernel's guard holds
+        assert wide.rule.endswith(f"{wide.kernel} is the only candidate kernel the guards allow here")
+        narrow = dispatch.choose({"name": dispatcher, "dispatch": True, "default": "17_flagship"},
+                                 gpu, _problem(12, 867, 938))  # skinny may run, so may others
+        assert "only candidate kernel" not in narrow.rule
 
 
 def test_an_unaligned_shape_the_tf32_dispatch_sends_to_the_tma_kernel_is_padded_first(compose):

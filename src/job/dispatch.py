@@ -101,6 +101,9 @@ def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None
         why = (f"{where}: the best of the {len(near)} nearest training shapes "
                f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
                f"{geomean:.3f}x the stronger cuBLAS there (geomean, {weighting} weights)")
+    allowed = {c.kernel for c in tab.candidates if runs(c, shape)}
+    if allowed == {candidate.kernel}:  # a reserved region, or a shape only one kernel may run
+        why += f"; {candidate.kernel} is the only candidate kernel the guards allow here"
     return DispatchChoice(candidate.kernel, json.loads(candidate.params), why, NEAREST)
 
 

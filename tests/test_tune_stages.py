@@ -434,7 +434,8 @@ def test_a_kernel_named_in_own_best_sends_on_its_own_best_at_each_screening_shap
     """SYNTHETIC: gemm_tf32 wins both screening shapes; the skinny kernel's variants all trail it
     by far more than the margin, so none would go on. `own_best: 1` sends the skinny kernel's
     best at each shape (one a shape, two in all); `own_best: 2` its two best at each; other
-    kernels and dispatchers are untouched, and a kernel a dispatcher never ran adds nothing."""
+    kernels and dispatchers are untouched, and a kernel a dispatcher never ran adds nothing
+    (`own_best` here replaces the committed one)."""
     s1, s2 = (8, 4096, 4096), (4096, 8, 512)
     tf = "best_tf32"
     skinny = {name: json.dumps({"warps": i}, sort_keys=True) for i, name in enumerate("VWXY")}
@@ -442,7 +443,7 @@ def test_a_kernel_named_in_own_best_sends_on_its_own_best_at_each_screening_shap
     rows = [row(tf, "gemm_tf32", P["A"], s, 1.0) for s in (s1, s2)]
     rows += [row(tf, "gemm_ffma_skinny", skinny[name], shape, value)
              for name, pair in values.items() for shape, value in zip((s1, s2), pair)]
-    plain = screen.survivors(rows, settings(margin=0.03), GUARDS)
+    plain = screen.survivors(rows, settings(margin=0.03, own_best={}), GUARDS)
     assert (tf, "gemm_ffma_skinny") not in plain
     one = screen.survivors(rows, settings(margin=0.03, own_best={"gemm_ffma_skinny": 1}), GUARDS)
     assert one[(tf, "gemm_ffma_skinny")] == {skinny["W"], skinny["X"]}  # best at s1, at s2
@@ -450,6 +451,21 @@ def test_a_kernel_named_in_own_best_sends_on_its_own_best_at_each_screening_shap
     two = screen.survivors(rows, settings(margin=0.03, own_best={"gemm_ffma_skinny": 2}), GUARDS)
     assert two[(tf, "gemm_ffma_skinny")] == {skinny["W"], skinny["X"], skinny["V"]}
     assert not any(d == "best_fp32" for d, _ in two)
+
+
+def test_the_committed_screen_sends_the_whole_skinny_grid_on():
+    """The skinny kernel's screening shapes are matrix-vector products (its reserved region),
+    where its K cut hardly matters, so the committed `own_best` sends every variant of its grid
+    (conf/tune/gemm_ffma_skinny.yaml) to stage 2: at least as many as the grid has combinations.
+    A grid grown past it fails here."""
+    import math
+
+    from omegaconf import OmegaConf
+
+    space = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "tune" / "gemm_ffma_skinny.yaml"))
+    combinations = math.prod(len(v) for v in space["tune"]["space"].values())
+    assert combinations > 1  # the space was read
+    assert int(plan_mod.load_settings()["screen"]["own_best"]["gemm_ffma_skinny"]) >= combinations
 
 
 def test_the_committed_screen_keeps_gemm_ffma_for_tf32_on_the_h200s_recorded_screen():

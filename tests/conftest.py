@@ -23,10 +23,11 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 # Chapters written for part of the shapes only, with the shapes the tests take for them in
 # place of the published squares: 24 computes products with at most 32 rows or columns of C
-# (its size constraint refuses squares), and so does its library copy gemm_ffma_skinny. Both
-# of its layouts, few columns and few rows.
+# (its size constraint refuses squares), and so do its library copy gemm_ffma_skinny and the
+# library's gemm_ffma_narrow. Both layouts, few columns and few rows.
 SKINNY_SHAPES = [(4096, 8, 4096), (1, 4096, 4096), (16, 8192, 8192), (4096, 1, 4096)]
-SHAPE_LIMITED = {"24_ffma_skinny": SKINNY_SHAPES, "gemm_ffma_skinny": SKINNY_SHAPES}
+SHAPE_LIMITED = {"24_ffma_skinny": SKINNY_SHAPES, "gemm_ffma_skinny": SKINNY_SHAPES,
+                 "gemm_ffma_narrow": SKINNY_SHAPES}
 
 
 def chapter_shapes(name: str, sizes=(1024, 2048, 4096, 8192)) -> list[tuple[int, int, int]]:

@@ -528,6 +528,29 @@ def test_mma_tf32_library_kernel_builds_without_spills(kernel, shape, params, sl
 
 
 @needs_nvcc
+@pytest.mark.parametrize("shape,params,layout", [
+    ((22, 3087, 9792), {}, (1, 24, 1)),                           # few rows, single-float B rows
+    ((32, 4096, 4096), {"chunk": 64}, (1, 32, 4)),               # few rows at the widest: 128 sums a thread
+    ((11048, 27, 3851), {"step": 16}, (0, 28, 1)),               # few columns, single-float A rows
+    ((4096, 32, 4096), {"step": 8, "warps": 4}, (0, 32, 4)),     # few columns, float4 A rows
+    ((5, 7, 3), {"warps": 2}, (1, 8, 1)),                        # one block, one short chunk
+], ids=["rows-vec1", "rows-32-vec4", "cols-vec1", "cols-32-vec4", "tiny"])
+def test_narrow_kernel_builds_without_spills_in_both_layouts(shape, params, layout):
+    """gemm_ffma_narrow in both layouts (few rows: 4 columns x up to 32 rows of sums a thread;
+    few columns: a row x up to 32 columns), 16-byte and 4-byte loads of the streamed operand,
+    its steps and chunks: no spills, the narrow side rounded up to float4s, two chunk buffers of
+    shared memory, and the block tile the grid counts."""
+    spec = built_without_spills("gemm_ffma_narrow", shape, params)
+    few_rows, width, vec = layout
+    d = {**spec.params, **spec.derived}
+    assert (d["few_rows"], d["width"], d["vec"]) == (few_rows, width, vec)
+    assert spec.dynamic_smem_bytes == 2 * d["chunk"] * (width + 4 * few_rows) * 4
+    m, n, _ = shape
+    wide = (n, 128 * d["warps"]) if few_rows else (m, 32 * d["warps"])
+    assert spec.grid == (-(-wide[0] // wide[1]), d["k_slices"])
+
+
+@needs_nvcc
 @pytest.mark.parametrize("kernel", ["24_ffma_skinny", "gemm_ffma_skinny"])
 @pytest.mark.parametrize("shape", SHAPE_LIMITED["24_ffma_skinny"] + [(32, 4096, 4096), (4095, 3, 333),
                                                                      (1, 4097, 4095)])

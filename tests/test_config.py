@@ -22,8 +22,8 @@ def test_the_expected_kernels_exist():
                 "17_flagship", "18_wmma_tf32", "19_mma_tf32", "20_wgmma_tf32", "21_ffma_hopper",
                 "22_ffma_warp_specialized", "23_wgmma_3xtf32", "24_ffma_skinny",
                 "25_wgmma_tf32_any_shape"]
-    library = ["gemm_3xtf32", "gemm_ffma", "gemm_ffma_skinny", "gemm_mma_3xtf32", "gemm_mma_tf32",
-               "gemm_tf32", "gemm_tf32_swapped"]
+    library = ["gemm_3xtf32", "gemm_ffma", "gemm_ffma_narrow", "gemm_ffma_skinny", "gemm_mma_3xtf32",
+               "gemm_mma_tf32", "gemm_tf32", "gemm_tf32_swapped"]
     peers = ["triton_fp32", "triton_tf32", "triton_tf32x3"]
     assert KERNEL_CONFIGS == (chapters + ["best_fp32", "best_tf32", "cublas_fp32", "cublas_tf32",
                                           "cutlass_3xtf32"] + library + peers)

@@ -474,6 +474,24 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
 
 
+@pytest.mark.chapter("gemm_ffma_narrow")
+@pytest.mark.parametrize("shape,params", [
+    pytest.param((22, 739, 326), {}, marks=pytest.mark.smoke),  # few rows, single floats, one slice
+    ((1, 1, 1), {}), ((17, 33, 5), {}), ((33, 17, 5), {}),        # K shorter than a step
+    ((32, 4096, 4096), {}), ((4096, 32, 4096), {"step": 8}),      # the widest narrow side, float4s
+    ((19, 1287, 2026), {"chunk": 64}), ((11048, 27, 3851), {"step": 16}),  # odd sides, K slices
+    ((14792, 10, 3067), {"warps": 2}), ((8, 644, 3176), {"warps": 4, "blocks_per_sm": 8}),
+    ((3, 100, 100003), {}), ((7, 9, 20000), {"min_slice_k": 4096}),  # K far longer than a chunk
+], ids=["rows-smoke", "1x1x1", "rows-k5", "cols-k5", "rows-32", "cols-32", "rows-odd-chunk64",
+        "cols-odd-step16", "cols-2warps", "rows-8", "rows-long-k", "square-narrow"])
+def test_narrow_library_kernel_any_shape_alpha_beta(compose, shape, params):
+    """gemm_ffma_narrow in both layouts (few rows, few columns), with float4 and single-float
+    loads of the streamed operand, one K slice or many (the last to arrive adds them up), K
+    shorter than a step and far longer than a chunk: verified with alpha and beta, its timed
+    launches too."""
+    assert_verified_with_tile(compose, "gemm_ffma_narrow", params, shape)
+
+
 def assert_verified_with_tile(compose, kernel: str, params: dict, shape):
     """A library kernel with `params` over its defaults (not its tuned values) at `shape`, alpha
     0.5 and beta 3: ok, and every verification (sampled, timed, fresh inputs) in tolerance; the

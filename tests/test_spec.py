@@ -283,6 +283,19 @@ VIOLATIONS += [(f"gemm_{name}", params, problem, LIBRARY_RULE.get(rule, rule) if
 # register budget (above), broken by the same cases.
 VIOLATIONS += [("gemm_mma_3xtf32", params, problem, rule) for kernel, params, problem, rule in
                list(VIOLATIONS) if kernel == "gemm_mma_tf32" and "accumulators" not in rule]
+VIOLATIONS += [
+    ("gemm_ffma_narrow", dict(), SQUARE, "min(m, n) <= 32"),
+    ("gemm_ffma_narrow", dict(warps=64), Problem(8, 4096, 4096, 1, 0),
+     "warps >= 1 and 32 * warps <= max_threads_per_block"),
+    ("gemm_ffma_narrow", dict(step=6), Problem(8, 4096, 4096, 1, 0),
+     "step >= 4 and step % 4 == 0 and chunk % step == 0"),
+    ("gemm_ffma_narrow", dict(step=8), Problem(32, 4096, 4096, 1, 0),  # 128 sums + 2 x 32 in flight
+     "accumulators + 2 * step * lane_cols <= 160"),
+    ("gemm_ffma_narrow", dict(chunk=1024), Problem(32, 4096, 4096, 1, 0),
+     "smem_bytes <= max_smem_per_block"),
+    ("gemm_ffma_narrow", dict(min_slice_k=2), Problem(4096, 8, 4096, 1, 0),
+     "blocks_per_sm >= 1 and min_slice_k >= step"),
+]
 
 
 @pytest.mark.parametrize("kernel,params,problem,rule", VIOLATIONS,
@@ -477,7 +490,7 @@ def test_every_portable_chapter_has_valid_defaults_on_other_gpus(gpu):
             assert spec.threads <= limits["max_threads_per_block"]
             assert spec.dynamic_smem_bytes <= limits["max_smem_per_block"]
         checked += 1
-    assert checked == 25  # chapters 01-19, 21, 24, gemm_ffma, gemm_ffma_skinny, gemm_mma_tf32 and gemm_mma_3xtf32 (the others are built for sm_90a: Hopper only)
+    assert checked == 26  # chapters 01-19, 21, 24, gemm_ffma, gemm_ffma_narrow, gemm_ffma_skinny, gemm_mma_tf32 and gemm_mma_3xtf32 (the others are built for sm_90a: Hopper only)
 
 
 @pytest.mark.parametrize("kernel,params,shape,fitted", [

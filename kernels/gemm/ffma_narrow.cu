@@ -1,0 +1,181 @@
+// gemm/ffma_narrow.cu: the library's FP32 (FFMA) kernel for products with a narrow side of C (at
+// most 32 rows or 32 columns) and a long K: each thread owns a line of C's wide side and keeps
+// all of the narrow side in registers, so the wide operand is streamed once from DRAM in
+// per-thread runs and the narrow operand's K chunk is read from shared memory by broadcast.
+// gemm_ffma_skinny (chapter 24) serves the same products and is kept for the matrix-vector end;
+// what differs here, and why:
+// - Few columns (N <= WIDTH): a thread owns a row of A and of C (all N sums), not a warp: the
+//   skinny layout has every lane read its own float4 of B's K slice from shared memory once per
+//   column of C, WIDTH times as many shared-memory bytes as A's bytes from DRAM, which at 16 to
+//   32 columns is the limit (its best was 0.29x to 0.35x cuBLAS at 11048 x 27 x 3851 and
+//   4748 x 23 x 6078 on the H100). Here one broadcast float4 of B serves 4 FFMAs of every lane,
+//   and no shuffles add the sums up.
+// - Few rows (M <= WIDTH): the block's warps lie side by side along N, each over the whole K
+//   chunk, so A's chunk in shared memory serves WARPS x 128 columns and no warp's sums have to
+//   be added to another's (the skinny layout cuts a block's K slice between its warps and adds
+//   their sums in shared memory, and stages A again for every 32 x VEC columns).
+// - The narrow operand's K slice is staged in chunks of CHUNK k, two buffers by cp.async (the
+//   next chunk lands while this one is read), so a slice is as long as the grid wants: K slices
+//   (grid.y, grid_slices.cuh) are cut for parallelism, not to fit shared memory.
+// Any M, N, K, alpha, beta with min(M, N) <= 32 (the config's size rule). VEC 4 where the
+// streamed operand's rows are 16-byte aligned (few rows: N % 4; few columns: K % 4), else single
+// floats; VEC_C likewise for C's rows (N % 4). Element indices are 32-bit: the runner requires
+// each matrix to hold fewer than 2^31 elements.
+//
+// Tile hierarchy (names: kernels/README.md, tile vocabulary):
+//   block tile  few columns: WARPS * 32 rows of C x WIDTH columns, one K slice (grid.y)
+//               few rows:    WIDTH rows of C x WARPS * 128 columns, one K slice
+//   warp tile   32 of the block's lines (rows or float4s of columns), the whole K slice
+//   thread tile few columns: 1 row x WIDTH columns; few rows: WIDTH rows x 4 columns
+#include "../include/common.cuh"
+#include "../include/cp_async.cuh"
+#include "../include/grid_slices.cuh"
+#include "../include/tile_store.cuh"
+
+// The narrow operand's CHUNK k rows from k_first into a buffer as buf[kk * STRIDE + i] (i: the
+// narrow side's index, row of A or column of B), zero outside the operand and past k_end.
+// Consecutive threads copy consecutive floats of the operand (A along its rows, B along its
+// rows), so the reads coalesce.
+template <int FEW_ROWS, int WIDTH, int STRIDE, int CHUNK, int THREADS>
+__device__ __forceinline__ void stage_narrow(float* buf, const float* __restrict__ A,
+                                             const float* __restrict__ B, int M, int N, int K,
+                                             int k_first, int k_end) {
+#pragma unroll 4
+  for (int e = threadIdx.x; e < CHUNK * WIDTH; e += THREADS) {
+    const int i = FEW_ROWS ? e / CHUNK : e % WIDTH;   // the narrow index
+    const int kk = FEW_ROWS ? e % CHUNK : e / WIDTH;  // the k row of the chunk
+    const int k = k_first + kk;
+    const bool inside = k < k_end && i < (FEW_ROWS ? M : N);
+    const float* src = FEW_ROWS ? A + (inside ? i * K + k : 0) : B + (inside ? k * N + i : 0);
+    cp_async_4(&buf[kk * STRIDE + i], src, inside ? 4 : 0);
+  }
+}
+
+// STEP k values of the streamed operand for this thread, zero outside it: few columns, A's row
+// `line` from k (VEC floats a load); few rows, B's rows k .. k + STEP - 1 at the 4 columns from
+// `line` (one float4, or 4 floats, a row).
+template <int FEW_ROWS, int VEC, int STEP>
+__device__ __forceinline__ void load_stream(float (&v)[STEP][FEW_ROWS ? 4 : 1],
+                                            const float* __restrict__ A,
+                                            const float* __restrict__ B, int M, int N, int K,
+                                            int line, int k, int k_end) {
+  if constexpr (FEW_ROWS) {
+#pragma unroll
+    for (int s = 0; s < STEP; ++s) {
+      const bool row_in = k + s < k_end;
+      const float* p = B + (k + s) * N + line;
+      if constexpr (VEC == 4) {
+        const float4 x = (row_in && line < N) ? __ldcs(reinterpret_cast<const float4*>(p))
+                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[s][0] = x.x; v[s][1] = x.y; v[s][2] = x.z; v[s][3] = x.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[s][e] = (row_in && line + e < N) ? __ldcs(p + e) : 0.0f;
+      }
+    }
+  } else {
+    const float* p = A + line * K + k;
+    const bool row_in = line < M;
+#pragma unroll
+    for (int s = 0; s < STEP; s += VEC) {
+      if constexpr (VEC == 4) {  // K % 4 == 0: a float4 is inside k_end whole or not at all
+        const float4 x = (row_in && k + s < k_end) ? __ldcs(reinterpret_cast<const float4*>(p + s))
+                                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[s][0] = x.x; v[s + 1][0] = x.y; v[s + 2][0] = x.z; v[s + 3][0] = x.w;
+      } else {
+        v[s][0] = (row_in && k + s < k_end) ? __ldcs(p + s) : 0.0f;
+      }
+    }
+  }
+}
+
+// __launch_bounds__ names 1 block per SM as the minimum, as gemm_ffma does: the widest builds
+// (32 rows x 4 columns of sums) need their registers more than a second block.
+template <int FEW_ROWS, int WIDTH, int WARPS, int VEC, int VEC_C, int STEP, int CHUNK>
+__global__ void __launch_bounds__(WARPS * 32, 1)
+    gemm_ffma_narrow(int M, int N, int K, float alpha, const float* __restrict__ A,
+                     const float* __restrict__ B, float beta, float* __restrict__ C,
+                     float* __restrict__ workspace) {
+  constexpr int THREADS = WARPS * 32;
+  constexpr int LANE_COLS = FEW_ROWS ? 4 : 1;          // columns of C a thread owns per narrow line
+  constexpr int BM = FEW_ROWS ? WIDTH : THREADS;       // the block tile
+  constexpr int BN = FEW_ROWS ? THREADS * 4 : WIDTH;
+  constexpr int STRIDE = FEW_ROWS ? WIDTH + 4 : WIDTH;  // few rows: + 4 spreads the staging stores' banks
+  static_assert(WIDTH % 4 == 0 && WIDTH <= 32, "the narrow side is read as float4s, at most 32");
+  static_assert(STEP % 4 == 0 && CHUNK % STEP == 0, "a chunk is whole steps, a step whole float4s");
+  extern __shared__ __align__(16) float smem[];  // two chunk buffers of CHUNK x STRIDE floats
+
+  const GridSlice at = grid_slice<BM, BN, STEP>(N, K);  // the tile (grid.x), the K slice (grid.y)
+  const int k_begin = at.kt0 * STEP, k_end = min(K, (at.kt0 + at.k_tiles) * STEP);
+  // the thread's line of C's wide side: a row (few columns) or its first column (few rows)
+  const int line = FEW_ROWS ? at.block_col + threadIdx.x * 4 : at.block_row + threadIdx.x;
+
+  float acc[FEW_ROWS ? WIDTH : 1][FEW_ROWS ? 4 : WIDTH];  // [narrow rows][4 cols] or [1][narrow cols]
+#pragma unroll
+  for (int i = 0; i < (FEW_ROWS ? WIDTH : 1); ++i)
+#pragma unroll
+    for (int j = 0; j < (FEW_ROWS ? 4 : WIDTH); ++j) acc[i][j] = 0.0f;
+
+  float now[STEP][LANE_COLS], next[STEP][LANE_COLS];
+  load_stream<FEW_ROWS, VEC, STEP>(now, A, B, M, N, K, line, k_begin, k_end);
+  if (k_begin < k_end) stage_narrow<FEW_ROWS, WIDTH, STRIDE, CHUNK, THREADS>(smem, A, B, M, N, K, k_begin, k_end);
+  cp_async_commit();
+  int buf = 0;
+  for (int c0 = k_begin; c0 < k_end; c0 += CHUNK, buf ^= 1) {
+    if (c0 + CHUNK < k_end)  // the next chunk lands in the other buffer while this one is read
+      stage_narrow<FEW_ROWS, WIDTH, STRIDE, CHUNK, THREADS>(smem + (buf ^ 1) * CHUNK * STRIDE, A, B,
+                                                           M, N, K, c0 + CHUNK, k_end);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const float* chunk = smem + buf * CHUNK * STRIDE;
+    const int steps = min(CHUNK, k_end - c0);
+    for (int kk = 0; kk < steps; kk += STEP) {
+      load_stream<FEW_ROWS, VEC, STEP>(next, A, B, M, N, K, line, c0 + kk + STEP, k_end);
+#pragma unroll
+      for (int s = 0; s < STEP; ++s) {
+        const float* narrow = chunk + (kk + s) * STRIDE;  // the same address in every lane: a broadcast
+#pragma unroll
+        for (int i = 0; i < WIDTH; i += 4) {
+          const float4 x = load_float4(narrow + i);
+          if constexpr (FEW_ROWS) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              acc[i][e] += x.x * now[s][e];
+              acc[i + 1][e] += x.y * now[s][e];
+              acc[i + 2][e] += x.z * now[s][e];
+              acc[i + 3][e] += x.w * now[s][e];
+            }
+          } else {
+            acc[0][i] += now[s][0] * x.x;
+            acc[0][i + 1] += now[s][0] * x.y;
+            acc[0][i + 2] += now[s][0] * x.z;
+            acc[0][i + 3] += now[s][0] * x.w;
+          }
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < STEP; ++s)
+#pragma unroll
+        for (int e = 0; e < LANE_COLS; ++e) now[s][e] = next[s][e];
+    }
+    __syncthreads();  // every warp is done with this buffer before it is staged again
+  }
+  cp_async_wait<0>();
+
+  // The thread's sums as float4 groups of C's block tile: (row, col) within it.
+  auto for_each_fragment = [&](auto&& visit) {
+    if constexpr (FEW_ROWS) {
+#pragma unroll
+      for (int i = 0; i < WIDTH; ++i) visit(i, threadIdx.x * 4, acc[i]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < WIDTH; j += 4) visit(static_cast<int>(threadIdx.x), j, &acc[0][j]);
+    }
+  };
+  if (!add_up_grid_slices<BM, BN>(workspace, for_each_fragment)) return;  // K slices: the last adds
+  for_each_fragment([&](int tile_row, int tile_col, float* v) {
+    store_axpby_group<VEC_C>(C, M, N, at.block_row + tile_row, at.block_col + tile_col, v, alpha,
+                             beta);
+  });
+}

@@ -63,7 +63,7 @@ __device__ __forceinline__ void load_stream(float (&v)[STEP][FEW_ROWS ? 4 : 1],
 #pragma unroll
     for (int s = 0; s < STEP; ++s) {
       const bool row_in = k + s < k_end;
-      const float* p = B + (k + s) * N + line;
+      const float* p = B + (row_in ? (k + s) * N + line : 0);  // no index past B, even unread
       if constexpr (VEC == 4) {
         const float4 x = (row_in && line < N) ? __ldcs(reinterpret_cast<const float4*>(p))
                                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -74,8 +74,8 @@ __device__ __forceinline__ void load_stream(float (&v)[STEP][FEW_ROWS ? 4 : 1],
       }
     }
   } else {
-    const float* p = A + line * K + k;
     const bool row_in = line < M;
+    const float* p = A + (row_in ? line * K + k : 0);  // no index past A, even unread
 #pragma unroll
     for (int s = 0; s < STEP; s += VEC) {
       if constexpr (VEC == 4) {  // K % 4 == 0: a float4 is inside k_end whole or not at all

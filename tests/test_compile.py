@@ -534,10 +534,11 @@ def test_mma_tf32_library_kernel_builds_without_spills(kernel, shape, params, sl
     ((11048, 27, 3851), {"step": 16}, (0, 28, 1)),               # few columns, single-float A rows
     ((4096, 32, 4096), {"step": 8, "warps": 4}, (0, 32, 4)),     # few columns, float4 A rows
     ((5, 7, 3), {"warps": 2}, (1, 8, 1)),                        # one block, one short chunk
-], ids=["rows-vec1", "rows-32-vec4", "cols-vec1", "cols-32-vec4", "tiny"])
+    ((5000, 96, 4095), {"step": 16}, (0, 96, 1)),                # the widest row of sums
+], ids=["rows-vec1", "rows-32-vec4", "cols-vec1", "cols-32-vec4", "tiny", "cols-96"])
 def test_narrow_kernel_builds_without_spills_in_both_layouts(shape, params, layout):
     """gemm_ffma_narrow in both layouts (few rows: 4 columns x up to 32 rows of sums a thread;
-    few columns: a row x up to 32 columns), 16-byte and 4-byte loads of the streamed operand,
+    few columns: a row x up to 96 columns), 16-byte and 4-byte loads of the streamed operand,
     its steps and chunks: no spills, the narrow side rounded up to float4s, two chunk buffers of
     shared memory, and the block tile the grid counts."""
     spec = built_without_spills("gemm_ffma_narrow", shape, params)

@@ -482,13 +482,16 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     ((19, 1287, 2026), {"chunk": 64}), ((11048, 27, 3851), {"step": 16}),  # odd sides, K slices
     ((14792, 10, 3067), {"warps": 2}), ((8, 644, 3176), {"warps": 4, "blocks_per_sm": 8}),
     ((3, 100, 100003), {}), ((7, 9, 20000), {"min_slice_k": 4096}),  # K far longer than a chunk
+    ((1156, 65, 4351), {"min_slice_k": 128}), ((297, 43, 673), {}),   # 33 to 96 columns
+    ((5000, 96, 4095), {"step": 16, "chunk": 64}), ((96, 96, 333), {}),
 ], ids=["rows-smoke", "1x1x1", "rows-k5", "cols-k5", "rows-32", "cols-32", "rows-odd-chunk64",
-        "cols-odd-step16", "cols-2warps", "rows-8", "rows-long-k", "square-narrow"])
+        "cols-odd-step16", "cols-2warps", "rows-8", "rows-long-k", "square-narrow", "cols-65",
+        "cols-43", "cols-96-vec1", "cols-96-square"])
 def test_narrow_library_kernel_any_shape_alpha_beta(compose, shape, params):
-    """gemm_ffma_narrow in both layouts (few rows, few columns), with float4 and single-float
-    loads of the streamed operand, one K slice or many (the last to arrive adds them up), K
-    shorter than a step and far longer than a chunk: verified with alpha and beta, its timed
-    launches too."""
+    """gemm_ffma_narrow in both layouts (few rows up to 32, few columns up to 96), with float4 and
+    single-float loads of the streamed operand, one K slice or many (the last to arrive adds them
+    up), K shorter than a step and far longer than a chunk: verified with alpha and beta, its
+    timed launches too."""
     assert_verified_with_tile(compose, "gemm_ffma_narrow", params, shape)
 
 

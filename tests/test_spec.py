@@ -284,7 +284,8 @@ VIOLATIONS += [(f"gemm_{name}", params, problem, LIBRARY_RULE.get(rule, rule) if
 VIOLATIONS += [("gemm_mma_3xtf32", params, problem, rule) for kernel, params, problem, rule in
                list(VIOLATIONS) if kernel == "gemm_mma_tf32" and "accumulators" not in rule]
 VIOLATIONS += [
-    ("gemm_ffma_narrow", dict(), SQUARE, "min(m, n) <= 32"),
+    ("gemm_ffma_narrow", dict(), SQUARE, "(m <= 32 and m < n) or (n <= 96 and n <= m)"),
+    ("gemm_ffma_narrow", dict(), Problem(33, 4096, 4096, 1, 0), "(m <= 32 and m < n) or (n <= 96 and n <= m)"),
     ("gemm_ffma_narrow", dict(warps=64), Problem(8, 4096, 4096, 1, 0),
      "warps >= 1 and 32 * warps <= max_threads_per_block"),
     ("gemm_ffma_narrow", dict(step=6), Problem(8, 4096, 4096, 1, 0),

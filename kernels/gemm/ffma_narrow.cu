@@ -1,5 +1,5 @@
 // gemm/ffma_narrow.cu: the library's FP32 (FFMA) kernel for products with a narrow side of C (at
-// most 32 rows or 32 columns) and a long K: each thread owns a line of C's wide side and keeps
+// most 32 rows or 96 columns) and a long K: each thread owns a line of C's wide side and keeps
 // all of the narrow side in registers, so the wide operand is streamed once from DRAM in
 // per-thread runs and the narrow operand's K chunk is read from shared memory by broadcast.
 // gemm_ffma_skinny (chapter 24) serves the same products and is kept for the matrix-vector end;
@@ -9,7 +9,10 @@
 //   column of C, WIDTH times as many shared-memory bytes as A's bytes from DRAM, which at 16 to
 //   32 columns is the limit (its best was 0.29x to 0.35x cuBLAS at 11048 x 27 x 3851 and
 //   4748 x 23 x 6078 on the H100). Here one broadcast float4 of B serves 4 FFMAs of every lane,
-//   and no shuffles add the sums up.
+//   and no shuffles add the sums up. Up to 96 columns (a thread's sums are one row's): from about
+//   40 columns a product is bound by the FFMAs, not by A's bytes, and the SIMT cores still beat
+//   the tensor cores' 64-wide tiles there (cuBLAS TF32 took 23 us at 1156 x 65 x 4351 on the
+//   H100; its 342 M FFMAs take about 10 us at the SIMT peak).
 // - Few rows (M <= WIDTH): the block's warps lie side by side along N, each over the whole K
 //   chunk, so A's chunk in shared memory serves WARPS x 128 columns and no warp's sums have to
 //   be added to another's (the skinny layout cuts a block's K slice between its warps and adds
@@ -17,7 +20,7 @@
 // - The narrow operand's K slice is staged in chunks of CHUNK k, two buffers by cp.async (the
 //   next chunk lands while this one is read), so a slice is as long as the grid wants: K slices
 //   (grid.y, grid_slices.cuh) are cut for parallelism, not to fit shared memory.
-// Any M, N, K, alpha, beta with min(M, N) <= 32 (the config's size rule). VEC 4 where the
+// Any M, N, K, alpha, beta with M <= 32 < N or N <= 96, N <= M (the config's size rule). VEC 4 where the
 // streamed operand's rows are 16-byte aligned (few rows: N % 4; few columns: K % 4), else single
 // floats; VEC_C likewise for C's rows (N % 4). Element indices are 32-bit: the runner requires
 // each matrix to hold fewer than 2^31 elements.
@@ -101,7 +104,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   constexpr int BM = FEW_ROWS ? WIDTH : THREADS;       // the block tile
   constexpr int BN = FEW_ROWS ? THREADS * 4 : WIDTH;
   constexpr int STRIDE = FEW_ROWS ? WIDTH + 4 : WIDTH;  // few rows: + 4 spreads the staging stores' banks
-  static_assert(WIDTH % 4 == 0 && WIDTH <= 32, "the narrow side is read as float4s, at most 32");
+  static_assert(WIDTH % 4 == 0 && WIDTH <= (FEW_ROWS ? 32 : 96),
+                "the narrow side is read as float4s: at most 32 rows (4 columns each) or 96 columns");
   static_assert(STEP % 4 == 0 && CHUNK % STEP == 0, "a chunk is whole steps, a step whole float4s");
   extern __shared__ __align__(16) float smem[];  // two chunk buffers of CHUNK x STRIDE floats
 

@@ -85,8 +85,8 @@ __device__ __forceinline__ void load_stream(float (&v)[STEP][FEW_ROWS ? 4 : 1],
         const float4 x = (row_in && k + s < k_end) ? __ldcs(reinterpret_cast<const float4*>(p + s))
                                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         v[s][0] = x.x; v[s + 1][0] = x.y; v[s + 2][0] = x.z; v[s + 3][0] = x.w;
-      } else {
-        v[s][0] = (row_in && k + s < k_end) ? __ldcs(p + s) : 0.0f;
+      } else {  // single floats: a 32-byte sector serves two or more steps, so it is cached
+        v[s][0] = (row_in && k + s < k_end) ? __ldg(p + s) : 0.0f;  // normally, not evict-first
       }
     }
   }

@@ -221,10 +221,10 @@ def region_rules(fitter: Fitter, regions: dict[str, str]) -> list[dict]:
     rules = []
     for owner, when in regions.items():
         shapes = [s for s in fitter.tab.shapes if holds(when, s)]
+        if not shapes:
+            continue
         best = None
         for c in (c for c in fitter.tab.candidates if c.kernel == owner):
-            if not shapes:
-                break
             t = fitter.total(c, shapes)
             if t is not None and (best is None or t > best[1]):
                 best = (c, t)

@@ -535,7 +535,8 @@ def test_mma_tf32_library_kernel_builds_without_spills(kernel, shape, params, sl
     ((4096, 32, 4096), {"step": 8, "warps": 4}, (0, 32, 4)),     # few columns, float4 A rows
     ((5, 7, 3), {"warps": 2}, (1, 8, 1)),                        # one block, one short chunk
     ((5000, 96, 4095), {"step": 16}, (0, 96, 1)),                # the widest row of sums
-], ids=["rows-vec1", "rows-32-vec4", "cols-vec1", "cols-32-vec4", "tiny", "cols-96"])
+    ((19, 1287, 2026), {"warps": 1, "min_slice_k": 32, "blocks_per_sm": 8}, (1, 20, 1)),  # one warp, 63 slices
+], ids=["rows-vec1", "rows-32-vec4", "cols-vec1", "cols-32-vec4", "tiny", "cols-96", "rows-1warp-slices"])
 def test_narrow_kernel_builds_without_spills_in_both_layouts(shape, params, layout):
     """gemm_ffma_narrow in both layouts (few rows: 4 columns x up to 32 rows of sums a thread;
     few columns: a row x up to 96 columns), 16-byte and 4-byte loads of the streamed operand,

@@ -484,9 +484,11 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     ((3, 100, 100003), {}), ((7, 9, 20000), {"min_slice_k": 4096}),  # K far longer than a chunk
     ((1156, 65, 4351), {"min_slice_k": 128}), ((297, 43, 673), {}),   # 33 to 96 columns
     ((5000, 96, 4095), {"step": 16, "chunk": 64}), ((96, 96, 333), {}),
+    ((19, 1287, 2026), {"warps": 1, "min_slice_k": 32, "blocks_per_sm": 8}),  # 63 slices of 11 blocks
+    ((4748, 23, 6078), {"warps": 1, "min_slice_k": 64, "blocks_per_sm": 8}),   # the 64-slice cap
 ], ids=["rows-smoke", "1x1x1", "rows-k5", "cols-k5", "rows-32", "cols-32", "rows-odd-chunk64",
         "cols-odd-step16", "cols-2warps", "rows-8", "rows-long-k", "square-narrow", "cols-65",
-        "cols-43", "cols-96-vec1", "cols-96-square"])
+        "cols-43", "cols-96-vec1", "cols-96-square", "rows-1warp-63-slices", "cols-1warp-64-slices"])
 def test_narrow_library_kernel_any_shape_alpha_beta(compose, shape, params):
     """gemm_ffma_narrow in both layouts (few rows up to 32, few columns up to 96), with float4 and
     single-float loads of the streamed operand, one K slice or many (the last to arrive adds them

@@ -172,15 +172,22 @@ def test_fit_only_refits_from_the_csv_and_explain_shows_the_rule_and_nearest_evi
     from src.cli import main as cli
 
     rows = synthetic_rows()
+    suite = [dict(r, m=2048, n=4096, k=4096, shape="2048x4096x4096")  # a suite shape: not a draw
+             for r in rows if (r["m"], r["n"], r["k"]) == min((r["m"], r["n"], r["k"]) for r in rows)]
+    rows += suite
     csv_path = tmp_path / "synthetic.csv"
     evidence.write(rows, csv_path)
     tuned = tmp_path / "synthetic.yaml"
+    capsys.readouterr()
     assert cli(["tune", "--fit-only", "--gpu", "synthetic", "--csv", str(csv_path),
                 "--tuned", str(tuned)]) == 0
     written = OmegaConf.to_container(OmegaConf.load(tuned))["dispatch"]
     assert set(written) == {"best_tf32"} and written["best_tf32"][-1]["when"] == "True"
+    printed = capsys.readouterr().out   # 61 training shapes, of them 60 random draws
+    assert "0 of 61 shapes without a choice measured there" in printed
+    assert "at the 60 random draws alone (as the held-out set): geomean" in printed
+    assert "; at the 60 random draws alone, geomean" in printed
     use_rules(monkeypatch, written)
-    capsys.readouterr()
     shape = (3000, 2000, 900)   # not a training shape: C is large, so the big tile
     assert cli(["explain", "3000x2000x900", "--gpu", "synthetic", "--precision", "tf32",
                 "--csv", str(csv_path)]) == 0
@@ -421,6 +428,26 @@ def test_nearest_cross_validation_never_looks_at_the_left_out_fold():
     assert 2.0 not in [v for s, v in zip(shapes, expected) if fold[s] == 0]
     assert abs(cv["geomean"] - math.exp(sum(map(math.log, expected)) / 60)) < 1e-9
     assert cv["min"] == min(expected)
+
+
+def test_cross_validation_and_ceiling_summarise_the_random_draws_apart():
+    """SYNTHETIC: with `drawn` (the training set's random draws), the nearest model's
+    cross-validation and the ceiling add a summary over those shapes alone, computed from the same
+    per-shape figures as the whole set's (here the draws are every third shape, the others standing
+    for the suites' shapes); without `drawn`, or with draws the evidence lacks, there is none."""
+    rows = synthetic_rows()
+    shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows})
+    drawn = set(shapes[::3])
+    whole = judge.nearest_cross_validated(rows, GUARDS, SETTINGS, count=1)["best_tf32"]
+    apart = judge.nearest_cross_validated(rows, GUARDS, SETTINGS, count=1, drawn=drawn)["best_tf32"]
+    assert "drawn" not in whole and apart["geomean"] == whole["geomean"]
+    assert apart["drawn"]["shapes"] == 20
+    best = {s: max(r["ratio_best"] for r in rows if (r["m"], r["n"], r["k"]) == s) for s in shapes}
+    top = judge.ceiling(rows, drawn=drawn)["best_tf32"]["drawn"]
+    assert top["shapes"] == 20 and top["min"] == min(best[s] for s in drawn)
+    assert abs(top["geomean"] - math.exp(sum(math.log(best[s]) for s in drawn) / 20)) < 1e-9
+    assert apart["drawn"]["geomean"] <= top["geomean"] + 1e-12  # no model beats the best candidate
+    assert "drawn" not in judge.ceiling(rows, drawn={(1, 2, 3)})["best_tf32"]
 
 
 def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(tmp_path, monkeypatch):

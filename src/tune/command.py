@@ -79,6 +79,7 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     from src.job.tuned import tuned_file
     from src.job.training import read
     from src.tune import fit, judge
+    from src.tune.distribution import suite_shapes
     from src.tune.plan import reserved
 
     rows = read(csv_path)
@@ -95,19 +96,27 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
               f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "
               f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
               f"there", flush=True)
+    drawn = {(r["m"], r["n"], r["k"]) for r in rows} - {s.dims for s in suite_shapes()}
     for dispatcher, cv in judge.nearest_cross_validated(
-            rows, kernel_guards, fit_settings, count=fit.neighbours(fit_settings)).items():
+            rows, kernel_guards, fit_settings, count=fit.neighbours(fit_settings), drawn=drawn).items():
         print(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead ({cv['weighting']} "
               f"weights, the same "
               f"folds), geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']}; "
               f"{cv['unmeasured']} of {cv['shapes']} shapes without a choice measured there",
               flush=True)
-    for dispatcher, top in judge.ceiling(rows).items():
+        if "drawn" in cv:  # what the held-out set (random draws, no suite shapes) is comparable to
+            d = cv["drawn"]
+            print(f"{dispatcher}: the same, at the {d['shapes']} random draws alone (as the held-out "
+                  f"set): geomean {d['geomean']:.3f}x, min {d['min']:.3f}x at {d['min_shape']}",
+                  flush=True)
+    for dispatcher, top in judge.ceiling(rows, drawn=drawn).items():
         print(f"{dispatcher}: the best measured candidate at each training shape (no dispatch over "
               f"these candidates does better there), geomean {top['geomean']:.3f}x, min "
               f"{top['min']:.3f}x at {top['min_shape']}; {top['below_parity']} of {top['shapes']} "
               f"shapes below 1.0x, the lowest: "
-              + ", ".join(f"{s} {v:.2f}x ({k})" for s, v, k in top["lowest"]), flush=True)
+              + ", ".join(f"{s} {v:.2f}x ({k})" for s, v, k in top["lowest"])
+              + (f"; at the {top['drawn']['shapes']} random draws alone, geomean "
+                 f"{top['drawn']['geomean']:.3f}x" if "drawn" in top else ""), flush=True)
     return dispatch
 
 
@@ -117,6 +126,7 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
     beyond it."""
     from src.job.training import read
     from src.tune import judge
+    from src.tune.distribution import suite_shapes
     from src.tune.plan import reserved
 
     for path in (csv_path, other):

@@ -38,11 +38,13 @@ def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: d
     return out
 
 
-def ceiling(rows: list[dict], lowest: int = 5) -> dict[str, dict]:
+def ceiling(rows: list[dict], lowest: int = 5,
+            drawn: set[tuple[int, int, int]] | None = None) -> dict[str, dict]:
     """What no dispatch over these candidates can beat at the training shapes, per dispatching
     kernel: each shape's best measured candidate (among those the fit may choose, as `table`
     keeps them). Its min is the floor that only a kernel change raises, whatever the model; its
-    `lowest` shapes (with the kernel that did best there) say where that work is."""
+    `lowest` shapes (with the kernel that did best there) say where that work is. With `drawn`,
+    `drawn` summarises the random draws alone, as `nearest_cross_validated` does."""
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         tab = table(rows, dispatcher)
@@ -57,6 +59,9 @@ def ceiling(rows: list[dict], lowest: int = 5) -> dict[str, dict]:
         out[dispatcher] = {**_summary(figures, len(tab.shapes)),
                            "below_parity": sum(v < 1.0 for v, _ in best.values()),
                            "lowest": [("x".join(map(str, s)), v, kernel) for v, s, kernel in low]}
+        mine = [(v, s) for v, s in figures if drawn is not None and s in drawn]
+        if any(v is not None for v, _ in mine):
+            out[dispatcher]["drawn"] = _summary(mine, len(mine))
     return out
 
 
@@ -80,10 +85,14 @@ def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
 
 
 def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
-                            folds: int = 5, count: int = 4) -> dict[str, dict]:
+                            folds: int = 5, count: int = 4,
+                            drawn: set[tuple[int, int, int]] | None = None) -> dict[str, dict]:
     """The other model, judged on the same folds as `cross_validated`: each left-out shape runs
     `nearest_choice` over the other folds' shapes. Printed beside the tree's figures so that the
-    choice of model stays a measured one (docs/tuning.md)."""
+    choice of model stays a measured one (docs/tuning.md). With `drawn` (the training set's random
+    draws), `drawn` in the result summarises those shapes alone: the suites' shapes are mostly big
+    products where the library is far ahead, so the whole set's geomean overstates what the
+    held-out set, all random draws, will read."""
     out, weights = {}, weighting(settings)
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         whole = table(rows, dispatcher)
@@ -97,6 +106,9 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weights,
                                **_summary(figures, len(whole.shapes))}
+            mine = [(v, shape) for v, shape in figures if drawn is not None and shape in drawn]
+            if any(v is not None for v, _ in mine):
+                out[dispatcher]["drawn"] = _summary(mine, len(mine))
     return out
 
 

@@ -172,9 +172,9 @@ def test_fit_only_refits_from_the_csv_and_explain_shows_the_rule_and_nearest_evi
     from src.cli import main as cli
 
     rows = synthetic_rows()
-    suite = [dict(r, m=2048, n=4096, k=4096, shape="2048x4096x4096")  # a suite shape: not a draw
-             for r in rows if (r["m"], r["n"], r["k"]) == min((r["m"], r["n"], r["k"]) for r in rows)]
-    rows += suite
+    first = min((r["m"], r["n"], r["k"]) for r in rows)
+    rows += [dict(r, m=2048, n=4096, k=4096, shape="2048x4096x4096")  # a suite shape: not a draw
+             for r in rows if (r["m"], r["n"], r["k"]) == first]
     csv_path = tmp_path / "synthetic.csv"
     evidence.write(rows, csv_path)
     tuned = tmp_path / "synthetic.yaml"

@@ -126,7 +126,6 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
     beyond it."""
     from src.job.training import read
     from src.tune import judge
-    from src.tune.distribution import suite_shapes
     from src.tune.plan import reserved
 
     for path in (csv_path, other):

@@ -59,10 +59,14 @@ def ceiling(rows: list[dict], lowest: int = 5,
         out[dispatcher] = {**_summary(figures, len(tab.shapes)),
                            "below_parity": sum(v < 1.0 for v, _ in best.values()),
                            "lowest": [("x".join(map(str, s)), v, kernel) for v, s, kernel in low]}
-        mine = [(v, s) for v, s in figures if drawn is not None and s in drawn]
-        if any(v is not None for v, _ in mine):
-            out[dispatcher]["drawn"] = _summary(mine, len(mine))
+        out[dispatcher].update(_drawn_summary(figures, drawn))
     return out
+
+
+def _drawn_summary(figures: list[tuple[float | None, tuple]], drawn: set | None) -> dict:
+    """{"drawn": the summary of the figures at the random draws alone}, or {} without any."""
+    mine = [(v, s) for v, s in figures if drawn is not None and s in drawn]
+    return {"drawn": _summary(mine, len(mine))} if any(v is not None for v, _ in mine) else {}
 
 
 def _summary(figures: list[tuple[float | None, tuple]], shapes: int) -> dict:
@@ -106,9 +110,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weights,
                                **_summary(figures, len(whole.shapes))}
-            mine = [(v, shape) for v, shape in figures if drawn is not None and shape in drawn]
-            if any(v is not None for v, _ in mine):
-                out[dispatcher]["drawn"] = _summary(mine, len(mine))
+            out[dispatcher].update(_drawn_summary(figures, drawn))
     return out
 
 

@@ -486,14 +486,20 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     ((5000, 96, 4095), {"step": 16, "chunk": 64}), ((96, 96, 333), {}),
     ((19, 1287, 2026), {"warps": 1, "min_slice_k": 32, "blocks_per_sm": 8}),  # 63 slices of 11 blocks
     ((4748, 23, 6078), {"warps": 1, "min_slice_k": 64, "blocks_per_sm": 8}),   # the 64-slice cap
+    pytest.param((14792, 10, 3067), {"staging": 2, "chunk": 32}, marks=pytest.mark.smoke),  # A's rows staged, odd K
+    ((33, 17, 5), {"staging": 2, "chunk": 32}), ((1, 1, 1), {"staging": 2, "chunk": 32}),  # K shorter than a step
+    ((2605, 20, 1403), {"staging": 2, "chunk": 64, "warps": 2, "min_slice_k": 32, "blocks_per_sm": 8}),
+    ((5000, 96, 4096), {"staging": 2, "chunk": 32, "warps": 4, "step": 8}),  # staged, aligned K, 96 columns
+    ((1157, 65, 4351), {"staging": 2, "chunk": 64, "warps": 8}),  # the last block's rows past M
 ], ids=["rows-smoke", "1x1x1", "rows-k5", "cols-k5", "rows-32", "cols-32", "rows-odd-chunk64",
         "cols-odd-step16", "cols-2warps", "rows-8", "rows-long-k", "square-narrow", "cols-65",
-        "cols-43", "cols-96-vec1", "cols-96-square", "rows-1warp-63-slices", "cols-1warp-64-slices"])
+        "cols-43", "cols-96-vec1", "cols-96-square", "rows-1warp-63-slices", "cols-1warp-64-slices",
+        "staged-smoke", "staged-k5", "staged-1x1x1", "staged-slices", "staged-96-vec4", "staged-edge"])
 def test_narrow_library_kernel_any_shape_alpha_beta(compose, shape, params):
     """gemm_ffma_narrow in both layouts (few rows up to 32, few columns up to 96), with float4 and
-    single-float loads of the streamed operand, one K slice or many (the last to arrive adds them
-    up), K shorter than a step and far longer than a chunk: verified with alpha and beta, its
-    timed launches too."""
+    single-float loads of the streamed operand or (staging 2) A's rows copied through shared
+    memory, one K slice or many (the last to arrive adds them up), K shorter than a step and far
+    longer than a chunk: verified with alpha and beta, its timed launches too."""
     assert_verified_with_tile(compose, "gemm_ffma_narrow", params, shape)
 
 

@@ -291,11 +291,15 @@ VIOLATIONS += [
     ("gemm_ffma_narrow", dict(step=6), Problem(8, 4096, 4096, 1, 0),
      "step >= 4 and step % 4 == 0 and chunk % step == 0"),
     ("gemm_ffma_narrow", dict(step=8), Problem(32, 4096, 4096, 1, 0),  # 128 sums + 2 x 32 in flight
-     "accumulators + 2 * step * lane_cols <= 160"),
+     "accumulators + in_flight <= 160"),
     ("gemm_ffma_narrow", dict(chunk=1024), Problem(32, 4096, 4096, 1, 0),
      "smem_bytes <= max_smem_per_block"),
     ("gemm_ffma_narrow", dict(min_slice_k=2), Problem(4096, 8, 4096, 1, 0),
      "blocks_per_sm >= 1 and min_slice_k >= step"),
+    ("gemm_ffma_narrow", dict(staging=2), Problem(8, 4096, 4096, 1, 0),   # few rows: B is not staged
+     "(staging == 1 or staging == 2) and (staging == 1 or few_rows == 0)"),
+    ("gemm_ffma_narrow", dict(staging=3), Problem(4096, 8, 4096, 1, 0),
+     "(staging == 1 or staging == 2) and (staging == 1 or few_rows == 0)"),
 ]
 
 

@@ -20,6 +20,12 @@
 // - The narrow operand's K slice is staged in chunks of CHUNK k, two buffers by cp.async (the
 //   next chunk lands while this one is read), so a slice is as long as the grid wants: K slices
 //   (grid.y, grid_slices.cuh) are cut for parallelism, not to fit shared memory.
+// - STAGED (few columns only): A's rows come through shared memory too, the block's THREADS x
+//   CHUNK piece of A copied row by row (a warp's 32 copies are 32 consecutive floats of one row),
+//   each row padded by a float so that lane t reading its row at k hits bank (t + k) % 32. Read
+//   straight from DRAM, a lane's run is its own row: where K % 4 != 0 that is one float a load,
+//   and a warp's load then touches 32 cache lines for 128 bytes (14792 x 10 x 3067: 0.80x
+//   cuBLAS at best on the H200, the held-out minimum of both precisions).
 // Any M, N, K, alpha, beta with M <= 32 < N or N <= 96, N <= M (the config's size rule). VEC 4 where the
 // streamed operand's rows are 16-byte aligned (few rows: N % 4; few columns: K % 4), else single
 // floats; VEC_C likewise for C's rows (N % 4). Element indices are 32-bit: the runner requires
@@ -51,6 +57,21 @@ __device__ __forceinline__ void stage_narrow(float* buf, const float* __restrict
     const bool inside = k < k_end && i < (FEW_ROWS ? M : N);
     const float* src = FEW_ROWS ? A + (inside ? i * K + k : 0) : B + (inside ? k * N + i : 0);
     cp_async_4(&buf[kk * STRIDE + i], src, inside ? 4 : 0);
+  }
+}
+
+// STAGED: A's CHUNK k from k_first for the block's THREADS rows into a buffer as
+// buf[r * (CHUNK + 1) + kk], zero outside A and past k_end. Consecutive threads copy consecutive
+// floats of a row, so the reads coalesce whatever K's alignment.
+template <int CHUNK, int THREADS>
+__device__ __forceinline__ void stage_stream_rows(float* buf, const float* __restrict__ A, int M,
+                                                  int K, int block_row, int k_first, int k_end) {
+#pragma unroll 4
+  for (int e = threadIdx.x; e < CHUNK * THREADS; e += THREADS) {
+    const int r = e / CHUNK, kk = e % CHUNK;
+    const int row = block_row + r, k = k_first + kk;
+    const bool inside = row < M && k < k_end;
+    cp_async_4(&buf[r * (CHUNK + 1) + kk], A + (inside ? row * K + k : 0), inside ? 4 : 0);
   }
 }
 
@@ -94,7 +115,7 @@ __device__ __forceinline__ void load_stream(float (&v)[STEP][FEW_ROWS ? 4 : 1],
 
 // __launch_bounds__ names 1 block per SM as the minimum, as gemm_ffma does: the widest builds
 // (32 rows x 4 columns of sums) need their registers more than a second block.
-template <int FEW_ROWS, int WIDTH, int WARPS, int VEC, int VEC_C, int STEP, int CHUNK>
+template <int FEW_ROWS, int WIDTH, int WARPS, int VEC, int VEC_C, int STEP, int CHUNK, int STAGED>
 __global__ void __launch_bounds__(WARPS * 32, 1)
     gemm_ffma_narrow(int M, int N, int K, float alpha, const float* __restrict__ A,
                      const float* __restrict__ B, float beta, float* __restrict__ C,
@@ -107,7 +128,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   static_assert(WIDTH % 4 == 0 && WIDTH <= (FEW_ROWS ? 32 : 96),
                 "the narrow side is read as float4s: at most 32 rows (4 columns each) or 96 columns");
   static_assert(STEP % 4 == 0 && CHUNK % STEP == 0, "a chunk is whole steps, a step whole float4s");
-  extern __shared__ __align__(16) float smem[];  // two chunk buffers of CHUNK x STRIDE floats
+  static_assert(!STAGED || !FEW_ROWS, "only A's rows (few columns) are staged: B's rows are read side by side");
+  constexpr int ROW_STRIDE = CHUNK + 1;  // STAGED: a staged row of A, padded a float (banks)
+  // two chunk buffers of CHUNK x STRIDE floats, then (STAGED) two of THREADS x ROW_STRIDE
+  extern __shared__ __align__(16) float smem[];
+  float* const rows_smem = smem + 2 * CHUNK * STRIDE;
 
   const GridSlice at = grid_slice<BM, BN, STEP>(N, K);  // the tile (grid.x), the K slice (grid.y)
   const int k_begin = at.kt0 * STEP, k_end = min(K, (at.kt0 + at.k_tiles) * STEP);
@@ -121,21 +146,34 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     for (int j = 0; j < (FEW_ROWS ? 4 : WIDTH); ++j) acc[i][j] = 0.0f;
 
   float now[STEP][LANE_COLS], next[STEP][LANE_COLS];
-  load_stream<FEW_ROWS, VEC, STEP>(now, A, B, M, N, K, line, k_begin, k_end);
-  if (k_begin < k_end) stage_narrow<FEW_ROWS, WIDTH, STRIDE, CHUNK, THREADS>(smem, A, B, M, N, K, k_begin, k_end);
+  if constexpr (!STAGED) load_stream<FEW_ROWS, VEC, STEP>(now, A, B, M, N, K, line, k_begin, k_end);
+  if (k_begin < k_end) {
+    stage_narrow<FEW_ROWS, WIDTH, STRIDE, CHUNK, THREADS>(smem, A, B, M, N, K, k_begin, k_end);
+    if constexpr (STAGED) stage_stream_rows<CHUNK, THREADS>(rows_smem, A, M, K, at.block_row, k_begin, k_end);
+  }
   cp_async_commit();
   int buf = 0;
   for (int c0 = k_begin; c0 < k_end; c0 += CHUNK, buf ^= 1) {
-    if (c0 + CHUNK < k_end)  // the next chunk lands in the other buffer while this one is read
+    if (c0 + CHUNK < k_end) {  // the next chunk lands in the other buffer while this one is read
       stage_narrow<FEW_ROWS, WIDTH, STRIDE, CHUNK, THREADS>(smem + (buf ^ 1) * CHUNK * STRIDE, A, B,
                                                            M, N, K, c0 + CHUNK, k_end);
+      if constexpr (STAGED)
+        stage_stream_rows<CHUNK, THREADS>(rows_smem + (buf ^ 1) * THREADS * ROW_STRIDE, A, M, K,
+                                          at.block_row, c0 + CHUNK, k_end);
+    }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const float* chunk = smem + buf * CHUNK * STRIDE;
+    const float* my_row = rows_smem + buf * THREADS * ROW_STRIDE + threadIdx.x * ROW_STRIDE;
     const int steps = min(CHUNK, k_end - c0);
     for (int kk = 0; kk < steps; kk += STEP) {
-      load_stream<FEW_ROWS, VEC, STEP>(next, A, B, M, N, K, line, c0 + kk + STEP, k_end);
+      if constexpr (STAGED) {  // this step's k of the thread's row, zero past k_end as staged
+#pragma unroll
+        for (int s = 0; s < STEP; ++s) now[s][0] = my_row[kk + s];
+      } else {
+        load_stream<FEW_ROWS, VEC, STEP>(next, A, B, M, N, K, line, c0 + kk + STEP, k_end);
+      }
 #pragma unroll
       for (int s = 0; s < STEP; ++s) {
         const float* narrow = chunk + (kk + s) * STRIDE;  // the same address in every lane: a broadcast
@@ -158,10 +196,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
           }
         }
       }
+      if constexpr (!STAGED) {
 #pragma unroll
-      for (int s = 0; s < STEP; ++s)
+        for (int s = 0; s < STEP; ++s)
 #pragma unroll
-        for (int e = 0; e < LANE_COLS; ++e) now[s][e] = next[s][e];
+          for (int e = 0; e < LANE_COLS; ++e) now[s][e] = next[s][e];
+      }
     }
     __syncthreads();  // every warp is done with this buffer before it is staged again
   }

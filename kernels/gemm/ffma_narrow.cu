@@ -19,7 +19,9 @@
 //   their sums in shared memory, and stages A again for every 32 x VEC columns).
 // - The narrow operand's K slice is staged in chunks of CHUNK k, two buffers by cp.async (the
 //   next chunk lands while this one is read), so a slice is as long as the grid wants: K slices
-//   (grid.y, grid_slices.cuh) are cut for parallelism, not to fit shared memory.
+//   (grid.y, grid_slices.cuh) are cut for parallelism, not to fit shared memory. The last slice
+//   to arrive adds them part by part (grid_slices_part_major.cuh): a thread's 20 to 128 sums
+//   from up to 64 slices, each part's float4s loaded together rather than one float4 at a time.
 // - STAGED (few columns only): A's rows come through shared memory too, the block's THREADS x
 //   CHUNK piece of A copied row by row (a warp's 32 copies are 32 consecutive floats of one row),
 //   each row padded by a float so that lane t reading its row at k hits bank (t + k) % 32. Read
@@ -39,6 +41,7 @@
 #include "../include/common.cuh"
 #include "../include/cp_async.cuh"
 #include "../include/grid_slices.cuh"
+#include "../include/grid_slices_part_major.cuh"
 #include "../include/tile_store.cuh"
 
 // The narrow operand's CHUNK k rows from k_first into a buffer as buf[kk * STRIDE + i] (i: the
@@ -217,7 +220,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       for (int j = 0; j < WIDTH; j += 4) visit(static_cast<int>(threadIdx.x), j, &acc[0][j]);
     }
   };
-  if (!add_up_grid_slices<BM, BN>(workspace, for_each_fragment)) return;  // K slices: the last adds
+  // K slices: the last to arrive adds them, every fragment's float4 of a part in flight at once
+  if (!add_up_grid_slices_part_major<BM, BN>(workspace, for_each_fragment)) return;
   for_each_fragment([&](int tile_row, int tile_col, float* v) {
     store_axpby_group<VEC_C>(C, M, N, at.block_row + tile_row, at.block_col + tile_col, v, alpha,
                              beta);

@@ -538,20 +538,23 @@ def test_mma_tf32_library_kernel_builds_without_spills(kernel, shape, params, sl
     ((19, 1287, 2026), {"warps": 1, "min_slice_k": 32, "blocks_per_sm": 8}, (1, 20, 1)),  # one warp, 63 slices
     ((14792, 10, 3067), {"staging": 2, "chunk": 32}, (0, 12, 1)),    # A's rows staged: odd K
     ((5000, 96, 4096), {"staging": 2, "chunk": 64, "warps": 4}, (0, 96, 4)),  # staged, the widest row of sums
+    ((19, 1287, 2026), {"staging": 2, "chunk": 32, "warps": 1}, (1, 20, 1)),   # B's rows staged: odd N
+    ((32, 4096, 4096), {"staging": 2, "chunk": 32, "warps": 4}, (1, 32, 4)),   # staged, 128 sums a thread
 ], ids=["rows-vec1", "rows-32-vec4", "cols-vec1", "cols-32-vec4", "tiny", "cols-96", "rows-1warp-slices",
-        "cols-staged-odd-k", "cols-96-staged"])
+        "cols-staged-odd-k", "cols-96-staged", "rows-staged-odd-n", "rows-32-staged"])
 def test_narrow_kernel_builds_without_spills_in_both_layouts(shape, params, layout):
     """gemm_ffma_narrow in both layouts (few rows: 4 columns x up to 32 rows of sums a thread;
     few columns: a row x up to 96 columns), 16-byte and 4-byte loads of the streamed operand,
-    its steps and chunks, A's rows staged through shared memory or not: no spills, the narrow side
-    rounded up to float4s, two chunk buffers of shared memory (and two of A's rows where staged),
-    and the block tile the grid counts."""
+    its steps and chunks, the streamed operand staged through shared memory or not: no spills, the
+    narrow side rounded up to float4s, two chunk buffers of shared memory (and two of the streamed
+    operand's where staged), and the block tile the grid counts."""
     spec = built_without_spills("gemm_ffma_narrow", shape, params)
     few_rows, width, vec = layout
     d = {**spec.params, **spec.derived}
     assert (d["few_rows"], d["width"], d["vec"]) == (few_rows, width, vec)
-    staged_rows = 2 * 32 * d["warps"] * (d["chunk"] + 1) * 4 if d["staged"] else 0  # A's rows, padded
-    assert spec.dynamic_smem_bytes == 2 * d["chunk"] * (width + 4 * few_rows) * 4 + staged_rows
+    # staged: B's chunk at the block's columns (few rows), or A's rows padded a float (few columns)
+    stream = (d["chunk"] * 128 * d["warps"] if few_rows else 32 * d["warps"] * (d["chunk"] + 1)) * d["staged"]
+    assert spec.dynamic_smem_bytes == (2 * d["chunk"] * (width + 4 * few_rows) + 2 * stream) * 4
     m, n, _ = shape
     wide = (n, 128 * d["warps"]) if few_rows else (m, 32 * d["warps"])
     assert spec.grid == (-(-wide[0] // wide[1]), d["k_slices"])

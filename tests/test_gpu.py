@@ -491,13 +491,18 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     ((2605, 20, 1403), {"staging": 2, "chunk": 64, "warps": 2, "min_slice_k": 32, "blocks_per_sm": 8}),
     ((5000, 96, 4096), {"staging": 2, "chunk": 32, "warps": 4, "step": 8}),  # staged, aligned K, 96 columns
     ((1157, 65, 4351), {"staging": 2, "chunk": 64, "warps": 8}),  # the last block's rows past M
+    pytest.param((19, 1287, 2026), {"staging": 2, "chunk": 32, "warps": 1, "min_slice_k": 32}, marks=pytest.mark.smoke),  # B's rows staged, odd N
+    ((17, 33, 5), {"staging": 2, "chunk": 32, "warps": 2}), ((8, 644, 3176), {"staging": 2, "chunk": 64, "warps": 2}),
+    ((32, 4096, 4096), {"staging": 2, "chunk": 32, "warps": 4}),  # staged, 128 sums a thread
+    ((22, 3087, 9792), {"staging": 2, "chunk": 32, "warps": 1, "blocks_per_sm": 8, "min_slice_k": 64}),  # the last block's columns past N, 43 slices
 ], ids=["rows-smoke", "1x1x1", "rows-k5", "cols-k5", "rows-32", "cols-32", "rows-odd-chunk64",
         "cols-odd-step16", "cols-2warps", "rows-8", "rows-long-k", "square-narrow", "cols-65",
         "cols-43", "cols-96-vec1", "cols-96-square", "rows-1warp-63-slices", "cols-1warp-64-slices",
-        "staged-smoke", "staged-k5", "staged-1x1x1", "staged-slices", "staged-96-vec4", "staged-edge"])
+        "staged-smoke", "staged-k5", "staged-1x1x1", "staged-slices", "staged-96-vec4", "staged-edge",
+        "rows-staged-smoke", "rows-staged-k5", "rows-staged-aligned", "rows-staged-32", "rows-staged-slices"])
 def test_narrow_library_kernel_any_shape_alpha_beta(compose, shape, params):
     """gemm_ffma_narrow in both layouts (few rows up to 32, few columns up to 96), with float4 and
-    single-float loads of the streamed operand or (staging 2) A's rows copied through shared
+    single-float loads of the streamed operand or (staging 2) its chunks copied through shared
     memory, one K slice or many (the last to arrive adds them up), K shorter than a step and far
     longer than a chunk: verified with alpha and beta, its timed launches too."""
     assert_verified_with_tile(compose, "gemm_ffma_narrow", params, shape)

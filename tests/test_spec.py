@@ -296,10 +296,9 @@ VIOLATIONS += [
      "smem_bytes <= max_smem_per_block"),
     ("gemm_ffma_narrow", dict(min_slice_k=2), Problem(4096, 8, 4096, 1, 0),
      "blocks_per_sm >= 1 and min_slice_k >= step"),
-    ("gemm_ffma_narrow", dict(staging=2), Problem(8, 4096, 4096, 1, 0),   # few rows: B is not staged
-     "(staging == 1 or staging == 2) and (staging == 1 or few_rows == 0)"),
-    ("gemm_ffma_narrow", dict(staging=3), Problem(4096, 8, 4096, 1, 0),
-     "(staging == 1 or staging == 2) and (staging == 1 or few_rows == 0)"),
+    ("gemm_ffma_narrow", dict(staging=3), Problem(4096, 8, 4096, 1, 0), "staging == 1 or staging == 2"),
+    ("gemm_ffma_narrow", dict(staging=2, chunk=128, warps=8), Problem(8, 4096, 4096, 1, 0),  # 2 x 128 x 1,024 floats of B
+     "smem_bytes <= max_smem_per_block"),
 ]
 
 

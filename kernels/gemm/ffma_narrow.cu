@@ -22,12 +22,14 @@
 //   (grid.y, grid_slices.cuh) are cut for parallelism, not to fit shared memory. The last slice
 //   to arrive adds them part by part (grid_slices_part_major.cuh): a thread's 20 to 128 sums
 //   from up to 64 slices, each part's float4s loaded together rather than one float4 at a time.
-// - STAGED (few columns only): A's rows come through shared memory too, the block's THREADS x
-//   CHUNK piece of A copied row by row (a warp's 32 copies are 32 consecutive floats of one row),
-//   each row padded by a float so that lane t reading its row at k hits bank (t + k) % 32. Read
-//   straight from DRAM, a lane's run is its own row: where K % 4 != 0 that is one float a load,
-//   and a warp's load then touches 32 cache lines for 128 bytes (14792 x 10 x 3067: 0.80x
-//   cuBLAS at best on the H200, the held-out minimum of both precisions).
+// - STAGED: the streamed operand's chunk comes through shared memory too, copied by 4-byte
+//   cp.async with consecutive threads on consecutive floats, so the copies coalesce whatever the
+//   rows' alignment. Few columns: the block's THREADS rows of A x CHUNK k, each row padded by a
+//   float so that lane t reading its row at k hits bank (t + k) % 32. Read straight from DRAM, a
+//   lane's run is its own row: where K % 4 != 0 that is one float a load, and a warp's load then
+//   touches 32 cache lines for 128 bytes (14792 x 10 x 3067: 0.80x cuBLAS at best on the H200,
+//   the held-out minimum of both precisions). Few rows: CHUNK rows of B x the block's columns,
+//   each lane then reading its 4 columns as one float4 where N % 4 != 0 had it load 4 floats.
 // Any M, N, K, alpha, beta with M <= 32 < N or N <= 96, N <= M (the config's size rule). VEC 4 where the
 // streamed operand's rows are 16-byte aligned (few rows: N % 4; few columns: K % 4), else single
 // floats; VEC_C likewise for C's rows (N % 4). Element indices are 32-bit: the runner requires
@@ -63,18 +65,23 @@ __device__ __forceinline__ void stage_narrow(float* buf, const float* __restrict
   }
 }
 
-// STAGED: A's CHUNK k from k_first for the block's THREADS rows into a buffer as
-// buf[r * (CHUNK + 1) + kk], zero outside A and past k_end. Consecutive threads copy consecutive
-// floats of a row, so the reads coalesce whatever K's alignment.
-template <int CHUNK, int THREADS>
-__device__ __forceinline__ void stage_stream_rows(float* buf, const float* __restrict__ A, int M,
-                                                  int K, int block_row, int k_first, int k_end) {
+// STAGED: the streamed operand's CHUNK k from k_first for the block's lines, zero outside it and
+// past k_end. Few columns: A's THREADS rows as buf[r * (CHUNK + 1) + kk]; few rows: B's CHUNK
+// rows at the block's BN columns as buf[kk * BN + c]. Consecutive threads copy consecutive
+// floats of a row, so the reads coalesce whatever the rows' alignment.
+template <int FEW_ROWS, int CHUNK, int THREADS, int BN>
+__device__ __forceinline__ void stage_stream(float* buf, const float* __restrict__ A,
+                                             const float* __restrict__ B, int M, int N, int K,
+                                             int block_row, int block_col, int k_first, int k_end) {
+  constexpr int LINE = FEW_ROWS ? BN : CHUNK;  // floats a copied row holds
 #pragma unroll 4
-  for (int e = threadIdx.x; e < CHUNK * THREADS; e += THREADS) {
-    const int r = e / CHUNK, kk = e % CHUNK;
-    const int row = block_row + r, k = k_first + kk;
-    const bool inside = row < M && k < k_end;
-    cp_async_4(&buf[r * (CHUNK + 1) + kk], A + (inside ? row * K + k : 0), inside ? 4 : 0);
+  for (int e = threadIdx.x; e < CHUNK * THREADS * (FEW_ROWS ? 4 : 1); e += THREADS) {
+    const int r = e / LINE, c = e % LINE;  // few columns: a row of A and its k; few rows: a k and a column
+    const int k = k_first + (FEW_ROWS ? r : c);
+    const bool inside = k < k_end && (FEW_ROWS ? block_col + c < N : block_row + r < M);
+    const float* src = FEW_ROWS ? B + (inside ? k * N + block_col + c : 0)
+                                : A + (inside ? (block_row + r) * K + k : 0);
+    cp_async_4(&buf[FEW_ROWS ? r * BN + c : r * (CHUNK + 1) + c], src, inside ? 4 : 0);
   }
 }
 
@@ -131,11 +138,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   static_assert(WIDTH % 4 == 0 && WIDTH <= (FEW_ROWS ? 32 : 96),
                 "the narrow side is read as float4s: at most 32 rows (4 columns each) or 96 columns");
   static_assert(STEP % 4 == 0 && CHUNK % STEP == 0, "a chunk is whole steps, a step whole float4s");
-  static_assert(!STAGED || !FEW_ROWS, "only A's rows (few columns) are staged: B's rows are read side by side");
-  constexpr int ROW_STRIDE = CHUNK + 1;  // STAGED: a staged row of A, padded a float (banks)
-  // two chunk buffers of CHUNK x STRIDE floats, then (STAGED) two of THREADS x ROW_STRIDE
+  // STAGED: a buffer of the streamed operand's chunk; few columns, rows of A padded a float (banks)
+  constexpr int STREAM_FLOATS = FEW_ROWS ? CHUNK * BN : THREADS * (CHUNK + 1);
+  // two chunk buffers of CHUNK x STRIDE floats, then (STAGED) two of STREAM_FLOATS
   extern __shared__ __align__(16) float smem[];
-  float* const rows_smem = smem + 2 * CHUNK * STRIDE;
+  float* const stream_smem = smem + 2 * CHUNK * STRIDE;  // 16-byte aligned: STRIDE is whole float4s
 
   const GridSlice at = grid_slice<BM, BN, STEP>(N, K);  // the tile (grid.x), the K slice (grid.y)
   const int k_begin = at.kt0 * STEP, k_end = min(K, (at.kt0 + at.k_tiles) * STEP);
@@ -152,7 +159,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   if constexpr (!STAGED) load_stream<FEW_ROWS, VEC, STEP>(now, A, B, M, N, K, line, k_begin, k_end);
   if (k_begin < k_end) {
     stage_narrow<FEW_ROWS, WIDTH, STRIDE, CHUNK, THREADS>(smem, A, B, M, N, K, k_begin, k_end);
-    if constexpr (STAGED) stage_stream_rows<CHUNK, THREADS>(rows_smem, A, M, K, at.block_row, k_begin, k_end);
+    if constexpr (STAGED)
+      stage_stream<FEW_ROWS, CHUNK, THREADS, BN>(stream_smem, A, B, M, N, K, at.block_row, at.block_col,
+                                                 k_begin, k_end);
   }
   cp_async_commit();
   int buf = 0;
@@ -161,19 +170,27 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       stage_narrow<FEW_ROWS, WIDTH, STRIDE, CHUNK, THREADS>(smem + (buf ^ 1) * CHUNK * STRIDE, A, B,
                                                            M, N, K, c0 + CHUNK, k_end);
       if constexpr (STAGED)
-        stage_stream_rows<CHUNK, THREADS>(rows_smem + (buf ^ 1) * THREADS * ROW_STRIDE, A, M, K,
-                                          at.block_row, c0 + CHUNK, k_end);
+        stage_stream<FEW_ROWS, CHUNK, THREADS, BN>(stream_smem + (buf ^ 1) * STREAM_FLOATS, A, B, M, N,
+                                                   K, at.block_row, at.block_col, c0 + CHUNK, k_end);
     }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const float* chunk = smem + buf * CHUNK * STRIDE;
-    const float* my_row = rows_smem + buf * THREADS * ROW_STRIDE + threadIdx.x * ROW_STRIDE;
+    // STAGED: the thread's line in this chunk: its row of A (few columns), its 4 columns of B (few rows)
+    const float* mine = stream_smem + buf * STREAM_FLOATS + threadIdx.x * (FEW_ROWS ? 4 : CHUNK + 1);
     const int steps = min(CHUNK, k_end - c0);
     for (int kk = 0; kk < steps; kk += STEP) {
-      if constexpr (STAGED) {  // this step's k of the thread's row, zero past k_end as staged
+      if constexpr (STAGED) {  // this step's k of the thread's line, zero past k_end as staged
 #pragma unroll
-        for (int s = 0; s < STEP; ++s) now[s][0] = my_row[kk + s];
+        for (int s = 0; s < STEP; ++s) {
+          if constexpr (FEW_ROWS) {
+            const float4 x = load_float4(mine + (kk + s) * BN);
+            now[s][0] = x.x; now[s][1] = x.y; now[s][2] = x.z; now[s][3] = x.w;
+          } else {
+            now[s][0] = mine[kk + s];
+          }
+        }
       } else {
         load_stream<FEW_ROWS, VEC, STEP>(next, A, B, M, N, K, line, c0 + kk + STEP, k_end);
       }

@@ -255,7 +255,7 @@ def stand_in_sweeps(cache: dict, measured: list):
 
     sources = {}
 
-    def run(sweeps, settings, sweep_dir, extra):
+    def run(sweeps, settings, sweep_dir, extra, gpu_spec=None):
         limits = limits_from_spec("h100_sxm")
         for sweep in sweeps:
             sources.setdefault(sweep.kernel, evidence.source_sha256(sweep.kernel))
@@ -485,3 +485,63 @@ def test_the_committed_screen_keeps_gemm_ffma_for_tf32_on_the_h200s_recorded_scr
     kept = screen.survivors(rows, committed, command.guards(committed))[("best_tf32", "gemm_ffma")]
     screened_at = {r["shape"] for r in rows if r["kernel"] == "gemm_ffma"}
     assert 1 <= len(kept) <= len(screened_at)
+
+
+def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(tmp_path, monkeypatch,
+                                                                               capsys):
+    """run_sweeps with a stand-in `python -m src.run` that writes a record and exits 0, or 1 for a
+    sweep told to fail: a sweep that exited 0 is skipped by the next run with the same command
+    line, source and configs (its records stay); another override, GPU spec, kernel source or
+    config runs it again; one that failed or was cut short (no finished.json) runs again."""
+    import shutil
+    import subprocess
+
+    from src import paths
+    from src.tune import evidence
+
+    settings = plan_mod.load_settings()
+    plan = plan_mod.build("h100_sxm", distribution.training()[:3], settings)
+    sweeps, sweep_dir = plan.sweeps[:2], tmp_path / "sw"
+    names = [s.name for s in sweeps]
+    ran, failing = [], set()
+
+    def stand_in(args, cwd=None):
+        name = next(a for a in args if a.startswith("hydra.sweep.dir=")).split("/")[-1]
+        ran.append(name)
+        Record(kernel="k", precision="fp32", backend="nvrtc", m=8, n=8, k=8, alpha=0.5, beta=3.0,
+               gflops=1.0).write(sweep_dir / name / "0_k_8x8x8")
+        return subprocess.CompletedProcess(args, 1 if name in failing else 0)
+
+    def runs(extra=(), gpu="h100_sxm", failed=0):
+        ran.clear()
+        assert command.run_sweeps(sweeps, settings, sweep_dir, list(extra), gpu) == failed
+        return list(ran)
+
+    monkeypatch.setattr(command.subprocess, "run", stand_in)
+    assert runs() == names
+    assert all((sweep_dir / n / command.FINISHED).is_file() for n in names)
+    capsys.readouterr()
+    assert runs() == []
+    assert capsys.readouterr().out.count("finished in an earlier run") == 2
+    assert all(len(list((sweep_dir / n).glob("*/record.json"))) == 1 for n in names)  # kept
+
+    assert runs(["resume=false"]) == names   # another command line
+    assert runs(gpu="h200") == names         # another GPU spec
+    assert runs(gpu="h200") == []
+    monkeypatch.setattr(evidence, "source_sha256", lambda kernel: "edited " + kernel)
+    assert runs(gpu="h200") == names         # a changed kernel source
+
+    failing.add(names[0])
+    for n in names:  # both cut short before they finished
+        (sweep_dir / n / command.FINISHED).unlink()
+    assert runs(gpu="h200", failed=1) == names
+    assert not (sweep_dir / names[0] / command.FINISHED).exists()
+    failing.clear()
+    assert runs(gpu="h200") == [names[0]]    # the failed one again; the other finished
+
+    conf = tmp_path / "conf"  # a changed config of the second sweep's kernel
+    shutil.copytree(paths.CONF_DIR, conf)
+    grid = conf / "tune" / f"{sweeps[1].kernel}.yaml"
+    grid.write_text(grid.read_text() + "\n# edited\n")
+    monkeypatch.setattr(paths, "CONF_DIR", conf)
+    assert runs(gpu="h200") == [names[1]]

@@ -145,12 +145,55 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
     return 1 if any(r["differs"] for r in reports.values()) else 0
 
 
-def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str]) -> int:
+FINISHED = "finished.json"  # in a sweep's directory: what it ran with, written when it exited 0
+
+
+def sweep_fingerprint(sweep, settings: dict, sweep_dir: Path, extra: list[str],
+                      gpu_spec: str | None) -> dict:
+    """What a finished sweep's records depend on besides the GPU's own figures: its command line,
+    the GPU spec, its kernel's source as NVRTC builds it, and the configs its jobs compose (the
+    kernel's and its tune grid, the bench protocols, the GPU's datasheet)."""
+    import hashlib
+
+    from src.paths import CONF_DIR
+    from src.tune import evidence
+
+    files = [CONF_DIR / "kernel" / f"{sweep.kernel}.yaml", CONF_DIR / "tune" / f"{sweep.kernel}.yaml",
+             *sorted((CONF_DIR / "bench").glob("*.yaml")), CONF_DIR / "gpu" / f"{gpu_spec}.yaml"]
+    return {"overrides": sweep.overrides(settings, sweep_dir, extra), "gpu_spec": gpu_spec,
+            "source_sha256": evidence.source_sha256(sweep.kernel),
+            "configs": {str(f.relative_to(CONF_DIR)): hashlib.sha256(f.read_bytes()).hexdigest()
+                        for f in files if f.is_file()}}
+
+
+def finished_before(target: Path, fingerprint: dict) -> bool:
+    """Whether `target` holds a sweep that exited 0 with this very fingerprint."""
+    import json
+
+    try:
+        return json.loads((target / FINISHED).read_text()) == fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
+               gpu_spec: str | None = None) -> int:
     """Each sweep as its own `python -m src.run` (Hydra runs one app a process); the count of
-    sweeps that failed. A sweep directory is cleared first: its records come back from the cache."""
+    sweeps that failed. A sweep that finished in an earlier run with the same fingerprint
+    (sweep_fingerprint) is not run again: its directory's records are this run's (a tune resumed
+    after an interruption replays no finished sweep). Any other sweep directory is cleared first:
+    its records come back from the measurement cache."""
+    import json
+
     failed = 0
     for sweep in sweeps:
         target = sweep_dir / sweep.name
+        fingerprint = json.loads(json.dumps(sweep_fingerprint(sweep, settings, sweep_dir, extra,
+                                                              gpu_spec)))
+        if finished_before(target, fingerprint):
+            print(f"== {sweep.name}: finished in an earlier run with the same command line, "
+                  f"source and configs; its records are kept", flush=True)
+            continue
         if target.exists():
             shutil.rmtree(target)
         args = [sys.executable, "-m", "src.run", *sweep.overrides(settings, sweep_dir, extra)]
@@ -158,6 +201,11 @@ def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str]) -> int
         if subprocess.run(args, cwd=ROOT).returncode != 0:
             failed += 1
             print(f"   {sweep.name} exited with an error; its measured jobs are kept", flush=True)
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        partial = target / (FINISHED + ".new")  # whole or absent: a reader never sees half of it
+        partial.write_text(json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
+        partial.replace(target / FINISHED)
     return failed
 
 
@@ -227,14 +275,14 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     kept_screen = [r for r in kept if r["stage"] == 1]
     print(plan.describe(per_job, gpus), flush=True)
     started = time.perf_counter()
-    failed = run_sweeps(plan.sweeps, settings, args.sweep_dir, args.overrides)
+    failed = run_sweeps(plan.sweeps, settings, args.sweep_dir, args.overrides, gpu_spec)
     rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
     seconds = [time.perf_counter() - started]
     if plan.rest:
         plan = screened(plan, settings, rows + kept_screen, only)
         print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
         started = time.perf_counter()
-        failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides)
+        failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides, gpu_spec)
         rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings)
         seconds.append(time.perf_counter() - started)
     evidence.write(kept + rows, csv_path)

@@ -148,11 +148,10 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
 FINISHED = "finished.json"  # in a sweep's directory: what it ran with, written when it exited 0
 
 
-def sweep_fingerprint(sweep, settings: dict, sweep_dir: Path, extra: list[str],
-                      gpu_spec: str | None) -> dict:
-    """What a finished sweep's records depend on besides the GPU's own figures: its command line,
-    the GPU spec, its kernel's source as NVRTC builds it, and the configs its jobs compose (the
-    kernel's and its tune grid, the bench protocols, the GPU's datasheet)."""
+def sweep_fingerprint(sweep, overrides: list[str], gpu_spec: str | None) -> dict:
+    """What a finished sweep's records depend on besides the GPU's own figures: its command line
+    (`overrides`), the GPU spec, its kernel's source as NVRTC builds it, and the configs its jobs
+    compose (the kernel's and its tune grid, the bench protocols, the GPU's datasheet)."""
     import hashlib
 
     from src.paths import CONF_DIR
@@ -160,7 +159,7 @@ def sweep_fingerprint(sweep, settings: dict, sweep_dir: Path, extra: list[str],
 
     files = [CONF_DIR / "kernel" / f"{sweep.kernel}.yaml", CONF_DIR / "tune" / f"{sweep.kernel}.yaml",
              *sorted((CONF_DIR / "bench").glob("*.yaml")), CONF_DIR / "gpu" / f"{gpu_spec}.yaml"]
-    return {"overrides": sweep.overrides(settings, sweep_dir, extra), "gpu_spec": gpu_spec,
+    return {"overrides": list(overrides), "gpu_spec": gpu_spec,
             "source_sha256": evidence.source_sha256(sweep.kernel),
             "configs": {str(f.relative_to(CONF_DIR)): hashlib.sha256(f.read_bytes()).hexdigest()
                         for f in files if f.is_file()}}
@@ -185,27 +184,27 @@ def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
     its records come back from the measurement cache."""
     import json
 
+    from src.job.file_lock import write_atomically
+
     failed = 0
     for sweep in sweeps:
         target = sweep_dir / sweep.name
-        fingerprint = json.loads(json.dumps(sweep_fingerprint(sweep, settings, sweep_dir, extra,
-                                                              gpu_spec)))
+        overrides = sweep.overrides(settings, sweep_dir, extra)
+        fingerprint = sweep_fingerprint(sweep, overrides, gpu_spec)
         if finished_before(target, fingerprint):
             print(f"== {sweep.name}: finished in an earlier run with the same command line, "
                   f"source and configs; its records are kept", flush=True)
             continue
         if target.exists():
             shutil.rmtree(target)
-        args = [sys.executable, "-m", "src.run", *sweep.overrides(settings, sweep_dir, extra)]
+        args = [sys.executable, "-m", "src.run", *overrides]
         print(f"== {sweep.name}: {len(sweep.shapes)} shapes, {sweep.jobs} jobs", flush=True)
         if subprocess.run(args, cwd=ROOT).returncode != 0:
             failed += 1
             print(f"   {sweep.name} exited with an error; its measured jobs are kept", flush=True)
             continue
         target.mkdir(parents=True, exist_ok=True)
-        partial = target / (FINISHED + ".new")  # whole or absent: a reader never sees half of it
-        partial.write_text(json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
-        partial.replace(target / FINISHED)
+        write_atomically(target / FINISHED, json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
     return failed
 
 

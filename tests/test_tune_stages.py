@@ -124,6 +124,39 @@ def test_a_reserved_region_is_measured_and_chosen_for_its_owner_alone():
             plan_mod.measured_where({**data, "reserved": bad})
 
 
+def test_a_kernel_the_screen_misses_is_screened_at_shapes_of_its_own_region():
+    """`screen.region_shapes`: gemm_ffma_narrow's region (few columns, a large A) holds none of
+    the screening shapes, so stage 1 measures its whole grid at the first 2 of its region's
+    stage-2 shapes (planned order), for each dispatcher; its stage-2 survivors are measured at
+    its other region shapes, not again at those 2. No count, no extra sweep; a count the
+    screening shapes already meet (gemm_ffma_skinny's 3), none either; an unknown kernel is a
+    ConfigError naming the rule."""
+    shapes = distribution.stratified(distribution.training(), 144)
+    data = settings(shapes=12, region_shapes={"gemm_ffma_narrow": 2})
+    where = plan_mod.measured_where(data)["gemm_ffma_narrow"]
+    staged = plan_mod.build("h200", shapes, data)
+    screening = [s for s in shapes if s not in staged.rest]
+    assert not any(fit.holds(where, s.dims) for s in screening)
+    own = [s for s in staged.rest if fit.holds(where, s.dims)]
+    assert len(own) > 2 and staged.region == {"gemm_ffma_narrow": own[:2]}
+    region = [s for s in staged.sweeps if s.name.endswith("_region")]
+    assert {s.dispatcher for s in region} == set(data["dispatchers"])
+    assert all(s.kernel == "gemm_ffma_narrow" and s.shapes == own[:2] and s.candidates is None
+               and s.jobs > 0 for s in region)
+    assert "gemm_ffma_narrow at 2 more of its own" in staged.describe(1.0, 1)
+    narrow = tune.grid(plan_mod.kernel_space("gemm_ffma_narrow"))
+    kept = {(d, "gemm_ffma_narrow"): {tune.params_key(narrow[-1])} for d in data["dispatchers"]}
+    second = plan_mod.build("h200", shapes, data, kept)
+    assert [s.name for s in second.sweeps] == [s.name for s in staged.sweeps]
+    for sweep in (s for s in second.stage2 if s.kernel == "gemm_ffma_narrow"):
+        assert sweep.shapes == own[2:] and sweep.candidates == [narrow[-1]], sweep.name
+    assert plan_mod.build("h200", shapes, settings(shapes=12, region_shapes={})).region == {}
+    skinny = settings(shapes=12, region_shapes={"gemm_ffma_skinny": 2})
+    assert plan_mod.build("h200", shapes, skinny).region == {}
+    with pytest.raises(ConfigError, match="rule: a region screen"):
+        plan_mod.build("h200", shapes, settings(shapes=12, region_shapes={"no_such_kernel": 1}))
+
+
 def row(dispatcher, kernel, params, shape, ratio, status="ok", stage=1):
     m, n, k = shape
     return {"dispatcher": dispatcher, "kernel": kernel, "params": params, "shape": f"{m}x{n}x{k}",

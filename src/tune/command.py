@@ -248,7 +248,8 @@ def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) ->
     screening_shapes = planned - {s.label for s in plan.rest}
     held = {r["shape"] for r in rows}
     first = {r["shape"] for r in rows if r["stage"] == 1}
-    if held != planned or (plan.rest and first != screening_shapes):
+    region = {s.label for shapes in plan.region.values() for s in shapes}  # a kernel's own screen
+    if held != planned or (plan.rest and not screening_shapes <= first <= screening_shapes | region):
         raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(first)} screened) "
                           f"and this plan {len(planned)} ({len(screening_shapes)} screened) (rule: "
                           f"a partial re-tune keeps rows measured over the same training shapes and "

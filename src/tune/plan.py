@@ -99,6 +99,7 @@ class Plan:
     rest: list = field(default_factory=list)        # stage 2's shapes (none: one stage)
     stage2: list[Sweep] = field(default_factory=list)
     screened: bool = False  # stage 2 holds the survivors (False: the upper bound, all survive)
+    region: dict = field(default_factory=dict)  # {kernel: stage-2 shapes it is screened at too}
 
     @property
     def jobs(self) -> int:
@@ -109,7 +110,8 @@ class Plan:
         """The plan with the sweeps of `kernels` alone (a partial re-tune: the other candidates'
         rows come from the evidence file)."""
         return Plan(self.gpu_spec, [s for s in self.sweeps if s.kernel in kernels], self.shapes,
-                    self.rest, [s for s in self.stage2 if s.kernel in kernels], self.screened)
+                    self.rest, [s for s in self.stage2 if s.kernel in kernels], self.screened,
+                    self.region)
 
     def describe(self, seconds_per_job: float, gpus: int) -> str:
         bound = "" if self.screened or not self.rest else "at most "
@@ -118,7 +120,9 @@ class Plan:
                  f"min on {gpus} GPU(s) ({seconds_per_job:g} s a job)"]
         if self.rest:
             lines.append(f" stage 1 (screen): {len(self.shapes) - len(self.rest)} shapes, "
-                         f"{sum(s.jobs for s in self.sweeps)} jobs, every candidate")
+                         f"{sum(s.jobs for s in self.sweeps)} jobs, every candidate"
+                         + "".join(f"; {k} at {len(v)} more of its own"
+                                   for k, v in sorted(self.region.items())))
         lines += self._sweep_lines(self.sweeps)
         if self.rest:
             which = ("the survivors of the screen" if self.screened else
@@ -203,11 +207,12 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
 
 
 def _stage(shapes, limits: dict, settings: dict, stage: int,
-           survivors: dict | None = None) -> list[Sweep]:
+           survivors: dict | None = None, screened_at: dict | None = None) -> list[Sweep]:
     """One stage's sweeps over `shapes`. Stage 1 and an unscreened stage 2 (survivors None):
     every candidate kernel's whole grid, the fallback where none builds. A screened stage 2: each
     kernel's survivors (in grid order), the whole grids at shapes where no survivor builds, then
-    the fallback where no candidate builds."""
+    the fallback where no candidate builds; a kernel not again at the shapes stage 1 screened it
+    at (`screened_at`: {kernel: their dims}, its region screen: region_screens)."""
     tag = "" if stage == 1 else "_stage2"
     sweeps = []
     for dispatcher, entry in settings["dispatchers"].items():
@@ -220,7 +225,9 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
                 listed = [p for p in tune.grid(space) if tune.params_key(p) in keep]
                 if not listed:
                     continue
-                sweep, runnable = _sweep(dispatcher, precision, kernel, space, shapes, limits,
+                done = (screened_at or {}).get(kernel, set())
+                sweep, runnable = _sweep(dispatcher, precision, kernel, space,
+                                         [s for s in shapes if s.dims not in done], limits,
                                          settings, stage=stage, candidates=listed, tag=tag)
                 covered |= runnable
                 if sweep.shapes:
@@ -230,8 +237,10 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
         for kernel in entry["candidates"]:
             if not rest:
                 break
-            sweep, runnable = _sweep(dispatcher, precision, kernel, kernel_space(kernel), rest,
-                                     limits, settings, stage=stage, tag=whole_tag)
+            done = (screened_at or {}).get(kernel, set())
+            sweep, runnable = _sweep(dispatcher, precision, kernel, kernel_space(kernel),
+                                     [s for s in rest if s.dims not in done], limits, settings,
+                                     stage=stage, tag=whole_tag)
             covered |= runnable
             if sweep.shapes:
                 sweeps.append(sweep)
@@ -268,8 +277,45 @@ def build(gpu_spec: str, shapes, settings: dict | None = None,
     limits = limits_from_spec(gpu_spec)
     screen, rest = screening(shapes, settings)
     first = _stage(screen, limits, settings, 1)
-    second = _stage(rest, limits, settings, 2, survivors) if rest else []
-    return Plan(gpu_spec, first, list(shapes), rest, second, screened=survivors is not None)
+    region = region_screens(screen, rest, limits, settings)
+    for kernel, extra in region.items():
+        for dispatcher, entry in settings["dispatchers"].items():
+            if kernel in entry["candidates"]:
+                sweep, _ = _sweep(dispatcher, entry["precision"], kernel, kernel_space(kernel),
+                                  extra, limits, settings, stage=1, tag="_region")
+                first.append(sweep)
+    screened_at = {k: {s.dims for s in v} for k, v in region.items()}
+    second = _stage(rest, limits, settings, 2, survivors, screened_at) if rest else []
+    return Plan(gpu_spec, first, list(shapes), rest, second, screened=survivors is not None,
+                region=region)
+
+
+def region_screens(screen, rest, limits: dict, settings: dict) -> dict[str, list]:
+    """{kernel: stage-2 shapes stage 1 measures it at as well}: a kernel `screen.region_shapes`
+    names ({kernel: count}) is screened at `count` shapes of its own `measured_where` region at
+    least; where the screening shapes hold fewer, the first of its region's stage-2 shapes (in
+    planned order) where something of its grid builds make up the count. Its survivors are then
+    its best tiles where it was made to win, not none (a region the screen misses)."""
+    counts = (settings.get("screen") or {}).get("region_shapes") or {}
+    where = measured_where(settings)
+    out = {}
+    for kernel, count in sorted(counts.items()):
+        entry = next((e for e in settings["dispatchers"].values() if kernel in e["candidates"]),
+                     None)
+        if entry is None:
+            raise ConfigError(f"conf/tuning/dispatch.yaml: screen.region_shapes names {kernel}, "
+                              f"which no dispatcher's candidates list (rule: a region screen "
+                              f"measures a candidate of the dispatch).")
+        rule = where.get(kernel)
+        held = sum(1 for s in screen if rule is None or holds(rule, s.dims))
+        need = int(count) - held
+        if need <= 0:
+            continue
+        sweep, _ = _sweep("", entry["precision"], kernel, kernel_space(kernel), rest, limits,
+                          settings)
+        if sweep.shapes:
+            out[kernel] = sweep.shapes[:need]
+    return out
 
 
 def within_budget(gpu_spec: str, training, budget_s: float | None, count: int | None,

@@ -2,13 +2,16 @@
 
 The evidence here is SYNTHETIC (made up in this file, not measured on any GPU): three candidates
 whose ratios follow simple laws over the shape, so the right answer is known, plus noise from a
-seeded generator. It checks what the fit does, never a GPU figure."""
+seeded generator. It checks what the fit does, never a GPU figure. One test, marked RECORDED,
+re-fits each GPU's committed evidence (real tunes) and compares with its committed dispatch."""
 
 from __future__ import annotations
 
 import json
 import math
 import random
+
+import pytest
 
 from omegaconf import OmegaConf
 
@@ -607,3 +610,33 @@ def test_the_ceiling_is_each_shapes_best_choosable_candidate_and_names_the_lowes
     top = judge.ceiling(rows + [dropped])["best_tf32"]
     assert top["below_parity"] == sum(v < 1.0 for s, v in best.items() if s != slow) + 1
     assert top["min"] == 0.5 and top["lowest"][0][:2] == ("x".join(map(str, slow)), 0.5)
+
+
+def _committed_fits():
+    import yaml
+
+    from src.paths import CONF_DIR, ROOT
+
+    for path in sorted((CONF_DIR / "tuned").glob("*.yaml")):
+        evidence_path = ((yaml.safe_load(path.read_text()) or {}).get("nearest") or {}).get("evidence")
+        if evidence_path and (ROOT / evidence_path).is_file():
+            yield path.stem
+
+
+@pytest.mark.parametrize("gpu", list(_committed_fits()))
+def test_a_committed_dispatch_is_the_fit_of_its_committed_evidence(gpu, tmp_path):
+    """RECORDED: conf/tuned/<gpu>.yaml is what `sgemm-lab tune --fit-only` writes from the real
+    measurements of results/tuning/<gpu>.csv under today's conf/tuning/dispatch.yaml, byte for
+    byte (its header kept): a change to the candidates, their guards or the fit settings must
+    come with a re-fit of each GPU's dispatch."""
+    import shutil
+
+    from src.paths import CONF_DIR, ROOT
+    from src.tune import command
+    from src.tune.plan import load_settings
+
+    committed = CONF_DIR / "tuned" / f"{gpu}.yaml"
+    copy = tmp_path / committed.name
+    shutil.copy(committed, copy)
+    command.write_fit(gpu, load_settings(), ROOT / "results" / "tuning" / f"{gpu}.csv", copy)
+    assert copy.read_text() == committed.read_text()

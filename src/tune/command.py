@@ -74,23 +74,37 @@ def guards(settings: dict, outside_reserved: bool = True) -> dict[str, str | Non
             for k in sorted(kernels)}
 
 
-def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None = None) -> dict:
-    """The dispatch fitted from `csv_path`, written into conf/tuned/<gpu>.yaml (or tuned_path)."""
+def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
+              tuned_path: Path | None = None) -> tuple[list[dict], dict]:
+    """(the evidence rows, the dispatch fitted from them): `csv_path` fitted under `settings` and
+    written into conf/tuned/<gpu>.yaml (or tuned_path; an existing file keeps its header)."""
     from src.job.tuned import tuned_file
     from src.job.training import read
-    from src.tune import fit, judge
-    from src.tune.distribution import suite_shapes
+    from src.tune import fit
     from src.tune.plan import reserved
 
     rows = read(csv_path)
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
+    fit_settings = settings.get("fit") or {}
+    dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings,
+                       reserved(settings))
+    fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
+              fit.nearest_model(cited, guards(settings), fit_settings))
+    return rows, dispatch
+
+
+def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None = None) -> dict:
+    """The dispatch fitted from `csv_path`, written into conf/tuned/<gpu>.yaml (or tuned_path),
+    then how it cross-validates and the ceiling of its candidates, printed."""
+    from src.tune import fit, judge
+    from src.tune.distribution import suite_shapes
+    from src.tune.plan import reserved
+
+    rows, dispatch = write_fit(gpu_spec, settings, csv_path, tuned_path)
     kernel_guards, fit_settings = guards(settings), settings.get("fit") or {}
     tree_guards, regions = guards(settings, outside_reserved=False), reserved(settings)
-    dispatch = fit.fit(rows, tree_guards, fit_settings, regions)
-    fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
-              fit.nearest_model(cited, kernel_guards, fit_settings))
     for dispatcher, cv in judge.cross_validated(rows, tree_guards, fit_settings, regions=regions).items():
         print(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), geomean "
               f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "

@@ -65,6 +65,29 @@ def test_the_key_changes_with_everything_a_measurement_depends_on():
                sxm).digest == base
 
 
+def test_a_dispatchers_run_has_a_key_of_its_own_and_a_direct_runs_key_is_unchanged():
+    """A best_* run that chose a kernel is not a direct run of that kernel (its record names the
+    dispatcher and times its peers): its key differs, by dispatcher and by peers; the direct
+    run's key is the one it had before dispatcher runs were told apart (no `dispatcher` field),
+    so entries cached before still serve it."""
+    from src.job.dispatch import DispatchChoice
+
+    spec, problem, bench = spec_and_problem()
+    where = Target(device=DEVICE, limits=LIMITS, gpu_spec=None)
+    protocol = BenchProtocol.from_config(bench)
+    direct = key(PreparedJob(problem, where, {"name": "06_vectorize"}, spec, protocol, None, "a" * 64))
+    assert "dispatcher" not in direct.described
+
+    def via(name, peers=()):
+        return key(PreparedJob(problem, where, {"name": name}, spec, protocol, None, "a" * 64,
+                               dispatched=DispatchChoice("06_vectorize"), peers=peers))
+
+    fp32, tf32, with_peer = via("best_fp32"), via("best_tf32"), via("best_fp32", ("triton_fp32",))
+    assert len({direct.digest, fp32.digest, tf32.digest, with_peer.digest}) == 4
+    assert fp32.described["dispatcher"] == {"name": "best_fp32", "peers": []}
+    assert via("best_fp32").digest == fp32.digest
+
+
 def test_the_key_covers_nvrtcs_options(monkeypatch):
     import src.job.compile as compile_mod
 

@@ -101,6 +101,11 @@ def key(prepared) -> Key:
                     "beta": problem.beta},
         "bench": dict(bench.settings),
     }
+    if prepared.dispatched is not None:
+        # a best_* run's record names the dispatcher and times its peers too: not the record of a
+        # direct run of the kernel it chose (those keys stay as they were without this field)
+        described["dispatcher"] = {"name": prepared.kernel_cfg.get("name"),
+                                   "peers": list(prepared.peers)}
     described = json.loads(json.dumps(described, sort_keys=True, default=str))  # canonical
     return Key(_digest(described), described)
 

@@ -215,6 +215,11 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
     at (`screened_at`: {kernel: their dims}, its region screen: region_screens)."""
     tag = "" if stage == 1 else "_stage2"
     sweeps = []
+
+    def unscreened(kernel: str, among: list) -> list:
+        done = (screened_at or {}).get(kernel, set())
+        return [s for s in among if s.dims not in done]
+
     for dispatcher, entry in settings["dispatchers"].items():
         precision = entry["precision"]
         covered: set = set()
@@ -225,10 +230,9 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
                 listed = [p for p in tune.grid(space) if tune.params_key(p) in keep]
                 if not listed:
                     continue
-                done = (screened_at or {}).get(kernel, set())
                 sweep, runnable = _sweep(dispatcher, precision, kernel, space,
-                                         [s for s in shapes if s.dims not in done], limits,
-                                         settings, stage=stage, candidates=listed, tag=tag)
+                                         unscreened(kernel, shapes), limits, settings,
+                                         stage=stage, candidates=listed, tag=tag)
                 covered |= runnable
                 if sweep.shapes:
                     sweeps.append(sweep)
@@ -237,10 +241,9 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
         for kernel in entry["candidates"]:
             if not rest:
                 break
-            done = (screened_at or {}).get(kernel, set())
             sweep, runnable = _sweep(dispatcher, precision, kernel, kernel_space(kernel),
-                                     [s for s in rest if s.dims not in done], limits, settings,
-                                     stage=stage, tag=whole_tag)
+                                     unscreened(kernel, rest), limits, settings, stage=stage,
+                                     tag=whole_tag)
             covered |= runnable
             if sweep.shapes:
                 sweeps.append(sweep)

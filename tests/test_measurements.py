@@ -65,27 +65,61 @@ def test_the_key_changes_with_everything_a_measurement_depends_on():
                sxm).digest == base
 
 
+def _prepared(kernel: str, shape=(4096, 4096, 4096)):
+    """A job as the pipeline prepares it (a best_* config is dispatched to its chapter)."""
+    from src.job import gpu as gpu_mod
+    from src.job.config import kernel_config
+    from src.job.prepare import prepare_kernel
+
+    _, _, bench = spec_and_problem()
+    where = Target(DEVICE, gpu_mod.limits_from_spec("h100_sxm"),
+                   gpu_mod.spec_for_device_name(DEVICE["name"]))
+    return prepare_kernel(kernel_config(kernel), Problem(*shape, 1.0, 0.0), where,
+                          BenchProtocol.from_config(bench))
+
+
 def test_a_dispatchers_run_has_a_key_of_its_own_and_a_direct_runs_key_is_unchanged():
     """A best_* run that chose a kernel is not a direct run of that kernel (its record names the
     dispatcher and times its peers): its key differs, by dispatcher and by peers; the direct
     run's key is the one it had before dispatcher runs were told apart (no `dispatcher` field),
     so entries cached before still serve it."""
-    from src.job.dispatch import DispatchChoice
+    import dataclasses as dc
 
-    spec, problem, bench = spec_and_problem()
-    where = Target(device=DEVICE, limits=LIMITS, gpu_spec=None)
-    protocol = BenchProtocol.from_config(bench)
-    direct = key(PreparedJob(problem, where, {"name": "06_vectorize"}, spec, protocol, None, "a" * 64))
-    assert "dispatcher" not in direct.described
+    via = _prepared("best_tf32")
+    chosen = via.dispatched.kernel
+    direct = _prepared(chosen)
+    direct = dc.replace(direct, kernel_cfg=via.kernel_cfg, spec=via.spec, source=via.source)
+    assert key(direct).described["kernel"] == key(via).described["kernel"]  # the same launch
+    assert "dispatcher" not in key(direct).described
+    assert key(via).described["dispatcher"] == {"name": "best_tf32", "peers": list(via.peers)}
+    other_dispatcher = dc.replace(via, dispatched=dc.replace(via.dispatched, dispatcher="best_fp32"))
+    other_peers = dc.replace(via, peers=())
+    assert len({key(j).digest for j in (direct, via, other_dispatcher, other_peers)}) == 4
+    assert key(_prepared("best_tf32")).digest == key(via).digest  # deterministic
 
-    def via(name, peers=()):
-        return key(PreparedJob(problem, where, {"name": name}, spec, protocol, None, "a" * 64,
-                               dispatched=DispatchChoice("06_vectorize"), peers=peers))
 
-    fp32, tf32, with_peer = via("best_fp32"), via("best_tf32"), via("best_fp32", ("triton_fp32",))
-    assert len({direct.digest, fp32.digest, tf32.digest, with_peer.digest}) == 4
-    assert fp32.described["dispatcher"] == {"name": "best_fp32", "peers": []}
-    assert via("best_fp32").digest == fp32.digest
+def test_a_dispatchers_run_is_served_back_to_it(tmp_path, caplog):
+    """resume=true reuses a best_* run's record (it names the dispatcher, not the chapter it
+    chose), and a direct run of the same tile is not served it."""
+    import dataclasses as dc
+
+    via = _prepared("best_tf32")
+    direct = dc.replace(via, dispatched=None, peers=())
+    problem = via.problem
+    fields = dict(precision="tf32", backend="nvrtc", m=problem.m, n=problem.n, k=problem.k,
+                  alpha=problem.alpha, beta=problem.beta, entry=via.spec.entry, gflops=5.0e5,
+                  rel_err=2e-4, dispatched_to=via.dispatched.kernel, gpu_spec=via.target.gpu_spec_name)
+    cache = Cache(tmp_path)
+    cache.put(key(via), Record(kernel="best_tf32", **fields))
+    served = cache.get(key(via))
+    assert served is not None and served.kernel == "best_tf32" and not caplog.text
+    assert cache.get(key(direct)) is None
+    cache.put(key(direct), Record(kernel=via.dispatched.kernel, **fields))
+    assert cache.get(key(direct)).kernel == via.dispatched.kernel
+    assert cache.get(key(via)).kernel == "best_tf32"  # neither overwrote the other
+    # a best_* record stored under a direct run's key is another job's: measured again
+    cache.put(key(direct), Record(kernel="best_tf32", **fields))
+    assert cache.get(key(direct)) is None and "kernel differ" in caplog.text
 
 
 def test_the_key_covers_nvrtcs_options(monkeypatch):

@@ -334,5 +334,5 @@ def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record:
             f"({candidate.source}; {record.autotuned}); the rule: {prepared.dispatched.rule}")
     return replace(job, bench=prepared.bench, peers=prepared.peers,
                    peers_not_built=prepared.peers_not_built,
-                   dispatched=dispatch.DispatchChoice(candidate.kernel, dict(candidate.params), rule,
-                                                      prepared.dispatched.when))
+                   dispatched=replace(prepared.dispatched, kernel=candidate.kernel,
+                                      params=dict(candidate.params), rule=rule))

@@ -13,9 +13,9 @@ the job runs.
 Only verified (ok) records are stored, one JSON file per key under `<cache_dir>/measurements/`,
 holding the key, the description it was made from and the record, written atomically (a reader
 sees the whole file or none). An entry is served only when it is whole and belongs to the job:
-its key and description are this job's and its record names this job's kernel, entry and
-problem; anything else (another format, a copied or edited file) is measured again, with a
-warning. A cache that cannot be written (a read-only directory, a full disk) costs the reuse,
+its key and description are this job's and its record names this job's kernel (a best_* run's:
+its dispatcher), entry and problem; anything else (another format, a copied or edited file) is
+measured again, with a warning. A cache that cannot be written (a read-only directory, a full disk) costs the reuse,
 never the measurement: a warning, and the job keeps its figure.
 """
 
@@ -104,7 +104,7 @@ def key(prepared) -> Key:
     if prepared.dispatched is not None:
         # a best_* run's record names the dispatcher and times its peers too: not the record of a
         # direct run of the kernel it chose (those keys stay as they were without this field)
-        described["dispatcher"] = {"name": prepared.kernel_cfg.get("name"),
+        described["dispatcher"] = {"name": prepared.dispatched.dispatcher,
                                    "peers": list(prepared.peers)}
     described = json.loads(json.dumps(described, sort_keys=True, default=str))  # canonical
     return Key(_digest(described), described)
@@ -125,7 +125,9 @@ def _mismatch(entry: dict, job: Key) -> str | None:
     record, kernel, problem = entry.get("record"), job.described["kernel"], job.described["problem"]
     if not isinstance(record, dict):
         return "an entry without a record"
-    expected = {"kernel": kernel["name"], "entry": kernel["entry"], **problem,
+    # a best_* run's record names its dispatcher; a direct run's, its kernel
+    named = (job.described.get("dispatcher") or {}).get("name") or kernel["name"]
+    expected = {"kernel": named, "entry": kernel["entry"], **problem,
                 "gpu_spec": job.described["gpu_spec"]["name"] or record.get("gpu_spec"),
                 "status": "ok"}
     wrong = [name for name, value in expected.items() if record.get(name) != value]

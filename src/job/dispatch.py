@@ -28,7 +28,7 @@ guard (src/job/training.nearest_choice); the rules below it hold only where no c
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -48,6 +48,7 @@ class DispatchChoice:
     params: dict = field(default_factory=dict)  # the rule's parameters over the chapter's tuned ones
     rule: str = ""                              # which rule chose it, and why
     when: str | None = None                     # that rule's `when` (None: no rule held, the default)
+    dispatcher: str = ""                        # the dispatching config that chose it (best_fp32, ...)
 
 
 def is_dispatcher(kernel_cfg: dict) -> bool:
@@ -111,6 +112,10 @@ def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem) -> DispatchChoice:
     """The chapter a dispatching kernel config (`dispatch: true`, `default: <chapter>`) runs at
     `problem` on `gpu_spec`."""
     name = str(kernel_cfg["name"])
+    return replace(_choose(kernel_cfg, name, gpu_spec, problem), dispatcher=name)
+
+
+def _choose(kernel_cfg: dict, name: str, gpu_spec: str, problem: Problem) -> DispatchChoice:
     by_neighbours = nearest(gpu_spec, name, problem)
     if by_neighbours is not None:
         return by_neighbours

@@ -83,3 +83,24 @@ def test_the_total_is_what_hydras_basic_sweeper_makes_of_the_overrides():
     assert sweep_size(config, ["kernel=06_vectorize", "kernel.params.bk=8,16",
                                "kernel.params.bm=64,128,256"]) == 6
     assert sweep_size(config, ["size=1024"]) == 1
+
+
+def test_a_long_override_is_shown_brief_and_a_short_one_whole():
+    """A tuning sweep's candidate list (thousands of characters a job) is shown as its count of
+    items; other long values are cut; short overrides stay as typed."""
+    from src.sweep.progress import BRIEF_CHARS, brief
+
+    candidates = ",".join(f"{{bm:{64 * (i % 4 + 1)},bn:64,stages:{i % 5 + 3},split_k:8}}"
+                          for i in range(70))
+    out = io.StringIO()
+    Progress(2, out, Clock()).job_started(
+        ["+tune=gemm_tf32", "shape=26x20x1125", f"++tune.candidates=[{candidates}]",
+         "kernel.params.bm=128"], gpu="1")
+    assert out.getvalue().splitlines()[0] == (
+        "job 1 of 2: +tune=gemm_tf32 shape=26x20x1125 ++tune.candidates=[70 items] "
+        "kernel.params.bm=128  [GPU 1]  (0:00 elapsed; 0 ok, 0 failed so far)")
+    nested = "x=[[" + ",".join(["1"] * 60) + "],[2,3],{a:[4,5]}]"
+    assert brief(nested) == "x=[3 items]"
+    long_text = "note=" + "y" * 200
+    assert brief(long_text) == long_text[:BRIEF_CHARS - 3] + "..."
+    assert brief("shape=" + "1" * 60) == "shape=" + "1" * 60

@@ -1,5 +1,7 @@
 """Progress of a sweep in the launching process: before each job a line with N of M, the time
-spent, an estimate of the time left and the ok / failed counts so far, then the job's overrides.
+spent, an estimate of the time left and the ok / failed counts so far, then the job's overrides
+(a long list, such as a tuning sweep's `++tune.candidates=[...]`, as its count of items: the whole
+value stays in the job's .hydra/overrides.yaml).
 
 Hydra's basic launcher runs the jobs one after another in this process and calls the callbacks
 around each (on_job_start, on_job_end), so one Progress object sees them all; on several GPUs the
@@ -38,7 +40,7 @@ class Progress:
         """`gpu`: which GPU runs the job, when a sweep runs on several (its CUDA_VISIBLE_DEVICES)."""
         from src.sweep.tracking.credentials import redact  # a tracking URI's password stays out
 
-        what = redact(" ".join(overrides)) + (f"  [GPU {gpu}]" if gpu is not None else "")
+        what = redact(" ".join(map(brief, overrides))) + (f"  [GPU {gpu}]" if gpu is not None else "")
         print(self.line(what), file=self.stream, flush=True)
         self.running += 1
 
@@ -69,6 +71,28 @@ class Progress:
     def _terminal(self) -> bool:
         isatty = getattr(self.stream, "isatty", None)
         return bool(isatty and isatty())
+
+
+BRIEF_CHARS = 80  # an override longer than this is shortened on the progress line
+
+
+def brief(override: str) -> str:
+    """`override` as the progress line shows it: whole when short; a long list as its count of
+    top-level items (`++tune.candidates=[70 items]`); any other long value cut, with an ellipsis."""
+    if len(override) <= BRIEF_CHARS or "=" not in override:
+        return override
+    name, value = override.split("=", 1)
+    if value.startswith("[") and value.endswith("]"):
+        depth, items = 0, 1 if value[1:-1].strip() else 0
+        for char in value[1:-1]:  # commas outside any nested bracket separate the items
+            if char in "[{(":
+                depth += 1
+            elif char in "]})":
+                depth -= 1
+            elif char == "," and depth == 0:
+                items += 1
+        return f"{name}=[{items} items]"
+    return f"{override[:BRIEF_CHARS - 3]}..."
 
 
 def _clock(seconds: float) -> str:

@@ -104,3 +104,17 @@ def test_a_long_override_is_shown_brief_and_a_short_one_whole():
     long_text = "note=" + "y" * 200
     assert brief(long_text) == long_text[:BRIEF_CHARS - 3] + "..."
     assert brief("shape=" + "1" * 60) == "shape=" + "1" * 60
+
+
+def test_a_long_override_loses_its_password_before_it_is_cut():
+    """A tracking URI longer than the brief width, its password before the cut and its `@` after:
+    shortened first, the password would lose the mark that shows it is one and stay on the line."""
+    from src.sweep.progress import BRIEF_CHARS
+
+    secret = "s3cret-" + "x" * 60
+    uri = f"tracking.uri=postgresql://lab:{secret}@" + "db-host.example" * 4 + "/mlflow"
+    assert uri.index("@") > BRIEF_CHARS  # the cut would fall inside the password
+    out = io.StringIO()
+    Progress(1, out, Clock()).job_started(["kernel=01_naive", uri])
+    line = out.getvalue()
+    assert "s3cret" not in line and "postgresql://***@db-host" in line

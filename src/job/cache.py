@@ -15,8 +15,8 @@ holding the key, the description it was made from and the record, written atomic
 sees the whole file or none). An entry is served only when it is whole and belongs to the job:
 its key and description are this job's and its record names this job's kernel (a best_* run's:
 its dispatcher), entry and problem; anything else (another format, a copied or edited file) is
-measured again, with a warning. A cache that cannot be written (a read-only directory, a full disk) costs the reuse,
-never the measurement: a warning, and the job keeps its figure.
+measured again, with a warning. A cache that cannot be written (a read-only directory, a full
+disk) costs the reuse, never the measurement: a warning, and the job keeps its figure.
 """
 
 from __future__ import annotations

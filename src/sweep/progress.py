@@ -40,7 +40,9 @@ class Progress:
         """`gpu`: which GPU runs the job, when a sweep runs on several (its CUDA_VISIBLE_DEVICES)."""
         from src.sweep.tracking.credentials import redact  # a tracking URI's password stays out
 
-        what = redact(" ".join(map(brief, overrides))) + (f"  [GPU {gpu}]" if gpu is not None else "")
+        # redacted before it is shortened: a cut could leave a password without its `@`
+        what = " ".join(brief(redact(o)) for o in overrides)
+        what += f"  [GPU {gpu}]" if gpu is not None else ""
         print(self.line(what), file=self.stream, flush=True)
         self.running += 1
 

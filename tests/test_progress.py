@@ -101,6 +101,8 @@ def test_a_long_override_is_shown_brief_and_a_short_one_whole():
         "kernel.params.bm=128  [GPU 1]  (0:00 elapsed; 0 ok, 0 failed so far)")
     nested = "x=[[" + ",".join(["1"] * 60) + "],[2,3],{a:[4,5]}]"
     assert brief(nested) == "x=[3 items]"
+    quoted = "names=['a,b', \"c,d,e\", '" + "f" * 80 + "']"
+    assert brief(quoted) == "names=[3 items]"  # commas inside quotes do not separate items
     long_text = "note=" + "y" * 200
     assert brief(long_text) == long_text[:BRIEF_CHARS - 3] + "..."
     assert brief("shape=" + "1" * 60) == "shape=" + "1" * 60

@@ -85,9 +85,15 @@ def brief(override: str) -> str:
         return override
     name, value = override.split("=", 1)
     if value.startswith("[") and value.endswith("]"):
-        depth, items = 0, 1 if value[1:-1].strip() else 0
-        for char in value[1:-1]:  # commas outside any nested bracket separate the items
-            if char in "[{(":
+        # commas outside any nested bracket or quoted string separate the items (counted here:
+        # Hydra's override parser takes 27 ms on a 70-candidate list, once a job in the launcher)
+        depth, items, quote = 0, 1 if value[1:-1].strip() else 0, None
+        for char in value[1:-1]:
+            if quote:
+                quote = None if char == quote else quote
+            elif char in "'\"":
+                quote = char
+            elif char in "[{(":
                 depth += 1
             elif char in "]})":
                 depth -= 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 
 from src.job.pipeline import run_job
 
@@ -12,6 +13,9 @@ pytestmark = pytest.mark.gpu
 from tests.conftest import CONF_DIR, SHAPE_LIMITED
 
 KERNELS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
+# a peer (CUTLASS, Triton) may lack its optional extra on a box; a lab kernel never may
+PEER_KERNELS = {name for name in KERNELS
+                if yaml.safe_load((CONF_DIR / "kernel" / f"{name}.yaml").read_text()).get("peer")}
 QUICK = ["bench=quick"]
 
 
@@ -34,6 +38,8 @@ def test_kernel_verified(compose, kernel, shape):
                  (384, 640, 256): (16, 640, 256)}[shape]
     m, n, k = shape
     record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", *QUICK))
+    if record.status == "skipped_missing_peer" and kernel in PEER_KERNELS:
+        pytest.skip(f"{kernel} is a peer whose optional build is absent here: {record.error}")
     assert record.status == "ok", record.error
     assert record.rel_err <= record.tolerance
     assert record.gflops > 0 and record.samples >= 5

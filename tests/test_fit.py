@@ -7,6 +7,7 @@ re-fits each GPU's committed evidence (real tunes) and compares with its committ
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import random
@@ -15,6 +16,7 @@ import pytest
 
 from omegaconf import OmegaConf
 
+from src.errors import ConfigError
 from src.job import dispatch, training
 from src.job.problem import Problem
 from src.tune import evidence, fit, judge
@@ -244,8 +246,32 @@ def test_evidence_rows_from_a_sweep_give_every_built_candidate_a_row(tmp_path):
     for r in copies:
         assert r["ratio_best"] == measured[r["same_as"]]["ratio_best"]
     path = evidence.write(rows, tmp_path / "e.csv")
-    assert [r["params"] for r in training.read(path)] == \
-        [r["params"] for r in sorted(rows, key=evidence.sort_key)]
+    back = training.read(path)
+    assert [r["params"] for r in back] == [r["params"] for r in sorted(rows, key=evidence.sort_key)]
+    # the file holds a same_as row's figures once, in its source row; read gives them back whole
+    with path.open(newline="") as handle:
+        written = list(csv.DictReader(handle))
+    assert all(r["status"] == "" and r["gflops"] == "" and r["source_sha256"] == ""
+               for r in written if r["same_as"])
+    assert all(r["status"] == "ok" and r["gflops"] for r in written if not r["same_as"])
+    by_params = {r["params"]: r for r in back}
+    for r in copies:
+        assert {c: by_params[r["params"]][c] for c in training.SAME_AS_COPIES} == \
+            {c: by_params[r["same_as"]][c] for c in training.SAME_AS_COPIES}
+        assert by_params[r["params"]]["gflops"] == r["gflops"] and by_params[r["params"]]["status"] == "ok"
+
+
+def test_an_evidence_file_whose_same_as_row_lost_its_source_is_refused(tmp_path):
+    """A same_as row written without its figures names a row that must be in the file: without
+    it the file is damaged, and reading it says so with the rule (not a row of None figures)."""
+    rows = synthetic_rows()[:3]
+    source = dict(rows[0])
+    copy = {**source, "params": '{"copy": 1}', "same_as": source["params"]}
+    path = evidence.write([copy, *rows[1:]], tmp_path / "e.csv")  # its source left out
+    with pytest.raises(ConfigError, match="same_as row's figures are its source row's"):
+        training.read(path)
+    path = evidence.write([copy, *rows], tmp_path / "e.csv")
+    assert next(r for r in training.read(path) if r["same_as"])["ratio_best"] == source["ratio_best"]
 
 
 def test_a_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):

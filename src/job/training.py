@@ -24,8 +24,17 @@ def evidence_path(gpu_spec: str) -> Path:
     return EVIDENCE_DIR / f"{gpu_spec}.csv"
 
 
+# A `same_as` row (a candidate that builds the same kernel and launch as a measured one at that
+# shape) has its source row's figures: the file writes them once, in the source row, and leaves
+# these cells of the same_as row empty (src/tune/evidence.write); `read` fills them back.
+SAME_AS_COPIES = ("status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
+                  "best_cublas", "ratio", "baseline", "from_cache", "timestamp", "error", "stage",
+                  "source_sha256")
+
+
 def read(path: Path) -> list[dict]:
-    """The rows of an evidence file, numbers as numbers (empty cells None)."""
+    """The rows of an evidence file, numbers as numbers (empty cells None), each same_as row
+    with its source row's figures."""
     def number(text, kind):
         return None if text in ("", None) else kind(text)
 
@@ -40,6 +49,28 @@ def read(path: Path) -> list[dict]:
             for c in ("same_as", "error", "best_cublas", "baseline", "timestamp", "source_sha256"):
                 r[c] = r.get(c) or None  # source_sha256: None in a file from before it
             rows.append(r)
+    return _sources_filled(rows, path)
+
+
+def _sources_filled(rows: list[dict], path: Path) -> list[dict]:
+    """Each same_as row written without its figures (an empty status) takes its source's: the
+    row of the same dispatcher, shape and kernel whose params it names. A file written whole
+    before this (its same_as rows carry their figures) reads as it is."""
+    def key(r, params):
+        return (r["dispatcher"], r["shape"], r["kernel"], params)
+
+    sources = {key(r, r["params"]): r for r in rows if not r.get("same_as")}
+    for r in rows:
+        if r.get("same_as") and not r.get("status"):
+            source = sources.get(key(r, r["same_as"]))
+            if source is None:
+                raise ConfigError(
+                    f"{path}: the row of {r['kernel']} {r['params']} at {r['shape']} "
+                    f"({r['dispatcher']}) is the same kernel as {r['same_as']}, which has no row "
+                    f"of its own there (rule: a same_as row's figures are its source row's, "
+                    f"written once); the file is damaged: restore it from git or run the tune "
+                    f"again.")
+            r.update({c: source[c] for c in SAME_AS_COPIES})
     return rows
 
 

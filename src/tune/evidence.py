@@ -2,7 +2,9 @@
 shape x candidate measured (status, GFLOP/s, ratio to the stronger cuBLAS with its 95% interval),
 and back. A candidate that builds the same kernel and launch as a measured one at that shape
 (src/tune/space.py, SAME_KERNEL) gets that one's figures with `same_as` naming it, so every
-candidate of the sweep has a row where it builds. `stage` says which stage of the plan measured
+candidate of the sweep has a row where it builds; the file holds those figures once, in the
+measured row (the same_as row's cells of src/job/training.SAME_AS_COPIES are left empty, and
+training.read fills them back), about a fifth of the file less. `stage` says which stage of the plan measured
 a row (1: the screen, every candidate; 2: the survivors at the other shapes; src/tune/plan.py). The fit (src/tune/fit.py) and `sgemm-lab
 explain` read the file; nothing else is needed to re-fit.
 
@@ -19,6 +21,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from src.job.training import SAME_AS_COPIES
 from src.records.record import Record, load_records
 
 COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",
@@ -121,6 +124,7 @@ def write(rows: list[dict], path: Path) -> Path:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         for r in sorted(rows, key=sort_key):
-            writer.writerow({c: r.get(c) for c in COLUMNS})
+            figures_once = SAME_AS_COPIES if r.get("same_as") else ()  # in its source row
+            writer.writerow({c: None if c in figures_once else r.get(c) for c in COLUMNS})
     tmp.replace(path)
     return path

@@ -209,6 +209,36 @@ def test_fit_only_refits_from_the_csv_and_explain_shows_the_rule_and_nearest_evi
     assert "no evidence file" in out and "chosen by" in out
 
 
+def test_explain_shows_each_launch_once_with_the_candidates_that_build_it(tmp_path, monkeypatch,
+                                                                          capsys):
+    """At a neighbour, candidates that build the same kernel and launch (same_as rows, most of a
+    real evidence file) are one ranked line naming how many more build it, not one line each."""
+    from src.cli import main as cli
+    from src.tune import explain
+
+    rows = synthetic_rows()
+    shape = (3000, 2000, 900)
+    closest = min({(r["m"], r["n"], r["k"]) for r in rows},
+                  key=lambda s: (training.distance(s, shape), s))
+    source = next(r for r in rows if (r["m"], r["n"], r["k"]) == closest and r["params"] == BIG)
+    copies = [dict(source, params=json.dumps({**json.loads(BIG), "min_slice_k": v}, sort_keys=True),
+                   same_as=BIG) for v in (64, 1024)]
+    path = evidence.write(rows + copies, tmp_path / "synthetic.csv")
+    tuned = tmp_path / "synthetic.yaml"
+    assert cli(["tune", "--fit-only", "--gpu", "synthetic", "--csv", str(path), "--tuned", str(tuned)]) == 0
+    use_rules(monkeypatch, OmegaConf.to_container(OmegaConf.load(tuned))["dispatch"])
+    capsys.readouterr()
+    out = explain.report(shape, "synthetic", "tf32", training.read(path), "e.csv")
+    block = out.split(f"measured at {'x'.join(map(str, closest))} ")[1].split("measured at ")[0]
+    measured_here = [r for r in rows if (r["m"], r["n"], r["k"]) == closest]
+    assert f"{len(measured_here) + 2} ok as {len(measured_here)} distinct launches, 0 failed" in block
+    ranked = [line for line in block.splitlines() if line.startswith("  ") and ". " in line]
+    assert len(ranked) == len(measured_here)  # the two copies are no lines of their own
+    big = next(line for line in ranked if BIG in line)
+    assert "(+2 candidates that build this same launch here)" in big and "<- the rule's choice" in big
+    assert all("min_slice_k" not in line for line in ranked)
+
+
 def test_fit_only_without_evidence_is_one_clear_error(tmp_path, capsys):
     from src.cli import main as cli
 

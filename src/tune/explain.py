@@ -51,26 +51,39 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
         count = int(((tuned_config(gpu_spec) or {}).get("nearest") or {}).get("count", 4))
     for near in nearest(rows, dispatcher, shape, count):
         mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
-        ok = sorted((r for r in mine if r["status"] == "ok"),
-                    key=lambda r: -(score(r) or 0.0))
-        failed = len(mine) - len(ok)
+        ok = [r for r in mine if r["status"] == "ok"]
+        launches = _launches(ok)
         lines.append(f"measured at {'x'.join(map(str, near))} (log2 distance "
-                     f"{distance(near, shape):.2f}; {len(ok)} ok, {failed} failed) from {evidence_name}:")
-        for rank, r in enumerate(ok[:top], start=1):
-            value = score(r) or 0.0
-            interval = ("" if r["ratio_best_ci_low"] is None else
-                        f" [{r['ratio_best_ci_low']:.3f}, {r['ratio_best_ci_high']:.3f}]")
-            mark = "  <- the rule's choice" if is_choice(r) else ""
-            lines.append(f"  {rank}. {value:.3f}x{interval} {r['gflops']:,.0f} GFLOP/s "
-                         f"{r['kernel']} {r['params']}{mark}")
-        below = [(rank, r) for rank, r in enumerate(ok, start=1) if rank > top and is_choice(r)]
-        if below:  # the choice ran here but is not among the first `top`: its own line
-            rank, r = below[0]
-            lines.append(f"  {rank}. {score(r) or 0.0:.3f}x {r['gflops']:,.0f} GFLOP/s "
-                         f"{r['kernel']} {r['params']}  <- the rule's choice")
+                     f"{distance(near, shape):.2f}; {len(ok)} ok as {len(launches)} distinct "
+                     f"launches, {len(mine) - len(ok)} failed) from {evidence_name}:")
+        for rank, group in enumerate(launches, start=1):
+            chosen = any(is_choice(r) for r in group)
+            if rank <= top or chosen:  # the choice gets its line wherever it ranks
+                lines.append(_launch_line(rank, group, chosen))
     if not nearest(rows, dispatcher, shape):
         lines.append(f"{evidence_name} has no {dispatcher} rows")
     return "\n".join(lines) + "\n"
+
+
+def _launches(ok: list[dict]) -> list[list[dict]]:
+    """A shape's ok rows as distinct launches, best first: each measured row with the candidates
+    that build the same kernel and launch there (`same_as` naming it) after it."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in sorted(ok, key=lambda r: bool(r.get("same_as"))):  # measured rows first
+        groups.setdefault((r["kernel"], r.get("same_as") or r["params"]), []).append(r)
+    return sorted(groups.values(), key=lambda g: -(score(g[0]) or 0.0))
+
+
+def _launch_line(rank: int, group: list[dict], chosen: bool) -> str:
+    r = group[0]
+    interval = ("" if r["ratio_best_ci_low"] is None else
+                f" [{r['ratio_best_ci_low']:.3f}, {r['ratio_best_ci_high']:.3f}]")
+    others = len(group) - 1
+    also = (f" (+{others} candidate{'s' if others > 1 else ''} that build{'' if others > 1 else 's'} "
+            f"this same launch here)" if others else "")
+    mark = "  <- the rule's choice" if chosen else ""
+    return (f"  {rank}. {score(r) or 0.0:.3f}x{interval} {r['gflops']:,.0f} GFLOP/s "
+            f"{r['kernel']} {r['params']}{also}{mark}")
 
 
 def main(argv: list[str]) -> int:

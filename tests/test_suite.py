@@ -79,16 +79,16 @@ def _problem(m, n, k):
 def test_the_h100_dispatch_runs_each_training_shape_on_its_best_measured_candidate():
     """conf/tuned/h100_sxm.yaml is `sgemm-lab tune`'s output with the nearest-neighbour model: at
     each shape of its evidence (the suite's 48 among them) best_fp32 and best_tf32 run a candidate
-    measured best there (ties: any of them), read here from the CSV alone."""
-    import csv
+    measured best there (ties: any of them), read here from the CSV alone (its same_as rows with
+    their source rows' figures, as the file's reader gives them)."""
+    from src.job import training
 
     best: dict[tuple, dict] = {}
-    with (ROOT / "results" / "tuning" / "h100_sxm.csv").open() as handle:
-        for row in csv.DictReader(handle):
-            if row["status"] != "ok":
-                continue
-            key = (row["dispatcher"], int(row["m"]), int(row["n"]), int(row["k"]))
-            best.setdefault(key, {})[(row["kernel"], row["params"])] = float(row["ratio_best"])
+    for row in training.read(ROOT / "results" / "tuning" / "h100_sxm.csv"):
+        if row["status"] != "ok":
+            continue
+        key = (row["dispatcher"], row["m"], row["n"], row["k"])
+        best.setdefault(key, {})[(row["kernel"], row["params"])] = row["ratio_best"]
     assert len(best) >= 2 * 100 and suites().keys() <= {"x".join(map(str, k[1:])) for k in best}
     for (dispatcher, *shape), ratios in best.items():
         choice = dispatch.choose({"name": dispatcher, "dispatch": True, "default": "17_flagship"},

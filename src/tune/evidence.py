@@ -4,9 +4,10 @@ and back. A candidate that builds the same kernel and launch as a measured one a
 (src/tune/space.py, SAME_KERNEL) gets that one's figures with `same_as` naming it, so every
 candidate of the sweep has a row where it builds; the file holds those figures once, in the
 measured row (the same_as row's cells of src/job/training.SAME_AS_COPIES are left empty, and
-training.read fills them back), about a fifth of the file less. `stage` says which stage of the plan measured
-a row (1: the screen, every candidate; 2: the survivors at the other shapes; src/tune/plan.py). The fit (src/tune/fit.py) and `sgemm-lab
-explain` read the file; nothing else is needed to re-fit.
+training.read fills them back), about a fifth of the file less. `stage` says which stage of the
+plan measured a row (1: the screen, every candidate; 2: the survivors at the other shapes;
+src/tune/plan.py). The fit (src/tune/fit.py) and `sgemm-lab explain` read the file; nothing else
+is needed to re-fit.
 
 `source_sha256` is the SHA-256 of the exact source NVRTC built (the kernel file with its headers
 pasted in, src/job/compile.expand_source): a partial re-tune (`sgemm-lab tune --kernels ...`)

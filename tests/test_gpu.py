@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 
+from src.job.config import kernel_config
 from src.job.pipeline import run_job
 
 pytestmark = pytest.mark.gpu
@@ -14,8 +14,7 @@ from tests.conftest import CONF_DIR, SHAPE_LIMITED
 
 KERNELS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
 # a peer (CUTLASS, Triton) may lack its optional extra on a box; a lab kernel never may
-PEER_KERNELS = {name for name in KERNELS
-                if yaml.safe_load((CONF_DIR / "kernel" / f"{name}.yaml").read_text()).get("peer")}
+PEER_KERNELS = {name for name in KERNELS if kernel_config(name).get("peer")}
 QUICK = ["bench=quick"]
 
 

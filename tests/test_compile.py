@@ -540,8 +540,11 @@ def test_mma_tf32_library_kernel_builds_without_spills(kernel, shape, params, sl
     ((5000, 96, 4096), {"staging": 2, "chunk": 64, "warps": 4}, (0, 96, 4)),  # staged, the widest row of sums
     ((19, 1287, 2026), {"staging": 2, "chunk": 32, "warps": 1}, (1, 20, 1)),   # B's rows staged: odd N
     ((32, 4096, 4096), {"staging": 2, "chunk": 32, "warps": 4}, (1, 32, 4)),   # staged, 128 sums a thread
+    ((19, 1287, 2026), {"staging": 2, "chunk": 64, "warps": 1, "warps_k": 4}, (1, 20, 1)),  # 4 groups along K
+    ((32, 4096, 4096), {"staging": 2, "chunk": 64, "warps": 1, "warps_k": 8}, (1, 32, 4)),  # 8 groups, 128 sums
 ], ids=["rows-vec1", "rows-32-vec4", "cols-vec1", "cols-32-vec4", "tiny", "cols-96", "rows-1warp-slices",
-        "cols-staged-odd-k", "cols-96-staged", "rows-staged-odd-n", "rows-32-staged"])
+        "cols-staged-odd-k", "cols-96-staged", "rows-staged-odd-n", "rows-32-staged", "rows-warps-k4",
+        "rows-warps-k8"])
 def test_narrow_kernel_builds_without_spills_in_both_layouts(shape, params, layout):
     """gemm_ffma_narrow in both layouts (few rows: 4 columns x up to 32 rows of sums a thread;
     few columns: a row x up to 96 columns), 16-byte and 4-byte loads of the streamed operand,
@@ -554,10 +557,13 @@ def test_narrow_kernel_builds_without_spills_in_both_layouts(shape, params, layo
     assert (d["few_rows"], d["width"], d["vec"]) == (few_rows, width, vec)
     # staged: B's chunk at the block's columns (few rows), or A's rows padded a float (few columns)
     stream = (d["chunk"] * 128 * d["warps"] if few_rows else 32 * d["warps"] * (d["chunk"] + 1)) * d["staged"]
-    assert spec.dynamic_smem_bytes == (2 * d["chunk"] * (width + 4 * few_rows) + 2 * stream) * 4
+    # warps_k > 1: the groups' sums (warps_k x the tile) after the K loop, in the same bytes
+    sums = d["warps_k"] * width * 128 * d["warps"] if d["warps_k"] > 1 else 0
+    assert spec.dynamic_smem_bytes == max(2 * d["chunk"] * (width + 4 * few_rows) + 2 * stream, sums) * 4
     m, n, _ = shape
     wide = (n, 128 * d["warps"]) if few_rows else (m, 32 * d["warps"])
     assert spec.grid == (-(-wide[0] // wide[1]), d["k_slices"])
+    assert spec.block == (32 * d["warps"] * d["warps_k"],)
 
 
 @needs_nvcc

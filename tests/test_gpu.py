@@ -500,16 +500,24 @@ def test_skinny_library_kernel_any_shape_alpha_beta(compose, shape):
     ((17, 33, 5), {"staging": 2, "chunk": 32, "warps": 2}), ((8, 644, 3176), {"staging": 2, "chunk": 64, "warps": 2}),
     ((32, 4096, 4096), {"staging": 2, "chunk": 32, "warps": 4}),  # staged, 128 sums a thread
     ((22, 3087, 9792), {"staging": 2, "chunk": 32, "warps": 1, "blocks_per_sm": 8, "min_slice_k": 64}),  # the last block's columns past N, 43 slices
+    pytest.param((19, 1287, 2026), {"staging": 2, "chunk": 64, "warps": 1, "warps_k": 4}, marks=pytest.mark.smoke),  # 4 groups along K
+    ((22, 3087, 9792), {"staging": 2, "chunk": 64, "warps": 1, "warps_k": 4, "step": 8, "blocks_per_sm": 8,
+                        "min_slice_k": 64}),  # groups and K slices, the last block's columns past N
+    ((8, 644, 3176), {"staging": 2, "chunk": 64, "warps": 1, "warps_k": 8, "step": 8}),  # 8 groups, float4 rows of B
+    ((17, 33, 5), {"staging": 2, "chunk": 32, "warps": 1, "warps_k": 2}),  # K shorter than one group's share
+    ((32, 4096, 4096), {"staging": 2, "chunk": 64, "warps": 1, "warps_k": 4}),  # 128 sums a thread, 8 rows a group
 ], ids=["rows-smoke", "1x1x1", "rows-k5", "cols-k5", "rows-32", "cols-32", "rows-odd-chunk64",
         "cols-odd-step16", "cols-2warps", "rows-8", "rows-long-k", "square-narrow", "cols-65",
         "cols-43", "cols-96-vec1", "cols-96-square", "rows-1warp-63-slices", "cols-1warp-64-slices",
         "staged-smoke", "staged-k5", "staged-1x1x1", "staged-slices", "staged-96-vec4", "staged-edge",
-        "rows-staged-smoke", "rows-staged-k5", "rows-staged-aligned", "rows-staged-32", "rows-staged-slices"])
+        "rows-staged-smoke", "rows-staged-k5", "rows-staged-aligned", "rows-staged-32", "rows-staged-slices",
+        "rows-groups-smoke", "rows-groups-slices", "rows-groups-8", "rows-groups-k5", "rows-groups-32"])
 def test_narrow_library_kernel_any_shape_alpha_beta(compose, shape, params):
     """gemm_ffma_narrow in both layouts (few rows up to 32, few columns up to 96), with float4 and
     single-float loads of the streamed operand or (staging 2) its chunks copied through shared
-    memory, one K slice or many (the last to arrive adds them up), K shorter than a step and far
-    longer than a chunk: verified with alpha and beta, its timed launches too."""
+    memory, one K slice or many (the last to arrive adds them up), few rows' groups of warps along
+    K (warps_k, added in shared memory), K shorter than a step and far longer than a chunk:
+    verified with alpha and beta, its timed launches too."""
     assert_verified_with_tile(compose, "gemm_ffma_narrow", params, shape)
 
 

@@ -287,7 +287,21 @@ VIOLATIONS += [
     ("gemm_ffma_narrow", dict(), SQUARE, "(m <= 32 and m < n) or (n <= 96 and n <= m)"),
     ("gemm_ffma_narrow", dict(), Problem(33, 4096, 4096, 1, 0), "(m <= 32 and m < n) or (n <= 96 and n <= m)"),
     ("gemm_ffma_narrow", dict(warps=64), Problem(8, 4096, 4096, 1, 0),
-     "warps >= 1 and 32 * warps <= max_threads_per_block"),
+     "warps >= 1 and threads <= max_threads_per_block"),
+    ("gemm_ffma_narrow", dict(staging=2, chunk=32, warps=8, warps_k=8), Problem(8, 4096, 4096, 1, 0),
+     "warps >= 1 and threads <= max_threads_per_block"),  # 8 x 8 warps: 2,048 threads
+    ("gemm_ffma_narrow", dict(staging=2, chunk=32, warps=4, warps_k=4), Problem(8, 4096, 4096, 1, 0),
+     "threads <= 256"),  # 512 threads of up to 255 registers
+    ("gemm_ffma_narrow", dict(staging=2, chunk=32, warps=1, warps_k=3), Problem(8, 4096, 4096, 1, 0),
+     "warps_k == 1 or warps_k == 2 or warps_k == 4 or warps_k == 8"),
+    ("gemm_ffma_narrow", dict(warps=1, warps_k=2), Problem(8, 4096, 4096, 1, 0),  # staging 1
+     "warps_k == 1 or (few_rows == 1 and staged == 1)"),
+    ("gemm_ffma_narrow", dict(staging=2, chunk=32, warps=1, warps_k=2), Problem(4096, 8, 4096, 1, 0),  # few columns
+     "warps_k == 1 or (few_rows == 1 and staged == 1)"),
+    ("gemm_ffma_narrow", dict(staging=2, chunk=32, step=8, warps=1, warps_k=8), Problem(8, 4096, 4096, 1, 0),
+     "chunk % (warps_k * step) == 0 and width % warps_k == 0"),  # 4 k a group: not a step of 8
+    ("gemm_ffma_narrow", dict(staging=2, chunk=64, warps=1, warps_k=8), Problem(12, 4096, 4096, 1, 0),
+     "chunk % (warps_k * step) == 0 and width % warps_k == 0"),  # 12 rows among 8 groups
     ("gemm_ffma_narrow", dict(step=6), Problem(8, 4096, 4096, 1, 0),
      "step >= 4 and step % 4 == 0 and chunk % step == 0"),
     ("gemm_ffma_narrow", dict(step=8), Problem(32, 4096, 4096, 1, 0),  # 128 sums + 2 x 32 in flight

@@ -37,7 +37,8 @@
 //
 // Tile hierarchy (names: kernels/README.md, tile vocabulary):
 //   block tile  few columns: WARPS * 32 rows of C x WIDTH columns, one K slice (grid.y)
-//               few rows:    WIDTH rows of C x WARPS * 128 columns, one K slice
+//               few rows:    WIDTH rows of C x WARPS * 128 columns, one K slice, its chunks'
+//                            k rows shared among WARPS_K groups of WARPS warps (added in smem)
 //   warp tile   32 of the block's lines (rows or float4s of columns), the whole K slice
 //   thread tile few columns: 1 row x WIDTH columns; few rows: WIDTH rows x 4 columns
 #include "../include/common.cuh"
@@ -75,7 +76,7 @@ __device__ __forceinline__ void stage_stream(float* buf, const float* __restrict
                                              int block_row, int block_col, int k_first, int k_end) {
   constexpr int LINE = FEW_ROWS ? BN : CHUNK;  // floats a copied row holds
 #pragma unroll 4
-  for (int e = threadIdx.x; e < CHUNK * THREADS * (FEW_ROWS ? 4 : 1); e += THREADS) {
+  for (int e = threadIdx.x; e < CHUNK * (FEW_ROWS ? BN : THREADS); e += THREADS) {
     const int r = e / LINE, c = e % LINE;  // few columns: a row of A and its k; few rows: a k and a column
     const int k = k_first + (FEW_ROWS ? r : c);
     const bool inside = k < k_end && (FEW_ROWS ? block_col + c < N : block_row + r < M);
@@ -125,15 +126,24 @@ __device__ __forceinline__ void load_stream(float (&v)[STEP][FEW_ROWS ? 4 : 1],
 
 // __launch_bounds__ names 1 block per SM as the minimum, as gemm_ffma does: the widest builds
 // (32 rows x 4 columns of sums) need their registers more than a second block.
-template <int FEW_ROWS, int WIDTH, int WARPS, int VEC, int VEC_C, int STEP, int CHUNK, int STAGED>
-__global__ void __launch_bounds__(WARPS * 32, 1)
+// WARPS_K (few rows, STAGED): groups of WARPS warps side by side along N, each group over its own
+// share of every staged chunk's k rows; their sums are added in shared memory, in group order,
+// before the K slices' add-up, so a tile needs WARPS_K times fewer K slices (grid.y) for the same
+// number of warps, and the last block to arrive adds that many fewer parts.
+template <int FEW_ROWS, int WIDTH, int WARPS, int VEC, int VEC_C, int STEP, int CHUNK, int STAGED,
+          int WARPS_K>
+__global__ void __launch_bounds__(WARPS * WARPS_K * 32, 1)
     gemm_ffma_narrow(int M, int N, int K, float alpha, const float* __restrict__ A,
                      const float* __restrict__ B, float beta, float* __restrict__ C,
                      float* __restrict__ workspace) {
-  constexpr int THREADS = WARPS * 32;
+  constexpr int THREADS = WARPS * WARPS_K * 32;
   constexpr int LANE_COLS = FEW_ROWS ? 4 : 1;          // columns of C a thread owns per narrow line
   constexpr int BM = FEW_ROWS ? WIDTH : THREADS;       // the block tile
-  constexpr int BN = FEW_ROWS ? THREADS * 4 : WIDTH;
+  constexpr int BN = FEW_ROWS ? WARPS * 32 * 4 : WIDTH;
+  static_assert(WARPS_K == 1 || (FEW_ROWS && STAGED && CHUNK % (WARPS_K * STEP) == 0 &&
+                                 WIDTH % WARPS_K == 0),
+                "warps along K: few rows, the streamed chunk staged, whole steps of it and whole "
+                "rows of the tile a group");
   constexpr int STRIDE = FEW_ROWS ? WIDTH + 4 : WIDTH;  // few rows: + 4 spreads the staging stores' banks
   static_assert(WIDTH % 4 == 0 && WIDTH <= (FEW_ROWS ? 32 : 96),
                 "the narrow side is read as float4s: at most 32 rows (4 columns each) or 96 columns");
@@ -146,8 +156,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 
   const GridSlice at = grid_slice<BM, BN, STEP>(N, K);  // the tile (grid.x), the K slice (grid.y)
   const int k_begin = at.kt0 * STEP, k_end = min(K, (at.kt0 + at.k_tiles) * STEP);
+  // the thread's place in its group along N, and its group along K (warp-uniform: 0 if WARPS_K 1)
+  const int lane_line = threadIdx.x % (WARPS * 32), group_k = threadIdx.x / (WARPS * 32);
   // the thread's line of C's wide side: a row (few columns) or its first column (few rows)
-  const int line = FEW_ROWS ? at.block_col + threadIdx.x * 4 : at.block_row + threadIdx.x;
+  const int line = FEW_ROWS ? at.block_col + lane_line * 4 : at.block_row + threadIdx.x;
 
   float acc[FEW_ROWS ? WIDTH : 1][FEW_ROWS ? 4 : WIDTH];  // [narrow rows][4 cols] or [1][narrow cols]
 #pragma unroll
@@ -178,9 +190,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     __syncthreads();
     const float* chunk = smem + buf * CHUNK * STRIDE;
     // STAGED: the thread's line in this chunk: its row of A (few columns), its 4 columns of B (few rows)
-    const float* mine = stream_smem + buf * STREAM_FLOATS + threadIdx.x * (FEW_ROWS ? 4 : CHUNK + 1);
-    const int steps = min(CHUNK, k_end - c0);
-    for (int kk = 0; kk < steps; kk += STEP) {
+    const float* mine = stream_smem + buf * STREAM_FLOATS + lane_line * (FEW_ROWS ? 4 : CHUNK + 1);
+    // the group's share of the chunk's k rows (WARPS_K 1: all of them)
+    const int kk_first = group_k * (CHUNK / WARPS_K);
+    const int kk_last = min(k_end - c0, kk_first + CHUNK / WARPS_K);
+    for (int kk = kk_first; kk < kk_last; kk += STEP) {
       if constexpr (STAGED) {  // this step's k of the thread's line, zero past k_end as staged
 #pragma unroll
         for (int s = 0; s < STEP; ++s) {
@@ -227,11 +241,33 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   }
   cp_async_wait<0>();
 
+  // WARPS_K: the groups' sums added in shared memory (the chunk buffers, free now), each group
+  // then holding WIDTH / WARPS_K rows of the tile: the sums of groups 0, 1, ... in that order.
+  constexpr int ROWS = FEW_ROWS ? WIDTH / WARPS_K : WIDTH;  // rows of the tile a thread holds
+  if constexpr (WARPS_K > 1) {
+    __syncthreads();  // every thread's copies have landed and every chunk has been read
+#pragma unroll
+    for (int i = 0; i < WIDTH; ++i)
+      *reinterpret_cast<float4*>(&smem[(group_k * WIDTH + i) * BN + lane_line * 4]) =
+          make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int g = 0; g < WARPS_K; ++g) {
+        const float4 p = load_float4(&smem[(g * WIDTH + group_k * ROWS + i) * BN + lane_line * 4]);
+        sum.x += p.x; sum.y += p.y; sum.z += p.z; sum.w += p.w;
+      }
+      acc[i][0] = sum.x; acc[i][1] = sum.y; acc[i][2] = sum.z; acc[i][3] = sum.w;
+    }
+  }
+
   // The thread's sums as float4 groups of C's block tile: (row, col) within it.
   auto for_each_fragment = [&](auto&& visit) {
     if constexpr (FEW_ROWS) {
 #pragma unroll
-      for (int i = 0; i < WIDTH; ++i) visit(i, threadIdx.x * 4, acc[i]);
+      for (int i = 0; i < ROWS; ++i) visit(group_k * ROWS + i, lane_line * 4, acc[i]);
     } else {
 #pragma unroll
       for (int j = 0; j < WIDTH; j += 4) visit(static_cast<int>(threadIdx.x), j, &acc[0][j]);

@@ -405,6 +405,25 @@ def test_sm90a_chapter_needs_hopper(kernel):
     assert spec.arch == "sm_90a"
 
 
+@pytest.mark.parametrize("shape", [(8, 644, 3176), (22, 3087, 9792), (16, 4096, 4096)])
+def test_narrow_groups_along_k_cut_the_k_slices_not_the_warps(shape):
+    """gemm_ffma_narrow, few rows, staged: warps_k groups of `warps` warps share each chunk's k rows
+    in one block, so a block counts as warps_k blocks toward blocks_per_sm and the tile's K slices
+    (grid.y, the parts the last block adds) drop about warps_k-fold while the warps along K stay."""
+    m, n, k = shape
+    base = dict(staging=2, chunk=64, step=4, warps=1, blocks_per_sm=8, min_slice_k=32)
+    one = build_spec(kernel_cfg("gemm_ffma_narrow", **base, warps_k=1), Problem(m, n, k, 1, 0), H100)
+    four = build_spec(kernel_cfg("gemm_ffma_narrow", **base, warps_k=4), Problem(m, n, k, 1, 0), H100)
+    assert four.block == (4 * 32,) and one.block == (32,)
+    assert four.grid[0] == one.grid[0] == ceil_div(n, 128)  # the same tiles
+    assert 1 < four.grid[1] < one.grid[1]
+    # exactly the slices of one-group blocks at a quarter of blocks_per_sm: 4 warps a block there
+    quarter = build_spec(kernel_cfg("gemm_ffma_narrow", **{**base, "blocks_per_sm": 2}, warps_k=1),
+                         Problem(m, n, k, 1, 0), H100)
+    assert four.grid == quarter.grid
+    assert four.entry.endswith(", 4>") and one.entry.endswith(", 1>")
+
+
 def test_cluster_schedule_launches_its_cluster_entry():
     """22's schedule 3: a tile's K slices are one cluster of consecutive blocks, launched through
     the entry that carries __cluster_dims__, with an inbox for the others' pieces after the ring

@@ -273,8 +273,9 @@ __global__ void __launch_bounds__(WARPS * WARPS_K * 32, 1)
       for (int j = 0; j < WIDTH; j += 4) visit(static_cast<int>(threadIdx.x), j, &acc[0][j]);
     }
   };
-  // K slices: the last to arrive adds them, every fragment's float4 of a part in flight at once
-  if (!add_up_grid_slices_part_major<BM, BN>(workspace, for_each_fragment)) return;
+  // K slices: the last to arrive adds them, every fragment's float4 of one or more parts in flight at once
+  constexpr int FRAGMENTS = FEW_ROWS ? ROWS : WIDTH / 4;  // float4s of sums a thread holds
+  if (!add_up_grid_slices_part_major<BM, BN, FRAGMENTS>(workspace, for_each_fragment)) return;
   for_each_fragment([&](int tile_row, int tile_col, float* v) {
     store_axpby_group<VEC_C>(C, M, N, at.block_row + tile_row, at.block_col + tile_col, v, alpha,
                              beta);

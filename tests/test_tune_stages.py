@@ -125,10 +125,10 @@ def test_a_reserved_region_is_measured_and_chosen_for_its_owner_alone():
 
 
 def test_a_kernel_the_screen_misses_is_screened_at_shapes_of_its_own_region():
-    """`screen.region_shapes`: gemm_ffma_narrow's region (few columns, a large A) holds none of
-    the screening shapes, so stage 1 measures its whole grid at the first 2 of its region's
-    stage-2 shapes (planned order), for each dispatcher; its stage-2 survivors are measured at
-    its other region shapes, not again at those 2. No count, no extra sweep; a count the
+    """`screen.region_shapes`: gemm_ffma_narrow's region (few columns or rows, a large operand to
+    stream) holds none of the screening shapes, so stage 1 measures its whole grid at the first 2
+    of its region's stage-2 shapes (planned order), for each dispatcher; its stage-2 survivors are
+    measured at its other region shapes, not again at those 2. No count, no extra sweep; a count the
     screening shapes already meet (gemm_ffma_skinny's 3), none either; an unknown kernel is a
     ConfigError naming the rule."""
     shapes = distribution.stratified(distribution.training(), 144)
@@ -144,13 +144,15 @@ def test_a_kernel_the_screen_misses_is_screened_at_shapes_of_its_own_region():
     assert all(s.kernel == "gemm_ffma_narrow" and s.shapes == own[:2] and s.candidates is None
                and s.jobs > 0 for s in region)
     assert "gemm_ffma_narrow at 2 more of its own" in staged.describe(1.0, 1)
-    # a survivor the region's shapes allow (warps_k > 1 is for few rows; the region is few columns)
+    # a survivor every region shape allows (warps_k > 1 builds at few rows only)
     narrow = [p for p in tune.grid(plan_mod.kernel_space("gemm_ffma_narrow")) if p.get("warps_k", 1) == 1]
-    kept = {(d, "gemm_ffma_narrow"): {tune.params_key(narrow[-1])} for d in data["dispatchers"]}
+    kept = {(d, "gemm_ffma_narrow"): {tune.params_key(narrow[0])} for d in data["dispatchers"]}
     second = plan_mod.build("h200", shapes, data, kept)
     assert [s.name for s in second.sweeps] == [s.name for s in staged.sweeps]
-    for sweep in (s for s in second.stage2 if s.kernel == "gemm_ffma_narrow"):
-        assert sweep.shapes == own[2:] and sweep.candidates == [narrow[-1]], sweep.name
+    for dispatcher in data["dispatchers"]:  # its stage-2 sweeps (few rows, few columns) cover the rest
+        sweeps = [s for s in second.stage2 if s.kernel == "gemm_ffma_narrow" and s.dispatcher == dispatcher]
+        assert sorted(s.dims for sweep in sweeps for s in sweep.shapes) == sorted(s.dims for s in own[2:])
+        assert all(sweep.candidates == [narrow[0]] for sweep in sweeps), dispatcher
     assert plan_mod.build("h200", shapes, settings(shapes=12, region_shapes={})).region == {}
     skinny = settings(shapes=12, region_shapes={"gemm_ffma_skinny": 2})
     assert plan_mod.build("h200", shapes, skinny).region == {}

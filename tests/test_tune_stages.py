@@ -407,7 +407,9 @@ def test_a_partial_retune_measures_the_named_candidates_and_keeps_the_others_row
 def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_path, monkeypatch):
     """Kept rows must be of the kernel as it is built now: a row whose source_sha256 is another
     source's, or missing (a file from before the column), stops a partial re-tune with the rule;
-    so do an unknown candidate and an evidence file over other training shapes."""
+    so do an unknown candidate and an evidence file over other training shapes. A screen row that
+    only a re-measured candidate holds (its old region, before `measured_where` moved) is no
+    obstacle: that candidate's rows are replaced."""
     import csv
 
     from src.errors import ConfigError
@@ -427,6 +429,14 @@ def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_pa
             writer.writerows(change(dict(r)) for r in rows)
 
     plan = plan_mod.within_budget("h100_sxm", distribution.training(), None, count + 4, 1.0, 1)
+    # a screen row only the re-measured candidate holds (its old region) is replaced, not kept
+    rest = {s.label for s in plan.rest}
+    moved = next(r["shape"] for r in rows if r["kernel"] == "gemm_tf32" and r["shape"] in rest)
+    rewrite(lambda r: {**r, "stage": "1"} if r["shape"] == moved and r["kernel"] == "gemm_tf32" else r)
+    kept = command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_tf32"})
+    assert kept and {r["kernel"] for r in kept} == {r["kernel"] for r in rows} - {"gemm_tf32"}
+    with pytest.raises(ConfigError, match="same training shapes and screen"):
+        command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_ffma"})
     for change, said in [
             (lambda r: {**r, "source_sha256": "0" * 64 if r["kernel"] == "gemm_ffma" else r["source_sha256"]},
              "the evidence rows of gemm_ffma were measured from another source"),

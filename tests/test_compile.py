@@ -357,6 +357,23 @@ def test_any_shape_tf32_kernel_builds_without_spills(kernel, shape, params):
 
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
+    ((4097, 4097, 4097), {}),                                    # both streamed, one block per tile
+    ((67, 3579, 2991), {"bm": 128, "fit": 2}),                   # 72 rows, 4 slices
+    ((4096, 63, 4096), {"bn": 64}),                              # B only, one consumer, 8 slices
+    ((32, 4096, 4093), {"bm": 64, "stages": 8}),                 # A only, m64n64k8, 4 slices
+], ids=["unsplit", "fitted-split4", "b-bn64-split8", "a-bm64-split4"])
+def test_gemm_tf32_streaming_unaligned_rows_builds_without_spills(shape, params):
+    """gemm_tf32 with unaligned_rows 2: every producer thread copies rows with 4-byte cp.async
+    (its registers still within setmaxnreg's 40) and counts them on the stage's barrier; the main
+    kernel builds without spills in each tile and slice shape (the pad pre-pass is in the file
+    but not launched), and the consumers fence the async proxy before wgmma reads the stage."""
+    _sliced_build("gemm_tf32", shape, {**params, "unaligned_rows": 2},
+                  ["cp.async.ca.shared.global", "cp.async.mbarrier.arrive.noinc",
+                   "fence.proxy.async.shared::cta"])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
     ((4095, 4097, 333), {}),                                     # B copied, one block per tile
     ((32, 4096, 4096), {"bm": 64, "bn": 64, "stages": 8}),       # m64n64k8 with scale-d, 2 slices
     ((511, 513, 8191), {}),                                      # 128 x 128, promoted, 4 slices

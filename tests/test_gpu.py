@@ -146,6 +146,42 @@ def test_wgmma_tf32_any_shape_alpha_beta(compose, shape, params):
     assert record.local_bytes == 0
 
 
+STREAMED_CASES = [  # gemm_tf32 with unaligned_rows 2: which operand the producer copies, in the comment
+    ((4095, 4097, 333), {}),                                   # both, 256-row tiles, unsliced
+    ((67, 3579, 2991), {"bm": 128, "fit": 2}),                 # both, 72 rows, 4 slices
+    ((4096, 63, 4096), {"bn": 64}),                            # B only, one consumer, 8 slices
+    ((1000, 1000, 999), {"bm": 128}),                          # A only, K tail of 7
+    ((32, 4096, 4093), {"bm": 64, "stages": 8}),               # A only, 64-row tiles, 4 slices
+    ((297, 43, 673), {"bm": 128, "bn": 64, "fit": 2}),         # both, 104 rows, N under one box
+    ((17, 33, 5), {}),                                         # both, K under one k tile
+    ((1, 1, 1), {}),
+    ((64, 66, 40000), {"bn": 64, "min_slice_k": 32}),          # B only, long K, 8 slices
+]
+
+
+@pytest.mark.chapter("gemm_tf32")
+@pytest.mark.parametrize("shape,params", [
+    pytest.param(shape, params, id="x".join(map(str, shape)),
+                 marks=[pytest.mark.smoke] if shape == (67, 3579, 2991) else [])
+    for shape, params in STREAMED_CASES])
+def test_gemm_tf32_streamed_unaligned_rows_alpha_beta(compose, shape, params):
+    """gemm_tf32 with unaligned_rows 2: the producer warpgroup copies the boxes of operands whose
+    rows are not 16-byte aligned with 4-byte cp.async into the TMA's swizzled layout (zeros past
+    the matrix) instead of a pre-pass padding them; the aligned operand still comes by TMA.
+    Verified with alpha and beta against the FP64 reference at the TF32 tolerance, its timed
+    launches and fresh inputs too, with no local memory, through the streaming instantiation."""
+    m, n, k = shape
+    params = {**params, "unaligned_rows": 2}
+    record = run_job(compose("kernel=gemm_tf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
+                             *[f"kernel.params.{p}={v}" for p, v in params.items()], *QUICK,
+                             *pinned_inputs(shape)),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+    assert record.entry.endswith(", 1>"), record.entry  # STREAM 1
+
+
 THREE_TF32_VARIANTS = [{}, {"order": 2}, {"accumulation": 1},
                        {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1},
                        {"promote": 1, "in_flight": 1, "bn": 64}]

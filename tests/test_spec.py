@@ -500,6 +500,34 @@ def test_any_shape_tf32_pads_only_unaligned_rows_and_slices_few_tiles(shape, sli
     assert b_map.region == ((4 * a_copied * m * k_pad, k, n, n_pad) if b_copied else None)
 
 
+@pytest.mark.parametrize("shape,a_streamed,b_streamed", [
+    ((4097, 4097, 4097), 1, 1),        # both rows unaligned
+    ((4095, 4097, 332), 0, 1),         # only B (N % 4): A through the TMA
+    ((1000, 1000, 999), 1, 0),         # only A (K % 4)
+    ((4096, 4096, 4096), 0, 0),        # aligned: the same kernel and launch as unaligned_rows 1
+])
+def test_gemm_tf32_streams_unaligned_rows_without_a_prepass(shape, a_streamed, b_streamed):
+    """unaligned_rows 2: the producer warpgroup copies the boxes of an operand whose rows are not
+    16-byte aligned, so no pre-pass runs and no padded copy is allocated; that operand's tensor
+    map is a stand-in over the workspace, never read; the other operand is read in place by the
+    TMA. At an aligned shape it builds exactly what unaligned_rows 1 builds."""
+    m, n, k = shape
+    problem = Problem(m, n, k, 1.0, 0.0)
+    spec = build_spec(kernel_cfg("gemm_tf32", unaligned_rows=2), problem, H100)
+    padded = build_spec(kernel_cfg("gemm_tf32"), problem, H100)
+    streams = a_streamed or b_streamed
+    assert spec.entry == padded.entry[:-2] + f"{int(bool(streams))}>" and padded.entry.endswith(", 0>")
+    assert spec.prepass is None and (padded.prepass is None) == (not streams)
+    assert spec.workspace_bytes == (4 * 32 * 256 if streams else 0)
+    a_map, b_map = spec.tensor_maps
+    assert (a_map.matrix, a_map.region) == (("workspace", (0, 256, 32, 32)) if a_streamed else ("a", None))
+    assert (b_map.matrix, b_map.region) == (("workspace", (0, 256, 32, 32)) if b_streamed else ("b", None))
+    if not streams:
+        assert (spec.entry, spec.grid, spec.tensor_maps) == (padded.entry, padded.grid, padded.tensor_maps)
+    with pytest.raises(InvalidParams, match="unaligned_rows == 1 or unaligned_rows == 2"):
+        build_spec(kernel_cfg("gemm_tf32", unaligned_rows=3), problem, H100)
+
+
 def test_a_prepass_needs_a_workspace_entry_and_geometry():
     cfg = kernel_cfg("23_wgmma_3xtf32")
     del cfg["launch"]["prepass"]["grid"]

@@ -1,9 +1,12 @@
 // gemm/tf32.cu: the library's TF32 tensor-core GEMM for every M, N, K, alpha, beta (chapter 25's
 // kernel; chapter 20 teaches the wgmma + TMA pipeline, chapter 25 the padding pre-pass and the K
 // slices across a cluster).
-// - Rows not 16-byte aligned: a pre-pass (pad_unaligned_rows) copies A (K % 4 != 0) and B
-//   (N % 4 != 0) into the workspace with rows padded to 4 floats for the TMA; aligned operands
-//   are read in place and launch no pre-pass.
+// - Rows not 16-byte aligned (A with K % 4 != 0, B with N % 4 != 0), the TMA cannot read them:
+//   STREAM 0: a pre-pass (pad_unaligned_rows) copies them into the workspace with rows padded to
+//   4 floats for the TMA; STREAM 1: the producer warpgroup copies their boxes itself with 4-byte
+//   cp.async into the TMA's swizzled layout (swizzled_rows.cuh), no pre-pass. Aligned operands
+//   are read in place by the TMA either way and launch no pre-pass. Streamed, A reaches wgmma as
+//   FP32 (the tensor cores truncate it to TF32; the TMA's TF32 type rounds it).
 // - Few tiles: a tile's K range is cut into SLICES (1, 2, 4, 8; the config's derived `slices`)
 //   runs computed by the blocks of one cluster, added up in K order through distributed shared
 //   memory (k_slices.cuh): deterministic, never through global memory.
@@ -25,6 +28,8 @@
 #include "../include/cluster.cuh"
 // add_k_slices: a cluster's K slices added up in distributed shared memory, shared with gemm/3xtf32.cu
 #include "../include/k_slices.cuh"
+// copy_swizzled_rows: the unaligned operands' boxes by 4-byte cp.async (STREAM 1)
+#include "../include/swizzled_rows.cuh"
 
 // --- Pre-pass: workspace = [A copy (only when K % 4 != 0) | B copy (only when N % 4 != 0)],
 // row strides padded to 4 floats (16 bytes), pad columns zero. The copies are flat lists of
@@ -68,31 +73,56 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Producer (one thread of warpgroup 0): walks this block's K slice (k tiles kt0 .. kt0 +
-// k_tiles - 1), refilling each stage as soon as the consumers release it: A's BM x 32 box and
-// BN / 32 boxes of B (32 k rows x 32 columns) per stage, as in 20.
-template <int BM, int BN, int STAGES>
+// Producer: walks this block's K slice (k tiles kt0 .. kt0 + k_tiles - 1), refilling each stage
+// as soon as the consumers release it: A's BM x 32 box and BN / 32 boxes of B (32 k rows x 32
+// columns) per stage, as in 20. Thread 0 issues the TMA copies; with STREAM, every producer
+// thread also copies its rows of the operands the TMA cannot read (A when K % 4, B when N % 4).
+template <int BM, int BN, int STAGES, int STREAM>
 __device__ __forceinline__ void produce_k_slice(unsigned char* a_tiles, unsigned char* b_tiles,
                                                 u64* full, u64* empty, const TensorMap* tmap_a,
                                                 const TensorMap* tmap_b, int m0, int n0, int kt0,
-                                                int k_tiles) {
+                                                int k_tiles, const float* A, const float* B,
+                                                int M, int N, int K) {
   constexpr int BK = 32, A_STAGE = BM * BK * 4, B_BOX = BK * 32 * 4, B_STAGE = (BN / 32) * B_BOX;
+  const bool a_streamed = STREAM && K % 4 != 0, b_streamed = STREAM && N % 4 != 0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // streamed rows: this lane's element of the warp's first box row, as of k = 0
+  const float* a_row = A + (size_t)(m0 + warp) * K + lane;
+  const float* b_row = B + (size_t)warp * N + n0 + lane;
+  unsigned b_cols_ok = 0;
+#pragma unroll
+  for (int i = 0; i < BN / 32; ++i) b_cols_ok |= (n0 + 32 * i + lane < N ? 1u : 0u) << i;
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int s = kt % STAGES;
     const int k = (kt0 + kt) * BK;
     mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
-    mbar_arrive_expect_tx(&full[s], A_STAGE + B_STAGE);
-    tma_load_2d(a_tiles + s * A_STAGE, tmap_a, &full[s], k, m0);
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(&full[s], (a_streamed ? 0 : A_STAGE) + (b_streamed ? 0 : B_STAGE));
+      if (!a_streamed) tma_load_2d(a_tiles + s * A_STAGE, tmap_a, &full[s], k, m0);
+      if (!b_streamed) {
 #pragma unroll
-    for (int i = 0; i < BN / 32; ++i)
-      tma_load_2d(b_tiles + s * B_STAGE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+        for (int i = 0; i < BN / 32; ++i)
+          tma_load_2d(b_tiles + s * B_STAGE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+      }
+    }
+    if constexpr (STREAM) {
+      if (a_streamed)
+        copy_swizzled_rows<BM, 1>(smem_addr(a_tiles + s * A_STAGE), a_row + k, K,
+                                  M - m0 - warp, k + lane < K ? 1u : 0u, warp, lane);
+      if (b_streamed)
+        copy_swizzled_rows<BK, BN / 32>(smem_addr(b_tiles + s * B_STAGE), b_row + (size_t)k * N,
+                                        N, K - k - warp, b_cols_ok, warp, lane);
+      stream_arrive(&full[s]);
+    }
   }
+  if constexpr (STREAM) asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 // The block: a tile's K slice (the whole K range when SLICES == 1), as in 20, then the cluster's
 // slices added up.
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
-__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, float beta, float* C,
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
+__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, const float* A,
+                                          const float* B, float beta, float* C,
                                           const TensorMap* tmap_a, const TensorMap* tmap_b) {
   constexpr int BK = 32;
   constexpr int CONSUMERS = BN / 64;
@@ -115,14 +145,19 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
   const SliceOfTile work = slice_of_tile<BM, BN, BK, GROUP_M, SLICES>(M, N, K);
   const int m0 = work.m0, n0 = work.n0, slice = work.slice, kt0 = work.kt0, k_tiles = work.k_tiles;
 
-  if (threadIdx.x == 0) init_stage_ring<STAGES, CONSUMERS>(full, empty);
+  if (threadIdx.x == 0) {
+    if constexpr (STREAM)
+      stream_ring_init<STAGES, CONSUMERS>(full, empty);
+    else
+      init_stage_ring<STAGES, CONSUMERS>(full, empty);
+  }
   __syncthreads();
 
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
-    if (threadIdx.x == 0)
-      produce_k_slice<BM, BN, STAGES>(a_tiles, b_tiles, full, empty, tmap_a, tmap_b, m0, n0, kt0,
-                                      k_tiles);
+    if (STREAM || threadIdx.x == 0)
+      produce_k_slice<BM, BN, STAGES, STREAM>(a_tiles, b_tiles, full, empty, tmap_a, tmap_b, m0,
+                                              n0, kt0, k_tiles, A, B, M, N, K);
     producers_meet_slice_barriers<SLICES>();
     return;
   }
@@ -145,6 +180,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
   auto issue = [&](int kt, unsigned (&frag)[BK / 8][4]) {
     const int s = kt % STAGES;
     mbar_wait(&full[s], (kt / STAGES) & 1);
+    if (STREAM && K % 4 != 0) stream_fence_for_wgmma();  // A streamed: wgmma reads it
     const unsigned char* b_box = b_tiles + s * B_STAGE + box * B_BOX;
 #pragma unroll
     for (int ks = 0; ks < BK / 8; ++ks) {
@@ -206,18 +242,19 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
 }
 
 // One block per tile (SLICES == 1)...
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
     gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A,
                                const float* __restrict__ B, float beta, float* __restrict__ C,
                                float* __restrict__ workspace,
                                const __grid_constant__ TensorMap tmap_a,
                                const __grid_constant__ TensorMap tmap_b) {
-  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES>(M, N, K, alpha, beta, C, &tmap_a, &tmap_b);
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM>(M, N, K, alpha, A, B, beta, C,
+                                                                &tmap_a, &tmap_b);
 }
 
 // ... or a cluster of SLICES blocks per tile, one K slice each.
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICES, 1, 1)
     gemm_tf32_cluster(int M, int N, int K, float alpha,
                                        const float* __restrict__ A, const float* __restrict__ B,
@@ -225,5 +262,6 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICE
                                        float* __restrict__ workspace,
                                        const __grid_constant__ TensorMap tmap_a,
                                        const __grid_constant__ TensorMap tmap_b) {
-  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES>(M, N, K, alpha, beta, C, &tmap_a, &tmap_b);
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM>(M, N, K, alpha, A, B, beta, C,
+                                                                &tmap_a, &tmap_b);
 }

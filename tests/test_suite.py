@@ -209,17 +209,17 @@ def test_a_library_kernel_run_by_name_takes_its_own_size_classes(compose):
         assert fp32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_3xtf32[{index}]")
     # gemm_tf32, whose size classes pick tiles and, through them, the K slices
     for shape, index, entry in [
-            ("511x513x8191", 0, "_cluster<128, 128, 5, 8, 2, 4>"),   # small C, long K: 4 slices, 5 stages
-            ("32x4096x4096", 1, "_cluster<64, 64, 8, 8, 2, 2>"),     # one wave of 64 x 64 tiles
-            ("4096x64x4096", 1, "_cluster<64, 64, 8, 8, 2, 2>"),
-            ("128x4096x8192", 1, "<64, 64, 8, 8, 2, 1>"),            # 128 tiles: no slices
-            ("128x5120x13824", 2, "_cluster<128, 128, 4, 8, 2, 2>"),  # a few rows
-            ("8192x128x8192", 2, "_cluster<128, 128, 4, 8, 2, 2>"),
-            ("768x768x768", 3, "<64, 128, 8, 8, 2, 1>"),             # small squares
-            ("1024x1024x1024", 4, "_cluster<128, 128, 4, 8, 2, 2>"),
-            ("512x10240x8192", 5, "_cluster<256, 128, 4, 8, 2, 2>"),  # 160 tiles: 2 slices
-            ("1024x13824x5120", 6, "<256, 128, 4, 8, 2, 1>"),         # 432 tiles: unsplit
-            ("4096x4096x4096", 6, "<256, 128, 4, 8, 2, 1>")]:       # 20's tile, unsplit
+            ("511x513x8191", 0, "_cluster<128, 128, 5, 8, 2, 4, 0>"),   # small C, long K: 4 slices, 5 stages
+            ("32x4096x4096", 1, "_cluster<64, 64, 8, 8, 2, 2, 0>"),     # one wave of 64 x 64 tiles
+            ("4096x64x4096", 1, "_cluster<64, 64, 8, 8, 2, 2, 0>"),
+            ("128x4096x8192", 1, "<64, 64, 8, 8, 2, 1, 0>"),            # 128 tiles: no slices
+            ("128x5120x13824", 2, "_cluster<128, 128, 4, 8, 2, 2, 0>"),  # a few rows
+            ("8192x128x8192", 2, "_cluster<128, 128, 4, 8, 2, 2, 0>"),
+            ("768x768x768", 3, "<64, 128, 8, 8, 2, 1, 0>"),             # small squares
+            ("1024x1024x1024", 4, "_cluster<128, 128, 4, 8, 2, 2, 0>"),
+            ("512x10240x8192", 5, "_cluster<256, 128, 4, 8, 2, 2, 0>"),  # 160 tiles: 2 slices
+            ("1024x13824x5120", 6, "<256, 128, 4, 8, 2, 1, 0>"),         # 432 tiles: unsplit
+            ("4096x4096x4096", 6, "<256, 128, 4, 8, 2, 1, 0>")]:       # 20's tile, unsplit
         tf32 = prepare(compose("kernel=gemm_tf32", f"shape={shape}"))
         assert tf32.spec.entry == "gemm_tf32" + entry, shape
         assert tf32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_tf32[{index}]")

@@ -374,6 +374,21 @@ def test_gemm_tf32_streaming_unaligned_rows_builds_without_spills(shape, params)
 
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
+    ((4095, 4097, 333), {}),                                     # one block per tile
+    ((22, 3087, 9792), {"bm": 64, "bn": 64, "fit": 2}),          # 24 rows, 2 slices
+    ((511, 513, 8191), {}),                                      # 128 x 128, 4 slices
+], ids=["unsplit", "fitted-split2", "split4"])
+def test_3xtf32_streaming_unaligned_b_builds_without_spills(shape, params):
+    """gemm_3xtf32 (B^T in registers) with unaligned_rows 2: every producer thread copies B's
+    rows by 4-byte cp.async and counts them on the stage's barrier, within setmaxnreg's 40
+    registers; the A-only pre-pass and the main kernel build without spills (three entries:
+    the split_tf32_operands<0> instantiation, role 1's transposing pre-pass, the main kernel)."""
+    _sliced_build("gemm_3xtf32", shape, {**params, "unaligned_rows": 2},
+                  ["cp.async.ca.shared.global", "cp.async.mbarrier.arrive.noinc"], entries=3)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
     ((4095, 4097, 333), {}),                                     # B copied, one block per tile
     ((32, 4096, 4096), {"bm": 64, "bn": 64, "stages": 8}),       # m64n64k8 with scale-d, 2 slices
     ((511, 513, 8191), {}),                                      # 128 x 128, promoted, 4 slices
@@ -403,7 +418,7 @@ def test_3xtf32_library_kernel_with_a_in_registers_builds_without_spills(shape, 
     memory by ldmatrix and are split in registers."""
     _sliced_build("gemm_3xtf32", shape, params | {"register_operand": 2},
                   ["ldmatrix.sync.aligned.m8n8.x4", "cvt.rna.tf32.f32"],
-                  entries=3)  # its own pre-pass and 23's, which tf32_split.cuh holds
+                  entries=2)  # its own pre-pass (role 0's, a template, is built only where named)
 
 
 @needs_nvcc
@@ -418,8 +433,9 @@ def test_3xtf32_library_kernel_with_a_in_registers_builds_without_spills(shape, 
 def test_fitted_tiles_build_without_spills(kernel, shape, params):
     """`fit` 2's tiles (wgmma's N side any multiple of 8, kernels/include/wgmma_rows.cuh) build for
     sm_90a without spills, in pieces of the m64nNk8 forms, with the K slices' uneven shares."""
+    role_0 = kernel == "gemm_3xtf32" and params.get("register_operand", 1) == 1
     _sliced_build(kernel, shape, params | {"fit": 2}, ["m64n8k8", "m64n56k8"],
-                  entries=3 if kernel == "gemm_3xtf32" else 2)
+                  entries=3 if role_0 else 2)  # role 0: its split pre-pass and role 1's
 
 
 @needs_nvcc
@@ -434,7 +450,7 @@ def test_swapped_tf32_kernel_builds_without_spills(shape, params):
     slice shape builds for sm_90a without spills: A from shared memory by ldmatrix, rounded to
     TF32 in registers, the fitted columns on wgmma's N side."""
     _sliced_build("gemm_tf32_swapped", shape, params,
-                  ["ldmatrix.sync.aligned.m8n8.x4", "cvt.rna.tf32.f32"], entries=3)
+                  ["ldmatrix.sync.aligned.m8n8.x4", "cvt.rna.tf32.f32"], entries=2)
 
 
 @needs_nvcc

@@ -182,6 +182,38 @@ def test_gemm_tf32_streamed_unaligned_rows_alpha_beta(compose, shape, params):
     assert record.entry.endswith(", 1>"), record.entry  # STREAM 1
 
 
+STREAMED_B_CASES = [  # gemm_3xtf32 (B^T in registers) with unaligned_rows 2: B's rows copied by the producer
+    ((22, 3087, 9792), {"bm": 64, "bn": 64, "fit": 2}),        # 24 rows, long K, 2 slices
+    ((4095, 4097, 333), {}),                                   # 128 x 128, K % 4 too (A padded by the split)
+    ((170, 141, 3691), {"bm": 128, "bn": 64, "fit": 2}),       # 88 rows, N under three boxes
+    ((19, 1287, 2026), {"bm": 64, "bn": 64, "fit": 2}),        # 24 rows, 4 slices
+    ((17, 33, 5), {}),
+    ((1, 1, 1), {}),
+]
+
+
+@pytest.mark.chapter("gemm_3xtf32")
+@pytest.mark.parametrize("shape,params", [
+    pytest.param(shape, params, id="x".join(map(str, shape)),
+                 marks=[pytest.mark.smoke] if shape == (22, 3087, 9792) else [])
+    for shape, params in STREAMED_B_CASES])
+def test_gemm_3xtf32_streamed_unaligned_b_alpha_beta(compose, shape, params):
+    """gemm_3xtf32 with B^T in registers and unaligned_rows 2: the producer warpgroup copies B's
+    unaligned rows into the stage (4-byte cp.async, the TMA's swizzled layout) while the pre-pass
+    splits A alone; verified with alpha and beta against the FP64 reference at the FP32
+    tolerance, its timed launches and fresh inputs too, with no local memory."""
+    m, n, k = shape
+    params = {**params, "unaligned_rows": 2}
+    record = run_job(compose("kernel=gemm_3xtf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
+                             *[f"kernel.params.{p}={v}" for p, v in params.items()], *QUICK,
+                             *pinned_inputs(shape)),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+    assert record.entry.endswith(", 1>"), record.entry  # STREAM_B 1
+
+
 THREE_TF32_VARIANTS = [{}, {"order": 2}, {"accumulation": 1},
                        {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1},
                        {"promote": 1, "in_flight": 1, "bn": 64}]

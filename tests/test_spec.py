@@ -194,6 +194,7 @@ VIOLATIONS = [
     ("gemm_3xtf32", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
     ("gemm_tf32", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
     ("gemm_tf32", dict(unaligned_rows=3), SQUARE, "unaligned_rows == 1 or unaligned_rows == 2"),
+    ("gemm_3xtf32", dict(unaligned_rows=3), SQUARE, "unaligned_rows == 1 or unaligned_rows == 2"),
     ("gemm_tf32_swapped", dict(bm=256), SQUARE, "bm == 64 or bm == 128"),
     ("gemm_tf32_swapped", dict(bn=256), SQUARE, "bn == 64 or bn == 128"),
     ("gemm_tf32_swapped", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
@@ -525,6 +526,36 @@ def test_gemm_tf32_streams_unaligned_rows_without_a_prepass(shape, a_streamed, b
     assert (b_map.matrix, b_map.region) == (("workspace", (0, 256, 32, 32)) if b_streamed else ("b", None))
     if not streams:
         assert (spec.entry, spec.grid, spec.tensor_maps) == (padded.entry, padded.grid, padded.tensor_maps)
+
+
+@pytest.mark.parametrize("shape,register_operand,streamed", [
+    ((22, 3087, 9792), 1, True),       # few rows, B's rows odd: the pre-pass splits A alone
+    ((4095, 4097, 333), 1, True),
+    ((4096, 4096, 4096), 1, False),    # B aligned: the same kernel and pre-pass as unaligned_rows 1
+    ((1156, 65, 4351), 2, False),      # A in registers: the pre-pass transposes B anyway
+])
+def test_gemm_3xtf32_streams_unaligned_b_without_copying_it(shape, register_operand, streamed):
+    """gemm_3xtf32 with unaligned_rows 2: with B^T in registers and B's rows not 16-byte aligned,
+    the producer copies B's boxes, so the pre-pass splits A alone (split_tf32_operands<0>) and the
+    workspace holds A_big, A_small and a 4 KiB stand-in that B's unread tensor map describes.
+    Elsewhere it builds exactly what unaligned_rows 1 builds."""
+    m, n, k = shape
+    problem = Problem(m, n, k, 1.0, 0.0)
+    params = {"register_operand": register_operand, "bm": 64 if register_operand == 1 else 128}
+    spec = build_spec(kernel_cfg("gemm_3xtf32", unaligned_rows=2, **params), problem, H100)
+    padded = build_spec(kernel_cfg("gemm_3xtf32", **params), problem, H100)
+    k_pad, n_pad = ceil_div(k, 4) * 4, ceil_div(n, 4) * 4
+    assert padded.entry.endswith(", 0>") and spec.entry == padded.entry[:-2] + f"{int(streamed)}>"
+    if not streamed:
+        assert (spec.entry, spec.prepass, spec.workspace_bytes, spec.tensor_maps) == (
+            padded.entry, padded.prepass, padded.workspace_bytes, padded.tensor_maps)
+        return
+    assert padded.prepass.entry == "split_tf32_operands<1>" and spec.prepass.entry == "split_tf32_operands<0>"
+    assert padded.workspace_bytes == 4 * (2 * m * k_pad + k * n_pad)
+    assert spec.workspace_bytes == 4 * (2 * m * k_pad + 1024)
+    assert spec.prepass.grid == (min(ceil_div(m * k_pad // 4, 256), 16 * H100["sms"]),)
+    b_map = spec.tensor_maps[2]
+    assert (b_map.matrix, b_map.region) == ("workspace", (8 * m * k_pad, 32, 32, 32))
 
 
 def test_a_prepass_needs_a_workspace_entry_and_geometry():

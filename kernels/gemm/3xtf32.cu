@@ -7,6 +7,8 @@
 // One kernel, two roles for the operands (A_IN_REGISTERS, chosen per shape by the tuned file):
 //   0: C^T = B^T A^T (chapter 23's layout). The pre-pass splits A into A_big and A_small in the
 //      workspace (split_tf32_operands, tf32_split.cuh); B's fragments are split in registers.
+//      B's rows when not 16-byte aligned (N % 4): copied padded by the pre-pass, or (STREAM_B)
+//      copied into the stage by the producer warpgroup (swizzled_rows.cuh).
 //      Block tile BM x BN, BM = wgmma's N, one consumer warpgroup per 64 columns.
 //   1: C = A B. A is streamed once as FP32 and split in registers (ldmatrix, split_a_fragments);
 //      the pre-pass splits and transposes B, the small operand of few-columns products, into
@@ -169,10 +171,10 @@ __device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
 // The three tensor maps in the roles' order: role 0 A_big, A_small, B; role 1 A, B_big^T,
 // B_small^T (the producer loads them in this order into each stage).
 template <bool A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT,
-          int PROMOTE, int SLICES, int PRODUCTS = 3>
-__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, float beta, float* C,
-                                          const TensorMap* tmap_0, const TensorMap* tmap_1,
-                                          const TensorMap* tmap_2) {
+          int PROMOTE, int SLICES, int PRODUCTS = 3, int STREAM_B = 0>
+__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, const float* B,
+                                          float beta, float* C, const TensorMap* tmap_0,
+                                          const TensorMap* tmap_1, const TensorMap* tmap_2) {
   using R = Roles<A_IN_REGISTERS, BM, BN, PRODUCTS>;
   static_assert(PRODUCTS == 3 || (PRODUCTS == 1 && A_IN_REGISTERS && PROMOTE == 0),
                 "one product: role 1, one accumulator over the slice (TF32 needs no promotion)");
@@ -189,14 +191,20 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
   // This block's tile and K slice (k_slices.cuh).
   const SliceOfTile work = slice_of_tile<BM, BN, R::BK, GROUP_M, SLICES>(M, N, K);
 
-  if (threadIdx.x == 0) init_stage_ring<STAGES, R::CONSUMERS>(full, empty);
+  if (threadIdx.x == 0) {
+    if constexpr (STREAM_B)
+      stream_ring_init<STAGES, R::CONSUMERS>(full, empty);
+    else
+      init_stage_ring<STAGES, R::CONSUMERS>(full, empty);
+  }
   __syncthreads();
 
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
-    if (threadIdx.x == 0)
-      produce_split_k_tiles<BM, BN, STAGES, A_IN_REGISTERS, R::B_PARTS>(
-          smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles);
+    if (STREAM_B || threadIdx.x == 0)
+      produce_split_k_tiles<BM, BN, STAGES, A_IN_REGISTERS, R::B_PARTS, STREAM_B>(
+          smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles, B,
+          N, K);
     producers_meet_slice_barriers<SLICES>();
     return;
   }
@@ -215,22 +223,23 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, floa
       const __grid_constant__ TensorMap tmap_0, const __grid_constant__ TensorMap tmap_1,       \
       const __grid_constant__ TensorMap tmap_2
 
-// One block per tile (SLICES == 1)...
+// One block per tile (SLICES == 1)... STREAM_B: role 0 with B's rows unaligned, copied by the
+// producer (no copy of B in the pre-pass).
 template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
-          int SLICES>
+          int SLICES, int STREAM_B>
 __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)
     gemm_3xtf32(GEMM_3XTF32_ARGS) {
-  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES>(
-      M, N, K, alpha, beta, C, &tmap_0, &tmap_1, &tmap_2);
+  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM_B>(
+      M, N, K, alpha, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
 }
 
 // ... or a cluster of SLICES blocks per tile, one K slice each.
 template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
-          int SLICES>
+          int SLICES, int STREAM_B>
 __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)
     __cluster_dims__(SLICES, 1, 1) gemm_3xtf32_cluster(GEMM_3XTF32_ARGS) {
-  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES>(
-      M, N, K, alpha, beta, C, &tmap_0, &tmap_1, &tmap_2);
+  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM_B>(
+      M, N, K, alpha, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
 }
 
 // gemm_tf32_swapped: TF32 (one product a step, A rounded to TF32 in registers, B^T rounded by the
@@ -245,13 +254,13 @@ __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONS
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
 __global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
     gemm_tf32_swapped(GEMM_TF32_SWAPPED_ARGS) {
-  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, beta, C,
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, B, beta, C,
                                                                     &tmap_0, &tmap_1, &tmap_1);
 }
 
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
 __global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
     __cluster_dims__(SLICES, 1, 1) gemm_tf32_swapped_cluster(GEMM_TF32_SWAPPED_ARGS) {
-  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, beta, C,
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, B, beta, C,
                                                                     &tmap_0, &tmap_1, &tmap_1);
 }

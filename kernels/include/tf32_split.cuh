@@ -12,6 +12,7 @@
 #include "tma.cuh"
 #include "wgmma.cuh"
 #include "wgmma_rows.cuh"
+#include "swizzled_rows.cuh"
 
 // x = big + small (+ at most 2^-22 |x|), both TF32 values held as FP32 bit patterns.
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
@@ -19,9 +20,11 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& sma
   small = to_tf32(x - __uint_as_float(big));  // exact difference; -ftz flushes it below 2^-126
 }
 
-// --- Pre-pass: workspace = [A_big | A_small | B copy (only when N % 4 != 0)], row strides padded
-// to 4 floats (16 bytes). Each thread handles 4 consecutive elements of a padded row; the pad
-// columns get zeros (the tensor maps stop at K and N, so they are never read anyway).
+// --- Pre-pass: workspace = [A_big | A_small | B copy (only when N % 4 != 0 and COPY_B: else
+// the producer copies B's unaligned rows itself, swizzled_rows.cuh)], row strides padded to 4
+// floats (16 bytes). Each thread handles 4 consecutive elements of a padded row; the pad columns
+// get zeros (the tensor maps stop at K and N, so they are never read anyway).
+template <int COPY_B>
 __global__ void __launch_bounds__(256)
     split_tf32_operands(int M, int N, int K, float, const float* __restrict__ A,
                         const float* __restrict__ B, float, float*, float* __restrict__ workspace) {
@@ -31,7 +34,7 @@ __global__ void __launch_bounds__(256)
   float* a_small = workspace + a_floats;
   float* b_copy = workspace + 2 * a_floats;
   const size_t a_work = (size_t)M * k_chunks;
-  const size_t b_work = N % 4 ? (size_t)K * n_chunks : 0;
+  const size_t b_work = COPY_B && N % 4 ? (size_t)K * n_chunks : 0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a_work + b_work;
        i += (size_t)gridDim.x * blockDim.x) {
     if (i < a_work) {
@@ -91,39 +94,61 @@ __device__ __forceinline__ void split_a_fragments(unsigned row_addr, int lane, F
   }
 }
 
-// Producer (one thread of warpgroup 0): walks k tiles kt0 .. kt0 + k_tiles - 1 (all of K in 23,
+// Producer (thread 0 of warpgroup 0, or all of it with STREAM_B): walks k tiles kt0 .. kt0 + k_tiles - 1 (all of K in 23,
 // a K slice in 26 and 27), refilling each stage as soon as the consumers release it, one stage
 // after another in `smem`: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B (23, 26:
 // maps a_big, a_small, b), or with SPLIT_A A's BM x 32 box (FP32), then B_big^T's and B_small^T's
 // BN x 32 boxes (27: maps a, b_big, b_small); B_big^T's alone with PARTS 1 (one TF32 product,
-// gemm_tf32_swapped: B^T rounded to TF32 is B_big^T).
-template <int BM, int BN, int STAGES, bool SPLIT_A = false, int PARTS = 2>
+// gemm_tf32_swapped: B^T rounded to TF32 is B_big^T). STREAM_B (B^T in registers, B's rows not
+// 16-byte aligned): every producer thread copies its rows of the B boxes by cp.async instead of
+// the TMA reading a padded copy; the stage's full barrier then counts those threads too.
+template <int BM, int BN, int STAGES, bool SPLIT_A = false, int PARTS = 2, int STREAM_B = 0>
 __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* full, u64* empty,
                                                       const TensorMap* tmap_a_big,
                                                       const TensorMap* tmap_a_small,
                                                       const TensorMap* tmap_b, int m0, int n0,
-                                                      int kt0, int k_tiles) {
+                                                      int kt0, int k_tiles,
+                                                      const float* B = nullptr, int N = 0,
+                                                      int K = 0) {
   constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4, B_TILE = BN * BK * 4;
   constexpr int STAGE = SPLIT_A ? A_TILE + PARTS * B_TILE : 2 * A_TILE + (BN / 32) * B_BOX;
+  static_assert(!STREAM_B || !SPLIT_A, "B's rows are streamed only where B is the register operand");
+  // STREAM_B (every producer thread): B's rows, unaligned, copied by cp.async (swizzled_rows.cuh);
+  // this lane's element of the warp's first box row as of k = 0, and which boxes' columns exist
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* b_row = STREAM_B ? B + (size_t)warp * N + n0 + lane : nullptr;
+  unsigned b_cols_ok = 0;
+#pragma unroll
+  for (int i = 0; i < BN / 32; ++i) b_cols_ok |= (n0 + 32 * i + lane < N ? 1u : 0u) << i;
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int s = kt % STAGES;
     const int k = (kt0 + kt) * BK;
     unsigned char* stage = smem + s * STAGE;
     mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
-    mbar_arrive_expect_tx(&full[s], STAGE);
-    if constexpr (SPLIT_A) {
-      tma_load_2d(stage, tmap_a_big, &full[s], k, m0);                        // A
-      tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, n0);             // B_big^T
-      if constexpr (PARTS == 2)
-        tma_load_2d(stage + A_TILE + B_TILE, tmap_b, &full[s], k, n0);        // B_small^T
-    } else {
-      tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
-      tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(&full[s], STREAM_B ? 2 * A_TILE : STAGE);
+      if constexpr (SPLIT_A) {
+        tma_load_2d(stage, tmap_a_big, &full[s], k, m0);                        // A
+        tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, n0);             // B_big^T
+        if constexpr (PARTS == 2)
+          tma_load_2d(stage + A_TILE + B_TILE, tmap_b, &full[s], k, n0);        // B_small^T
+      } else {
+        tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
+        tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
+        if constexpr (!STREAM_B) {
 #pragma unroll
-      for (int i = 0; i < BN / 32; ++i)
-        tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+          for (int i = 0; i < BN / 32; ++i)
+            tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
+        }
+      }
+    }
+    if constexpr (STREAM_B) {
+      copy_swizzled_rows<BK, BN / 32>(smem_addr(stage + 2 * A_TILE), b_row + (size_t)k * N, N,
+                                      K - k - warp, b_cols_ok, warp, lane);
+      stream_arrive(&full[s]);
     }
   }
+  if constexpr (STREAM_B) asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 // Consumer warpgroup (23's K loop; a K slice in 26 and 27): k tiles 0 .. k_tiles - 1 of the

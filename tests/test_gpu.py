@@ -185,7 +185,7 @@ def test_gemm_tf32_streamed_unaligned_rows_alpha_beta(compose, shape, params):
 STREAMED_B_CASES = [  # gemm_3xtf32 (B^T in registers) with unaligned_rows 2: B's rows copied by the producer
     ((22, 3087, 9792), {"bm": 64, "bn": 64, "fit": 2}),        # 24 rows, long K, 2 slices
     ((4095, 4097, 333), {}),                                   # 128 x 128, K % 4 too (A padded by the split)
-    ((170, 141, 3691), {"bm": 128, "bn": 64, "fit": 2}),       # 88 rows, N under three boxes
+    ((170, 141, 3691), {"bm": 128, "bn": 64, "fit": 2, "stages": 3}),  # 88 rows, N under 3 boxes
     ((19, 1287, 2026), {"bm": 64, "bn": 64, "fit": 2}),        # 24 rows, 4 slices
     ((17, 33, 5), {}),
     ((1, 1, 1), {}),

@@ -437,6 +437,13 @@ def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_pa
     assert kept and {r["kernel"] for r in kept} == {r["kernel"] for r in rows} - {"gemm_tf32"}
     with pytest.raises(ConfigError, match="same training shapes and screen"):
         command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_ffma"})
+    # a screen shape that only the re-measured candidates hold is screened again, by them
+    screen_shape = next(r["shape"] for r in rows if r["stage"] == "1" and r["shape"] != moved)
+    holders = {r["kernel"] for r in rows if r["stage"] == "1" and r["shape"] == screen_shape}
+    kept = command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv",
+                                 holders | {"gemm_tf32"})
+    assert {r["kernel"] for r in kept} == {r["kernel"] for r in rows} - holders - {"gemm_tf32"}
+    assert screen_shape not in {r["shape"] for r in kept if r["stage"] == 1}
     for change, said in [
             (lambda r: {**r, "source_sha256": "0" * 64 if r["kernel"] == "gemm_ffma" else r["source_sha256"]},
              "the evidence rows of gemm_ffma were measured from another source"),

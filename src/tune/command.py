@@ -261,11 +261,13 @@ def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) ->
     planned = {s.label for s in plan.shapes}
     screening_shapes = planned - {s.label for s in plan.rest}
     held = {r["shape"] for r in rows}
-    # the re-measured candidates' rows are replaced, so a screen shape only they held is no matter
+    screened = {r["shape"] for r in rows if r["stage"] == 1}
+    # the re-measured candidates' rows are replaced: their screen shapes need not be the plan's
     first = {r["shape"] for r in rows if r["stage"] == 1 and r["kernel"] not in remeasured}
     region = {s.label for shapes in plan.region.values() for s in shapes}  # a kernel's own screen
-    if held != planned or (plan.rest and not screening_shapes <= first <= screening_shapes | region):
-        raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(first)} screened) "
+    if held != planned or (plan.rest and not (screening_shapes <= screened
+                                              and first <= screening_shapes | region)):
+        raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(screened)} screened) "
                           f"and this plan {len(planned)} ({len(screening_shapes)} screened) (rule: "
                           f"a partial re-tune keeps rows measured over the same training shapes and "
                           f"screen); pass the --shapes of that run, or run the whole tune.")

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from src.errors import ConfigError, InvalidParams, InvalidProblem, UnsupportedSize
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
-from src.job.spec import build_spec, ceil_div
+from src.job.expression import ceil_div
+from src.job.spec import build_spec
 from tests.conftest import CONF_DIR, chapter_shapes
 
 H100 = limits_from_spec("h100_sxm")

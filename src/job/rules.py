@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from simpleeval import SimpleEval
-
 from src.errors import ConfigError
-from src.job.spec import FUNCTIONS
+from src.job.expression import evaluate
 
 
 def when_text(rule: dict) -> str:
@@ -30,7 +28,7 @@ def first_rule(rules: list[dict], names: dict, where: str,
             check(index, rule)
         when = when_text(rule)
         try:
-            holds = SimpleEval(names=names, functions=FUNCTIONS).eval(when)
+            holds = evaluate(when, names)
         except Exception as exc:
             raise ConfigError(f"{where}[{index}] has a bad `when` expression {when!r}: {exc}") from exc
         if holds:

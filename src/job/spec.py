@@ -8,18 +8,14 @@ violation names the rule, the values it saw and why the rule exists.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-import simpleeval
-from simpleeval import SimpleEval
-
 from src.paths import kernel_file
 from src.errors import ConfigError, InvalidParams, UnsupportedSize
+from src.job.expression import MAX_BITS, evaluate, names_in
 from src.job.problem import Problem
 from src.job.tensor_maps import TensorMapSpec, check as check_tensor_maps
 
@@ -28,52 +24,6 @@ BACKENDS = ("nvrtc", "cublas", "triton", "cutlass")
 # tl.dot's input_precision for a Triton peer: ieee (FP32 FMA), tf32, tf32x3 (FP32-accurate)
 INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 PRECISIONS = ("fp32", "tf32")
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-FUNCTIONS = {"ceil_div": ceil_div, "min": min, "max": max}
-
-# Integers in an expression stay below 2**MAX_BITS: an expression is a handful of operations on
-# tile sizes and problem dimensions, so each costs microseconds, whatever the config says
-# (4000000**4000000 alone took 43 s of CPU per evaluation).
-MAX_BITS = 256
-
-
-class ExpressionTooLarge(ArithmeticError):
-    pass
-
-
-def _bounded(result_bits: int, what: str) -> None:
-    if result_bits > MAX_BITS:
-        raise ExpressionTooLarge(f"{what} would exceed {MAX_BITS} bits")
-
-
-def _power(a, b):
-    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
-        _bounded(b * (abs(a).bit_length() - 1), f"{a} ** {b}")
-    return a ** b
-
-
-def _times(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        _bounded(abs(a).bit_length() + abs(b).bit_length() - 1, f"{a} * {b}")
-        return a * b
-    if isinstance(a, str) or isinstance(b, str):
-        raise TypeError("strings cannot be multiplied in a kernel config expression")
-    return a * b
-
-
-def _shift(a, b):
-    if isinstance(b, int) and b > 0:
-        _bounded(abs(a).bit_length() + b, f"{a} << {b}")
-    return a << b
-
-
-OPERATORS = {**simpleeval.DEFAULT_OPERATORS, ast.Pow: _power, ast.Mult: _times,
-             ast.LShift: _shift}
 
 
 @dataclass(frozen=True)
@@ -115,27 +65,11 @@ class Prepass:
     block: tuple[int, ...]
 
 
-@lru_cache(maxsize=4096)
-def _parsed(expr: str):
-    """The expression's syntax tree, parsed once per process (a tuning sweep checks thousands
-    of candidates against the same few dozen rules)."""
+def _names_in(expr: str) -> list[str]:
     try:
-        return ast.parse(expr.strip(), mode="eval").body
+        return list(names_in(expr))
     except SyntaxError as exc:
         raise ConfigError(f"malformed expression {expr!r} in a kernel config: {exc.msg}") from exc
-
-
-@lru_cache(maxsize=4096)
-def _names_tuple(expr: str) -> tuple[str, ...]:
-    seen: list[str] = []
-    for node in ast.walk(_parsed(expr)):
-        if isinstance(node, ast.Name) and node.id not in FUNCTIONS and node.id not in seen:
-            seen.append(node.id)
-    return tuple(seen)
-
-
-def _names_in(expr: str) -> list[str]:
-    return list(_names_tuple(expr))
 
 
 def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
@@ -147,9 +81,8 @@ def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
             f"kernel {kernel}: expression {expr!r} uses {', '.join(missing)}, which is neither a "
             f"parameter, a derived value, m/n/k nor a device limit ({', '.join(sorted(names))})."
         )
-    evaluator = SimpleEval(names=names, functions=FUNCTIONS, operators=OPERATORS)
     try:
-        return evaluator.eval(str(expr), previously_parsed=_parsed(str(expr)))
+        return evaluate(str(expr), names)
     except ZeroDivisionError:
         raise InvalidParams(
             f"invalid tile parameters for kernel {kernel}: `{expr}` divides by zero with "

@@ -56,12 +56,10 @@ class Leaf:
 def holds(expr: str | None, shape: tuple[int, int, int]) -> bool:
     if not expr:
         return True
-    from simpleeval import SimpleEval
-
-    from src.job.spec import FUNCTIONS
+    from src.job.expression import evaluate
 
     m, n, k = shape
-    return bool(SimpleEval(names={"m": m, "n": n, "k": k}, functions=FUNCTIONS).eval(expr))
+    return bool(evaluate(expr, {"m": m, "n": n, "k": k}))
 
 
 def feature(name: str, shape: tuple[int, int, int]) -> int:
@@ -86,7 +84,7 @@ class Fitter:
         return None if best is None else best[0]
 
     def inside(self, c: Candidate, shape) -> bool:
-        """Whether `c`'s kernel runs `shape` (its guard holds; memoised: simpleeval is slow)."""
+        """Whether `c`'s kernel runs `shape` (its guard holds; memoised)."""
         guard = self.guards.get(c.kernel)
         if not guard:
             return True

@@ -5,6 +5,7 @@ One place, so that no module works out the repository root from its own depth in
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,8 +32,7 @@ def kernel_file(path: Path | str, kernel: str = "?") -> Path:
     handing any file on the machine to NVRTC and, through MLflow, to whoever reads the runs."""
     from src.errors import ConfigError
 
-    resolved = (KERNELS_DIR / path).resolve()
-    inside = any(resolved.is_relative_to(folder.resolve()) for folder in KERNEL_DIRS)
+    resolved, inside = _resolved(str(path))
     if not inside or resolved.suffix not in SOURCE_SUFFIXES:
         raise ConfigError(
             f"kernel {kernel}: source {str(path)!r} resolves to {resolved}, which is not a CUDA "
@@ -41,6 +41,14 @@ def kernel_file(path: Path | str, kernel: str = "?") -> Path:
     if not resolved.is_file():
         raise ConfigError(f"kernel {kernel}: source {resolved} does not exist.")
     return resolved
+
+
+@lru_cache(maxsize=1024)
+def _resolved(path: str) -> tuple[Path, bool]:
+    """`path` resolved under kernels/ and whether it lies in a kernel folder (memoised: a tune's
+    plan builds 160,000 specs, each resolving its source through the file system)."""
+    resolved = (KERNELS_DIR / path).resolve()
+    return resolved, any(resolved.is_relative_to(folder.resolve()) for folder in KERNEL_DIRS)
 
 
 def _shown(folder: Path) -> str:

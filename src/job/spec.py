@@ -75,14 +75,16 @@ def _names_in(expr: str) -> list[str]:
 def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
     if isinstance(expr, (int, float, bool)):
         return expr
-    missing = [n for n in _names_in(str(expr)) if n not in names]
-    if missing:
+    try:
+        return evaluate(str(expr), names)
+    except SyntaxError as exc:
+        raise ConfigError(f"malformed expression {expr!r} in a kernel config: {exc.msg}") from None
+    except NameError:
+        missing = [n for n in _names_in(str(expr)) if n not in names]
         raise ConfigError(
             f"kernel {kernel}: expression {expr!r} uses {', '.join(missing)}, which is neither a "
             f"parameter, a derived value, m/n/k nor a device limit ({', '.join(sorted(names))})."
-        )
-    try:
-        return evaluate(str(expr), names)
+        ) from None
     except ZeroDivisionError:
         raise InvalidParams(
             f"invalid tile parameters for kernel {kernel}: `{expr}` divides by zero with "
@@ -95,7 +97,7 @@ def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
 
 
 def _values(expr: Any, names: dict[str, Any]) -> str:
-    return ", ".join(f"{n}={names[n]}" for n in _names_in(str(expr))) or "no names"
+    return ", ".join(f"{n}={names[n]}" for n in _names_in(str(expr)) if n in names) or "no names"
 
 
 def _check(rules, names: dict[str, Any], kernel: str, error_cls, what: str, hint: str) -> None:

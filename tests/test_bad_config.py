@@ -136,6 +136,14 @@ def test_an_expression_that_cannot_be_evaluated_is_a_config_error(rule, error, n
         build_spec(vectorize(constraints=[rule]), P1024, H100)
 
 
+@pytest.mark.parametrize("rule", ["m > 0 or nosuch > 0", "bm if m > 0 else nosuch", "nosuch > 0"])
+def test_a_name_the_config_never_defines_is_refused_on_any_branch(rule):
+    """An unknown name is a bug in conf/ even on a branch these values never take (`or`, `if`
+    short-circuit): the rule names it, and the names the config does have."""
+    with pytest.raises(ConfigError, match="uses nosuch, which is neither a parameter"):
+        build_spec(vectorize(constraints=[rule]), P1024, H100)
+
+
 def test_the_runner_reports_a_broken_constraint_as_a_config_error(tmp_path):
     """Through the runner's steps, in this process (the command's exit and output for such a
     config: test_the_cli_refuses_such_a_source_and_logs_nothing_of_it)."""

@@ -75,16 +75,15 @@ def _names_in(expr: str) -> list[str]:
 def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
     if isinstance(expr, (int, float, bool)):
         return expr
-    try:
-        return evaluate(str(expr), names)
-    except SyntaxError as exc:
-        raise ConfigError(f"malformed expression {expr!r} in a kernel config: {exc.msg}") from None
-    except NameError:
-        missing = [n for n in _names_in(str(expr)) if n not in names]
+    # every name must be known, on whichever branch of an `if` the values take
+    missing = [n for n in _names_in(str(expr)) if n not in names]
+    if missing:
         raise ConfigError(
             f"kernel {kernel}: expression {expr!r} uses {', '.join(missing)}, which is neither a "
             f"parameter, a derived value, m/n/k nor a device limit ({', '.join(sorted(names))})."
-        ) from None
+        )
+    try:
+        return evaluate(str(expr), names)
     except ZeroDivisionError:
         raise InvalidParams(
             f"invalid tile parameters for kernel {kernel}: `{expr}` divides by zero with "

@@ -9,6 +9,7 @@ violation names the rule, the values it saw and why the rule exists.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +73,17 @@ def _names_in(expr: str) -> list[str]:
         raise ConfigError(f"malformed expression {expr!r} in a kernel config: {exc.msg}") from exc
 
 
+@lru_cache(maxsize=4096)
+def _name_set(expr: str) -> frozenset[str]:
+    return frozenset(_names_in(expr))
+
+
 def _evaluate(expr: Any, names: dict[str, Any], kernel: str) -> Any:
     if isinstance(expr, (int, float, bool)):
         return expr
     # every name must be known, on whichever branch of an `if` the values take
-    missing = [n for n in _names_in(str(expr)) if n not in names]
-    if missing:
+    if not names.keys() >= _name_set(str(expr)):
+        missing = [n for n in _names_in(str(expr)) if n not in names]
         raise ConfigError(
             f"kernel {kernel}: expression {expr!r} uses {', '.join(missing)}, which is neither a "
             f"parameter, a derived value, m/n/k nor a device limit ({', '.join(sorted(names))})."

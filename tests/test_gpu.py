@@ -146,33 +146,41 @@ def test_wgmma_tf32_any_shape_alpha_beta(compose, shape, params):
     assert record.local_bytes == 0
 
 
-STREAMED_CASES = [  # gemm_tf32 with unaligned_rows 2: which operand the producer copies, in the comment
-    ((4095, 4097, 333), {}),                                   # both, 256-row tiles, unsliced
-    ((67, 3579, 2991), {"bm": 128, "fit": 2}),                 # both, 72 rows, 4 slices
-    ((4096, 63, 4096), {"bn": 64}),                            # B only, one consumer, 8 slices
-    ((1000, 1000, 999), {"bm": 128}),                          # A only, K tail of 7
-    ((32, 4096, 4093), {"bm": 64, "stages": 8}),               # A only, 64-row tiles, 4 slices
-    ((297, 43, 673), {"bm": 128, "bn": 64, "fit": 2}),         # both, 104 rows, N under one box
-    ((17, 33, 5), {}),                                         # both, K under one k tile
-    ((1, 1, 1), {}),
-    ((64, 66, 40000), {"bn": 64, "min_slice_k": 32}),          # B only, long K, 8 slices
+STREAMED_CASES = [  # unaligned_rows 2: which operand the producer copies, in the comment
+    ("gemm_tf32", (4095, 4097, 333), {}),                              # both, 256-row tiles, unsliced
+    ("gemm_tf32", (67, 3579, 2991), {"bm": 128, "fit": 2}),            # both, 72 rows, 4 slices
+    ("gemm_tf32", (4096, 63, 4096), {"bn": 64}),                       # B only, one consumer, 8 slices
+    ("gemm_tf32", (1000, 1000, 999), {"bm": 128}),                     # A only, K tail of 7
+    ("gemm_tf32", (32, 4096, 4093), {"bm": 64, "stages": 8}),          # A only, 64-row tiles, 4 slices
+    ("gemm_tf32", (297, 43, 673), {"bm": 128, "bn": 64, "fit": 2}),    # both, 104 rows, N under one box
+    ("gemm_tf32", (17, 33, 5), {}),                                    # both, K under one k tile
+    ("gemm_tf32", (1, 1, 1), {}),
+    ("gemm_tf32", (64, 66, 40000), {"bn": 64, "min_slice_k": 32}),     # B only, long K, 8 slices
+    # gemm_3xtf32 with B^T in registers: B's rows copied, the pre-pass splits A alone
+    ("gemm_3xtf32", (22, 3087, 9792), {"bm": 64, "bn": 64, "fit": 2}),  # 24 rows, long K, 2 slices
+    ("gemm_3xtf32", (4095, 4097, 333), {}),                            # 128 x 128, K % 4 too (A padded by the split)
+    ("gemm_3xtf32", (170, 141, 3691), {"bm": 128, "bn": 64, "fit": 2, "stages": 3}),  # 88 rows, N under 3 boxes
+    ("gemm_3xtf32", (19, 1287, 2026), {"bm": 64, "bn": 64, "fit": 2}),  # 24 rows, 4 slices
+    ("gemm_3xtf32", (17, 33, 5), {}),
+    ("gemm_3xtf32", (1, 1, 1), {}),
 ]
 
 
-@pytest.mark.chapter("gemm_tf32")
-@pytest.mark.parametrize("shape,params", [
-    pytest.param(shape, params, id="x".join(map(str, shape)),
-                 marks=[pytest.mark.smoke] if shape == (67, 3579, 2991) else [])
-    for shape, params in STREAMED_CASES])
-def test_gemm_tf32_streamed_unaligned_rows_alpha_beta(compose, shape, params):
-    """gemm_tf32 with unaligned_rows 2: the producer warpgroup copies the boxes of operands whose
-    rows are not 16-byte aligned with 4-byte cp.async into the TMA's swizzled layout (zeros past
-    the matrix) instead of a pre-pass padding them; the aligned operand still comes by TMA.
-    Verified with alpha and beta against the FP64 reference at the TF32 tolerance, its timed
-    launches and fresh inputs too, with no local memory, through the streaming instantiation."""
+@pytest.mark.parametrize("kernel,shape,params", [
+    pytest.param(kernel, shape, params, id=f"{kernel}-{'x'.join(map(str, shape))}",
+                 marks=[pytest.mark.chapter(kernel)]
+                 + ([pytest.mark.smoke] if shape in ((67, 3579, 2991), (22, 3087, 9792)) else []))
+    for kernel, shape, params in STREAMED_CASES])
+def test_streamed_unaligned_rows_alpha_beta(compose, kernel, shape, params):
+    """unaligned_rows 2: the producer warpgroup copies the boxes of operands whose rows are not
+    16-byte aligned with 4-byte cp.async into the TMA's swizzled layout (zeros past the matrix)
+    instead of a pre-pass padding them; the aligned operand still comes by TMA (gemm_3xtf32: the
+    pre-pass splits the other operand alone). Verified with alpha and beta against the FP64
+    reference at the kernel's tolerance, its timed launches and fresh inputs too, with no local
+    memory, through the streaming instantiation."""
     m, n, k = shape
     params = {**params, "unaligned_rows": 2}
-    record = run_job(compose("kernel=gemm_tf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
+    record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
                              *[f"kernel.params.{p}={v}" for p, v in params.items()], *QUICK,
                              *pinned_inputs(shape)),
                      explicit_params=set(params))
@@ -180,38 +188,6 @@ def test_gemm_tf32_streamed_unaligned_rows_alpha_beta(compose, shape, params):
     assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
     assert record.local_bytes == 0
     assert record.entry.endswith(", 1>"), record.entry  # STREAM 1
-
-
-STREAMED_B_CASES = [  # gemm_3xtf32 (B^T in registers) with unaligned_rows 2: B's rows copied by the producer
-    ((22, 3087, 9792), {"bm": 64, "bn": 64, "fit": 2}),        # 24 rows, long K, 2 slices
-    ((4095, 4097, 333), {}),                                   # 128 x 128, K % 4 too (A padded by the split)
-    ((170, 141, 3691), {"bm": 128, "bn": 64, "fit": 2, "stages": 3}),  # 88 rows, N under 3 boxes
-    ((19, 1287, 2026), {"bm": 64, "bn": 64, "fit": 2}),        # 24 rows, 4 slices
-    ((17, 33, 5), {}),
-    ((1, 1, 1), {}),
-]
-
-
-@pytest.mark.chapter("gemm_3xtf32")
-@pytest.mark.parametrize("shape,params", [
-    pytest.param(shape, params, id="x".join(map(str, shape)),
-                 marks=[pytest.mark.smoke] if shape == (22, 3087, 9792) else [])
-    for shape, params in STREAMED_B_CASES])
-def test_gemm_3xtf32_streamed_unaligned_b_alpha_beta(compose, shape, params):
-    """gemm_3xtf32 with B^T in registers and unaligned_rows 2: the producer warpgroup copies B's
-    unaligned rows into the stage (4-byte cp.async, the TMA's swizzled layout) while the pre-pass
-    splits A alone; verified with alpha and beta against the FP64 reference at the FP32
-    tolerance, its timed launches and fresh inputs too, with no local memory."""
-    m, n, k = shape
-    params = {**params, "unaligned_rows": 2}
-    record = run_job(compose("kernel=gemm_3xtf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
-                             *[f"kernel.params.{p}={v}" for p, v in params.items()], *QUICK,
-                             *pinned_inputs(shape)),
-                     explicit_params=set(params))
-    assert record.status == "ok", record.error
-    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
-    assert record.local_bytes == 0
-    assert record.entry.endswith(", 1>"), record.entry  # STREAM_B 1
 
 
 THREE_TF32_VARIANTS = [{}, {"order": 2}, {"accumulation": 1},

@@ -114,13 +114,12 @@ def _refusal(node: ast.AST) -> str | None:
 def compiled(expr: str):
     """The expression's bytecode, its tree checked against the whitelist and its `*`, `**` and
     `<<` guarded (SyntaxError, ExpressionNotAllowed)."""
-    tree = ast.Expression(body=parsed(expr))
+    tree = ast.parse(expr.strip(), mode="eval")  # its own copy: the guard rewrites it
     for node in ast.walk(tree):
         refusal = _refusal(node)
         if refusal:
             raise ExpressionNotAllowed(f"{refusal} in a config expression")
-    guarded = ast.fix_missing_locations(_Guard().visit(ast.parse(expr.strip(), mode="eval")))
-    return compile(guarded, "<config expression>", "eval")
+    return compile(ast.fix_missing_locations(_Guard().visit(tree)), "<config expression>", "eval")
 
 
 def evaluate(expr: str, names: dict[str, Any]) -> Any:

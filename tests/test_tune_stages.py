@@ -23,7 +23,7 @@ from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.paths import ROOT
 from src.records.record import Record
-from src.tune import command, distribution, fit, screen
+from src.tune import command, distribution, fit, screen, sweeps
 from src.tune import plan as plan_mod
 from src.tune import space as tune
 
@@ -283,8 +283,9 @@ def test_the_fit_chooses_only_what_stage_two_measured():
 
 def stand_in_sweeps(cache: dict, measured: list):
     """run_sweeps as the tuning sweeper does it, with SYNTHETIC figures (a hash of candidate and
-    shape): each sweep's candidates, pruned by the same rules, a record each; a candidate already
-    in `cache` is taken from it (resume=true), a new one is counted in `measured`."""
+    shape): each sweep's candidates, pruned by the same rules and less those it holds
+    (`held`, tune.held), a record each; a candidate already in `cache` is taken from it
+    (resume=true), a new one is counted in `measured`."""
     import shutil
 
     from src.tune import evidence
@@ -303,7 +304,10 @@ def stand_in_sweeps(cache: dict, measured: list):
             for shape in sweep.shapes:
                 pruning = tune.prune(cfg, sweep.candidate_list(),
                                      Problem(*shape.dims, 0.5, 3.0), limits)
+                held = set(sweep.held.get(shape.label, ()))
                 for i, (params, spec) in enumerate(pruning.valid):
+                    if tune.params_key(params) in held:
+                        continue
                     key = (sweep.dispatcher, sweep.kernel, shape.label, tune.params_key(params))
                     if key not in cache:
                         measured.append(key)
@@ -460,6 +464,65 @@ def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_pa
     assert command.main(args + ["--kernels", "gemm_tf32"]) == 1  # the rule, said on stderr
 
 
+def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monkeypatch, capsys):
+    """`--missing` keeps every row of today's sources and measures the plan's other pairs: after
+    a whole run nothing; with rows taken out (a screen shape's and a stage-2 shape's of one
+    kernel) exactly those candidates, with a row of another source those of its kernel; each
+    time the evidence and the fit are the whole run's again (SYNTHETIC figures, one law)."""
+    import csv
+
+    from src.cli import main as cli
+
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
+              "--tuned", str(tmp_path / "t.yaml")]
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, []))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "whole")]) == 0
+    whole, tuned = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
+    with (tmp_path / "e.csv").open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        lines, header = list(reader), reader.fieldnames
+
+    def missing_run(name: str) -> list:
+        measured = []
+        monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, measured))  # an empty cache
+        capsys.readouterr()
+        assert cli(common + ["--sweep-dir", str(tmp_path / name), "--missing"]) == 0
+        assert (tmp_path / "e.csv").read_text() == whole
+        assert (tmp_path / "t.yaml").read_text() == tuned
+        return measured
+
+    assert missing_run("again") == []
+    assert f"keeping {len(lines)} rows of today's sources" in capsys.readouterr().out
+
+    def rewrite(keep, change=lambda r: r):
+        with (tmp_path / "e.csv").open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(header))
+            writer.writeheader()
+            writer.writerows(change(dict(r)) for r in lines if keep(r))
+
+    # gemm_tf32's rows at one screening shape and one stage-2 shape, same_as rows included
+    screen_shape = next(r["shape"] for r in lines if r["kernel"] == "gemm_tf32" and r["stage"] == "1")
+    later = next(r["shape"] for r in lines if r["kernel"] == "gemm_tf32" and r["stage"] == "2")
+    gone = [r for r in lines if r["kernel"] == "gemm_tf32" and r["shape"] in (screen_shape, later)]
+    rewrite(lambda r: r not in gone)
+    measured = missing_run("two_shapes")
+    assert sorted(measured) == sorted(("best_tf32", "gemm_tf32", r["shape"], r["params"])
+                                      for r in gone if not r["same_as"])
+    # a row of another source: its kernel's candidates are measured again, wherever planned
+    rewrite(lambda r: True, lambda r: {**r, "source_sha256": "0" * 64}
+            if r["kernel"] == "gemm_ffma_skinny" else r)
+    measured = missing_run("stale")
+    assert {k[1] for k in measured} == {"gemm_ffma_skinny"}
+    assert len(measured) == sum(1 for r in lines if r["kernel"] == "gemm_ffma_skinny" and not r["same_as"])
+    # the rules: another evidence file's shapes, --kernels beside it
+    rewrite(lambda r: r["shape"] != lines[-1]["shape"])
+    assert command.main(common[1:] + ["--sweep-dir", str(tmp_path / "x"), "--missing"]) == 1
+    assert "same training shapes and screen" in capsys.readouterr().err
+    assert command.main(common[1:] + ["--missing", "--kernels", "gemm_tf32"]) == 1
+    assert "two kinds of partial re-tune" in capsys.readouterr().err
+
+
 def test_a_capped_kernel_keeps_its_winners_then_the_closest_near_misses():
     """SYNTHETIC: seven variants of one kernel all within the margin at two screening shapes;
     `max_survivors: 4` keeps the two that were best at a shape, then the two closest others
@@ -554,8 +617,8 @@ def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(
 
     settings = plan_mod.load_settings()
     plan = plan_mod.build("h100_sxm", distribution.training()[:3], settings)
-    sweeps, sweep_dir = plan.sweeps[:2], tmp_path / "sw"
-    names = [s.name for s in sweeps]
+    planned, sweep_dir = plan.sweeps[:2], tmp_path / "sw"
+    names = [s.name for s in planned]
     ran, failing = [], set()
 
     def stand_in(args, cwd=None):
@@ -567,12 +630,12 @@ def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(
 
     def runs(extra=(), gpu="h100_sxm", failed=0):
         ran.clear()
-        assert command.run_sweeps(sweeps, settings, sweep_dir, list(extra), gpu) == failed
+        assert command.run_sweeps(planned, settings, sweep_dir, list(extra), gpu) == failed
         return list(ran)
 
-    monkeypatch.setattr(command.subprocess, "run", stand_in)
+    monkeypatch.setattr(sweeps.subprocess, "run", stand_in)
     assert runs() == names
-    assert all((sweep_dir / n / command.FINISHED).is_file() for n in names)
+    assert all((sweep_dir / n / sweeps.FINISHED).is_file() for n in names)
     capsys.readouterr()
     assert runs() == []
     assert capsys.readouterr().out.count("finished in an earlier run") == 2
@@ -586,15 +649,15 @@ def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(
 
     failing.add(names[0])
     for n in names:  # both cut short before they finished
-        (sweep_dir / n / command.FINISHED).unlink()
+        (sweep_dir / n / sweeps.FINISHED).unlink()
     assert runs(gpu="h200", failed=1) == names
-    assert not (sweep_dir / names[0] / command.FINISHED).exists()
+    assert not (sweep_dir / names[0] / sweeps.FINISHED).exists()
     failing.clear()
     assert runs(gpu="h200") == [names[0]]    # the failed one again; the other finished
 
     conf = tmp_path / "conf"  # a changed config of the second sweep's kernel
     shutil.copytree(paths.CONF_DIR, conf)
-    grid = conf / "tune" / f"{sweeps[1].kernel}.yaml"
+    grid = conf / "tune" / f"{planned[1].kernel}.yaml"
     grid.write_text(grid.read_text() + "\n# edited\n")
     monkeypatch.setattr(paths, "CONF_DIR", conf)
     assert runs(gpu="h200") == [names[1]]

@@ -168,6 +168,11 @@ class TuneSweeper(Sweeper):
         if settings.strategy == "grid":
             candidates = tune.candidates_of(settings)
             pruning = tune.prune(kernel_cfg, candidates, problem, where.limits)
+            held = tune.held_at(settings, problem)
+            if held:  # the evidence holds these: counted as pruned, never compiled or run
+                kept = [(p, s) for p, s in pruning.valid if tune.params_key(p) not in held]
+                pruning.pruned[tune.HELD] += len(pruning.valid) - len(kept)
+                pruning.valid = kept
             state.pruned.update(pruning.pruned)
             state.considered = len(candidates)
             log.info("tune %s at %s: %d candidates, %d pruned by the constraints, %d to measure",

@@ -29,7 +29,7 @@ def evidence_path(gpu_spec: str) -> Path:
 # these cells of the same_as row empty (src/tune/evidence.write); `read` fills them back.
 SAME_AS_COPIES = ("status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
                   "best_cublas", "ratio", "baseline", "from_cache", "timestamp", "error", "stage",
-                  "source_sha256")
+                  "source_sha256", "carried_from")
 
 
 def read(path: Path) -> list[dict]:
@@ -46,8 +46,9 @@ def read(path: Path) -> list[dict]:
             r["stage"] = number(r.get("stage"), int)  # None in a file from before the two stages
             for c in ("gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high", "ratio"):
                 r[c] = number(r[c], float)
-            for c in ("same_as", "error", "best_cublas", "baseline", "timestamp", "source_sha256"):
-                r[c] = r.get(c) or None  # source_sha256: None in a file from before it
+            for c in ("same_as", "error", "best_cublas", "baseline", "timestamp", "source_sha256",
+                      "carried_from"):
+                r[c] = r.get(c) or None  # source_sha256, carried_from: None in a file from before them
             rows.append(r)
     return _sources_filled(rows, path)
 

@@ -9,6 +9,8 @@ results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/t
 
     sgemm-lab tune [--gpu SPEC] [--shapes N] [--budget SECONDS] [--protocol quick] [--dry-run]
     sgemm-lab tune --kernels gemm_tf32,gemm_3xtf32   # measure these again, keep the others' rows
+    sgemm-lab tune --missing                         # measure only what the evidence lacks
+    sgemm-lab tune --carry-over REV                  # REV's rows where today's builds the same
     sgemm-lab tune --fit-only --gpu h100_sxm
     sgemm-lab tune --gpu h100_sxm --against earlier.csv      # exit 1 if a choice differs
 """
@@ -16,15 +18,15 @@ results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/t
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from src.errors import ConfigError, LabError
 from src.job.training import evidence_path
 from src.paths import ROOT
+from src.tune.sweeps import run_sweeps
 
 SWEEP_DIR = ROOT / "sweeps" / "tuning"
 
@@ -159,73 +161,39 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
     return 1 if any(r["differs"] for r in reports.values()) else 0
 
 
-FINISHED = "finished.json"  # in a sweep's directory: what it ran with, written when it exited 0
+def carry_over(gpu_spec: str, settings: dict, csv_path: Path, rev: str,
+               tuned_path: Path | None = None) -> int:
+    """`--carry-over REV`: the evidence rows of REV's sources that hold for today's carried over
+    (src/tune/carry.py), the file rewritten and the dispatch re-fitted from it."""
+    from src.job.training import read
+    from src.tune import carry, evidence
+
+    if not csv_path.is_file():
+        raise ConfigError(f"--carry-over rewrites the evidence file {csv_path}, which does not "
+                          f"exist (rule: it carries measured rows over a source change).")
+    import os
+
+    from src.job.compile import DEFAULT_CACHE_DIR
+
+    cache_dir = Path(os.environ.get("SGEMM_LAB_CACHE") or ROOT / DEFAULT_CACHE_DIR).resolve()
+    rows, report = carry.carry_over(read(csv_path), rev, gpu_spec, ROOT, cache_dir)
+    for kernel, (carried, left) in sorted(report.items()):
+        print(f"{kernel}: {carried} rows carried over to today's source (the same code and launch "
+              f"at their shape), {left} left to be measured again", flush=True)
+    if not report:
+        print(f"every row of {csv_path} is of today's sources: nothing to carry over")
+        return 0
+    evidence.write(rows, csv_path)
+    dispatch = refit(gpu_spec, settings, csv_path, tuned_path)
+    print(f"fitted {sum(len(r) for r in dispatch.values())} rules from {csv_path}")
+    return 0
 
 
-def sweep_fingerprint(sweep, overrides: list[str], gpu_spec: str | None) -> dict:
-    """What a finished sweep's records depend on besides the GPU's own figures: its command line
-    (`overrides`), the GPU spec, its kernel's source as NVRTC builds it, and the configs its jobs
-    compose (the kernel's and its tune grid, the bench protocols, the GPU's datasheet)."""
-    import hashlib
-
-    from src.paths import CONF_DIR
+def rows_of(sweeps, sweep_dir: Path, gpu_spec: str, settings: dict,
+            kept: list[dict] = ()) -> list[dict]:
     from src.tune import evidence
 
-    files = [CONF_DIR / "kernel" / f"{sweep.kernel}.yaml", CONF_DIR / "tune" / f"{sweep.kernel}.yaml",
-             *sorted((CONF_DIR / "bench").glob("*.yaml")), CONF_DIR / "gpu" / f"{gpu_spec}.yaml"]
-    return {"overrides": list(overrides), "gpu_spec": gpu_spec,
-            "source_sha256": evidence.source_sha256(sweep.kernel),
-            "configs": {str(f.relative_to(CONF_DIR)): hashlib.sha256(f.read_bytes()).hexdigest()
-                        for f in files if f.is_file()}}
-
-
-def finished_before(target: Path, fingerprint: dict) -> bool:
-    """Whether `target` holds a sweep that exited 0 with this very fingerprint."""
-    import json
-
-    try:
-        return json.loads((target / FINISHED).read_text()) == fingerprint
-    except (OSError, ValueError):
-        return False
-
-
-def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
-               gpu_spec: str | None = None) -> int:
-    """Each sweep as its own `python -m src.run` (Hydra runs one app a process); the count of
-    sweeps that failed. A sweep that finished in an earlier run with the same fingerprint
-    (sweep_fingerprint) is not run again: its directory's records are this run's (a tune resumed
-    after an interruption replays no finished sweep). Any other sweep directory is cleared first:
-    its records come back from the measurement cache."""
-    import json
-
-    from src.job.file_lock import write_atomically
-
-    failed = 0
-    for sweep in sweeps:
-        target = sweep_dir / sweep.name
-        overrides = sweep.overrides(settings, sweep_dir, extra)
-        fingerprint = sweep_fingerprint(sweep, overrides, gpu_spec)
-        if finished_before(target, fingerprint):
-            print(f"== {sweep.name}: finished in an earlier run with the same command line, "
-                  f"source and configs; its records are kept", flush=True)
-            continue
-        if target.exists():
-            shutil.rmtree(target)
-        args = [sys.executable, "-m", "src.run", *overrides]
-        print(f"== {sweep.name}: {len(sweep.shapes)} shapes, {sweep.jobs} jobs", flush=True)
-        if subprocess.run(args, cwd=ROOT).returncode != 0:
-            failed += 1
-            print(f"   {sweep.name} exited with an error; its measured jobs are kept", flush=True)
-            continue
-        target.mkdir(parents=True, exist_ok=True)
-        write_atomically(target / FINISHED, json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
-    return failed
-
-
-def rows_of(sweeps, sweep_dir: Path, gpu_spec: str, settings: dict) -> list[dict]:
-    from src.tune import evidence
-
-    return [r for s in sweeps for r in evidence.sweep_rows(s, sweep_dir, gpu_spec, settings)]
+    return [r for s in sweeps for r in evidence.sweep_rows(s, sweep_dir, gpu_spec, settings, kept)]
 
 
 def screened(plan, settings: dict, rows: list[dict], only: set[str] | None = None):
@@ -235,7 +203,7 @@ def screened(plan, settings: dict, rows: list[dict], only: set[str] | None = Non
     from src.tune import screen
 
     full = plan_mod.build(plan.gpu_spec, plan.shapes, settings,
-                          screen.survivors(rows, settings, guards(settings)))
+                          screen.survivors(rows, settings, guards(settings)), plan.held)
     return full if only is None else full.only(only)
 
 
@@ -274,6 +242,35 @@ def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) ->
     return evidence.kept_rows(rows, remeasured)
 
 
+def missing_evidence(plan, settings: dict, csv_path: Path) -> tuple[list[dict], dict]:
+    """`--missing`: (the rows of `csv_path` that stay, {kernel: rows left out}). A row stays while
+    its kernel's source is today's; a row of another source (or of none) is left out, and its
+    candidate is measured again wherever the plan has it. The file must hold the plan's training
+    shapes and its screening shapes as stage 1, so that its rows and the new ones make one screen
+    (rule of a partial re-tune)."""
+    from src.job.training import read
+    from src.tune import evidence
+
+    if not csv_path.is_file():
+        raise ConfigError(f"--missing measures what {csv_path} lacks, and it does not exist (rule: "
+                          f"a re-tune of the missing candidates extends an earlier run's evidence); "
+                          f"run the whole tune first.")
+    rows = read(csv_path)
+    planned = {s.label for s in plan.shapes}
+    screening_shapes = planned - {s.label for s in plan.rest}
+    held = {r["shape"] for r in rows}
+    screened = {r["shape"] for r in rows if r["stage"] == 1}
+    if held != planned or not screening_shapes <= screened:
+        raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(screened)} screened) "
+                          f"and this plan {len(planned)} ({len(screening_shapes)} screened) (rule: "
+                          f"a re-tune of the missing candidates extends rows measured over the same "
+                          f"training shapes and screen); pass the --shapes of that run, or run the "
+                          f"whole tune.")
+    today = {k: evidence.source_sha256(k) for k in {r["kernel"] for r in rows}}
+    stale = Counter(r["kernel"] for r in rows if r.get("source_sha256") != today[r["kernel"]])
+    return [r for r in rows if r.get("source_sha256") == today[r["kernel"]]], dict(stale)
+
+
 def screen_done(plan, sweep_dir: Path) -> bool:
     """Whether the sweep directory holds a record of every stage-1 job (a finished screen)."""
     from src.records.record import load_records
@@ -293,14 +290,14 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     print(plan.describe(per_job, gpus), flush=True)
     started = time.perf_counter()
     failed = run_sweeps(plan.sweeps, settings, args.sweep_dir, args.overrides, gpu_spec)
-    rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
+    rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings, kept)
     seconds = [time.perf_counter() - started]
     if plan.rest:
         plan = screened(plan, settings, rows + kept_screen, only)
         print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
         started = time.perf_counter()
         failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides, gpu_spec)
-        rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings)
+        rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings, kept)
         seconds.append(time.perf_counter() - started)
     evidence.write(kept + rows, csv_path)
     print(f"{len(kept) + len(rows)} rows -> {csv_path}"
@@ -333,6 +330,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kernels", default=None,
                         help="comma list of candidates to measure again; the other candidates' "
                              "rows are kept from the evidence file (their sources unchanged)")
+    parser.add_argument("--carry-over", metavar="REV", default=None,
+                        help="carry the evidence rows measured from REV's kernel sources over to "
+                             "today's where each candidate builds the same code and launch; re-fit")
+    parser.add_argument("--missing", action="store_true",
+                        help="measure only what the evidence file lacks: its rows of today's "
+                             "sources are kept, the plan's other candidates measured")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--against", type=Path, default=None,
                         help="another run's evidence: do both fit the same choices? (no GPU)")
@@ -348,6 +351,8 @@ def main(argv: list[str]) -> int:
         csv_path = args.csv or evidence_path(gpu_spec)
         if args.against is not None:
             return compare(settings, csv_path, args.against)
+        if args.carry_over:
+            return carry_over(gpu_spec, settings, csv_path, args.carry_over, args.tuned)
         if args.fit_only:
             if not csv_path.is_file():
                 raise ConfigError(f"--fit-only needs the evidence file {csv_path}; run "
@@ -360,6 +365,16 @@ def main(argv: list[str]) -> int:
         plan = plan_mod.within_budget(gpu_spec, distribution.training(), args.budget,
                                       args.shapes, per_job, gpus, settings)
         only, kept = None, []
+        if args.missing and args.kernels is not None:
+            raise ConfigError("--missing and --kernels are two kinds of partial re-tune (rule: "
+                              "--missing keeps every row of today's sources, --kernels measures "
+                              "the named candidates again); pass one.")
+        if args.missing:  # the evidence's rows stay; the plan measures what they do not hold
+            kept, stale = missing_evidence(plan, settings, csv_path)
+            plan = plan_mod.build(gpu_spec, plan.shapes, settings, held=plan_mod.held_pairs(kept))
+            print(f"keeping {len(kept)} rows of today's sources from {csv_path}"
+                  + "".join(f"; {n} rows of {k} are of another source, measured again"
+                            for k, n in sorted(stale.items())), flush=True)
         if args.kernels is not None:  # a partial re-tune: the others' rows from the evidence
             only = {k.strip() for k in args.kernels.split(",") if k.strip()}
             kept = kept_evidence(plan, settings, csv_path, only)
@@ -367,7 +382,7 @@ def main(argv: list[str]) -> int:
             print(f"keeping {len(kept)} rows of the other candidates from {csv_path}", flush=True)
         if args.dry_run:
             if screen_done(plan, args.sweep_dir):  # stage 1 has run: stage 2 is known
-                rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings)
+                rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings, kept)
                 plan = screened(plan, settings, rows + [r for r in kept if r["stage"] == 1], only)
             print(plan.describe(per_job, gpus), flush=True)
             return 0

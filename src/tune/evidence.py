@@ -12,7 +12,9 @@ is needed to re-fit.
 `source_sha256` is the SHA-256 of the exact source NVRTC built (the kernel file with its headers
 pasted in, src/job/compile.expand_source): a partial re-tune (`sgemm-lab tune --kernels ...`)
 keeps another candidate's rows only while that candidate's source is still the one they measured
-(`kept_rows`).
+(`kept_rows`). `carried_from`, where set, is the source that measured the row, carried over to
+`source_sha256` because the candidate builds the same machine code and launch from both
+(src/tune/carry.py).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from src.records.record import Record, load_records
 COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",
            "params", "status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
            "best_cublas", "ratio", "baseline", "same_as", "from_cache", "timestamp", "error", "stage",
-           "source_sha256"]
+           "source_sha256", "carried_from"]
 
 
 def _ratio(pct) -> float | None:
@@ -51,13 +53,15 @@ def row(record: Record, gpu_spec: str, dispatcher: str, precision: str, stage: i
         "baseline": record.baseline, "same_as": None, "from_cache": int(bool(record.from_cache)),
         "timestamp": record.timestamp,
         "error": None if ok else (record.error or "").splitlines()[0][:200] if record.error else None,
-        "stage": stage, "source_sha256": record.source_sha256,
+        "stage": stage, "source_sha256": record.source_sha256, "carried_from": None,
     }
 
 
-def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict) -> list[dict]:
+def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
+               kept: list[dict] = ()) -> list[dict]:
     """The rows of one planned sweep (src/tune/plan.Sweep): its records, and a row for each
-    candidate that is the same kernel as a measured one at a shape."""
+    candidate that is the same kernel as a measured one at a shape, or as one of the `kept` rows
+    (the evidence it was planned around, `sgemm-lab tune --missing`) that is not itself held."""
     from src.job.gpu import limits_from_spec
     from src.job.problem import Problem
     from src.tune import plan
@@ -70,14 +74,17 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict) -> list[di
         r = row(record, gpu_spec, sweep.dispatcher, sweep.precision, sweep.stage)
         measured[(r["shape"], r["params"])] = r
         rows.append(r)
+    known = {(r["shape"], r["params"]): r for r in kept
+             if (r["dispatcher"], r["kernel"]) == (sweep.dispatcher, sweep.kernel)}
     cfg = plan.candidate_config(sweep.kernel, sweep.precision)
     limits = limits_from_spec(gpu_spec)
     for shape in sweep.shapes:
         pruning = tune.prune(cfg, sweep.candidate_list(), Problem(*shape.dims, settings["alpha"],
                                                                    settings["beta"]), limits)
         for dup, first in pruning.same_as.items():
-            source = measured.get((shape.label, json.dumps(json.loads(first), sort_keys=True)))
-            if source is not None:
+            first = json.dumps(json.loads(first), sort_keys=True)
+            source = measured.get((shape.label, first)) or known.get((shape.label, first))
+            if source is not None and (shape.label, json.dumps(json.loads(dup), sort_keys=True)) not in known:
                 rows.append({**source, "params": json.dumps(json.loads(dup), sort_keys=True),
                              "same_as": source["params"]})
     return rows

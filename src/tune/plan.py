@@ -64,6 +64,7 @@ class Sweep:
     stage: int = 1
     candidates: list[dict] | None = None             # stage 2's survivors (None: the whole grid)
     tag: str = ""                                    # tells a stage's sweeps of one kernel apart
+    held: dict[str, list[str]] = field(default_factory=dict)  # {shape: params keys} the evidence holds: not measured
 
     @property
     def name(self) -> str:
@@ -72,6 +73,10 @@ class Sweep:
     def candidate_list(self) -> list[dict]:
         """What the sweep measures at each of its shapes, before the constraints prune."""
         return list(self.candidates) if self.candidates is not None else tune.grid(self.space)
+
+    def held_file(self, sweep_dir: Path) -> Path:
+        """Where the sweep's `held` pairs are written for its tuning sweeper (`tune.held`)."""
+        return sweep_dir / f"{self.name}.held.json"
 
     def overrides(self, settings: dict, sweep_dir: Path, extra: list[str] = ()) -> list[str]:
         """The command line of `python -m src.run` for this sweep."""
@@ -88,6 +93,8 @@ class Sweep:
             args.append("++tune.candidates=[" + ",".join(
                 "{" + ",".join(f"{k}:{v}" for k, v in c.items()) + "}" for c in self.candidates)
                 + "]")
+        if self.held:
+            args.append(f"++tune.held={self.held_file(sweep_dir)}")
         return args + list(extra)
 
 
@@ -100,6 +107,7 @@ class Plan:
     stage2: list[Sweep] = field(default_factory=list)
     screened: bool = False  # stage 2 holds the survivors (False: the upper bound, all survive)
     region: dict = field(default_factory=dict)  # {kernel: stage-2 shapes it is screened at too}
+    held: dict | None = None  # {(dispatcher, kernel): {shape: params keys}}: pairs the evidence holds (--missing)
 
     @property
     def jobs(self) -> int:
@@ -111,13 +119,17 @@ class Plan:
         rows come from the evidence file)."""
         return Plan(self.gpu_spec, [s for s in self.sweeps if s.kernel in kernels], self.shapes,
                     self.rest, [s for s in self.stage2 if s.kernel in kernels], self.screened,
-                    self.region)
+                    self.region, self.held)
 
     def describe(self, seconds_per_job: float, gpus: int) -> str:
         bound = "" if self.screened or not self.rest else "at most "
         lines = [f"tuning plan for {self.gpu_spec}: {len(self.shapes)} training shapes, "
                  f"{bound}{self.jobs} jobs, about {self.jobs * seconds_per_job / max(gpus, 1) / 60:.0f} "
                  f"min on {gpus} GPU(s) ({seconds_per_job:g} s a job)"]
+        if self.held is not None:
+            pairs = sum(len(v) for by_shape in self.held.values() for v in by_shape.values())
+            lines.append(f" the evidence file holds {pairs} candidates at their shapes (today's "
+                         f"sources): the jobs below leave them out")
         if self.rest:
             lines.append(f" stage 1 (screen): {len(self.shapes) - len(self.rest)} shapes, "
                          f"{sum(s.jobs for s in self.sweeps)} jobs, every candidate"
@@ -184,13 +196,18 @@ def candidate_config(kernel: str, precision: str) -> dict:
 
 def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, limits: dict,
            settings: dict, fallback: bool = False, stage: int = 1,
-           candidates: list[dict] | None = None, tag: str = "") -> tuple[Sweep, set]:
+           candidates: list[dict] | None = None, tag: str = "",
+           held: dict | None = None) -> tuple[Sweep, set]:
+    """The sweep of `kernel` over `shapes` and the dims where a candidate of it builds; `held`
+    ({(dispatcher, kernel): {shape: params keys}}): pairs the evidence holds, left out of its
+    jobs (a shape where every candidate is held is left out of the sweep, though it builds)."""
     cfg = candidate_config(kernel, precision)
     sweep = Sweep(dispatcher, precision, kernel, space, fallback=fallback, stage=stage,
                   candidates=candidates, tag=tag)
     listed = sweep.candidate_list()
     runnable = set()
     where = measured_where(settings).get(kernel)
+    mine = (held or {}).get((dispatcher, kernel), {})
     for shape in shapes:
         if where and not holds(where, shape.dims):
             sweep.skipped[f"measured_where: {where}"] += 1
@@ -198,16 +215,24 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
         pruning = tune.prune(cfg, listed, Problem(*shape.dims, settings["alpha"],
                                                   settings["beta"]), limits)
         if pruning.valid:
-            sweep.shapes.append(shape)
-            sweep.jobs += len(pruning.valid)
             runnable.add(shape.dims)
+            known = mine.get(shape.label, set())
+            missing = [p for p, _ in pruning.valid if tune.params_key(p) not in known]
+            if missing:
+                sweep.shapes.append(shape)
+                sweep.jobs += len(missing)
+                held_here = sorted(tune.params_key(p) for p, _ in pruning.valid
+                                   if tune.params_key(p) in known)
+                if held_here:
+                    sweep.held[shape.label] = held_here
         else:
             sweep.skipped[pruning.pruned.most_common(1)[0][0]] += 1
     return sweep, runnable
 
 
 def _stage(shapes, limits: dict, settings: dict, stage: int,
-           survivors: dict | None = None, screened_at: dict | None = None) -> list[Sweep]:
+           survivors: dict | None = None, screened_at: dict | None = None,
+           held: dict | None = None) -> list[Sweep]:
     """One stage's sweeps over `shapes`. Stage 1 and an unscreened stage 2 (survivors None):
     every candidate kernel's whole grid, the fallback where none builds. A screened stage 2: each
     kernel's survivors (in grid order), the whole grids at shapes where no survivor builds, then
@@ -232,7 +257,7 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
                     continue
                 sweep, runnable = _sweep(dispatcher, precision, kernel, space,
                                          unscreened(kernel, shapes), limits, settings,
-                                         stage=stage, candidates=listed, tag=tag)
+                                         stage=stage, candidates=listed, tag=tag, held=held)
                 covered |= runnable
                 if sweep.shapes:
                     sweeps.append(sweep)
@@ -243,7 +268,7 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
                 break
             sweep, runnable = _sweep(dispatcher, precision, kernel, kernel_space(kernel),
                                      unscreened(kernel, rest), limits, settings, stage=stage,
-                                     tag=whole_tag)
+                                     tag=whole_tag, held=held)
             covered |= runnable
             if sweep.shapes:
                 sweeps.append(sweep)
@@ -252,7 +277,7 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
         if rest and fallback:
             sweep, _ = _sweep(dispatcher, precision, fallback["kernel"],
                               {k: list(v) for k, v in fallback["space"].items()}, rest, limits,
-                              settings, fallback=True, stage=stage, tag=tag)
+                              settings, fallback=True, stage=stage, tag=tag, held=held)
             if sweep.shapes:
                 sweeps.append(sweep)
     return sweeps
@@ -270,27 +295,40 @@ def screening(shapes, settings: dict) -> tuple[list, list]:
 
 
 def build(gpu_spec: str, shapes, settings: dict | None = None,
-          survivors: dict | None = None) -> Plan:
+          survivors: dict | None = None, held: dict | None = None) -> Plan:
     """The sweeps for `shapes` on `gpu_spec` (its datasheet limits decide what builds), in two
     stages where the settings screen; stage 2 from `survivors` ({(dispatcher, kernel): params
-    keys}, src/tune/screen.py), or its upper bound when they are not known yet."""
+    keys}, src/tune/screen.py), or its upper bound when they are not known yet. `held`
+    ({(dispatcher, kernel): {shape: params keys}}, held_pairs): what the evidence file holds
+    already, planned but not measured again (`sgemm-lab tune --missing`)."""
     from src.job.gpu import limits_from_spec
 
     settings = settings or load_settings()
     limits = limits_from_spec(gpu_spec)
     screen, rest = screening(shapes, settings)
-    first = _stage(screen, limits, settings, 1)
+    first = _stage(screen, limits, settings, 1, held=held)
     region = region_screens(screen, rest, limits, settings)
     for kernel, extra in region.items():
         for dispatcher, entry in settings["dispatchers"].items():
             if kernel in entry["candidates"]:
                 sweep, _ = _sweep(dispatcher, entry["precision"], kernel, kernel_space(kernel),
-                                  extra, limits, settings, stage=1, tag="_region")
-                first.append(sweep)
+                                  extra, limits, settings, stage=1, tag="_region", held=held)
+                if sweep.shapes:
+                    first.append(sweep)
     screened_at = {k: {s.dims for s in v} for k, v in region.items()}
-    second = _stage(rest, limits, settings, 2, survivors, screened_at) if rest else []
+    second = _stage(rest, limits, settings, 2, survivors, screened_at, held) if rest else []
     return Plan(gpu_spec, first, list(shapes), rest, second, screened=survivors is not None,
-                region=region)
+                region=region, held=held)
+
+
+def held_pairs(rows: list[dict]) -> dict:
+    """{(dispatcher, kernel): {shape: params keys}} of evidence rows (a same_as row too: its
+    candidate builds the measured one's kernel there)."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault((r["dispatcher"], r["kernel"]), {}).setdefault(r["shape"], set()).add(
+            r["params"] if isinstance(r["params"], str) else tune.params_key(r["params"]))
+    return out
 
 
 def region_screens(screen, rest, limits: dict, settings: dict) -> dict[str, list]:

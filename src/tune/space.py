@@ -42,6 +42,8 @@ class Settings:
     write_back: bool = False
     size_class: str = "True"         # the `when` the written-back entry gets
     candidates: list[dict] | None = None  # grid: exactly these, in order (None: the whole space)
+    held: str | None = None          # grid: a JSON file {shape MxNxK: [params keys]} of candidates
+                                     # measured already (`sgemm-lab tune --missing`): not measured
 
     @classmethod
     def from_cfg(cls, block) -> "Settings":
@@ -65,7 +67,14 @@ class Settings:
                 raise InvalidParams(f"tune.candidates must list one or more candidates, each "
                                     f"setting every parameter of tune.space "
                                     f"({', '.join(space)}) and no other; got {candidates!r}.")
+        held = data.get("held")
+        if held is not None and (strategy != "grid" or not Path(str(held)).is_file()):
+            raise InvalidParams(f"tune.held must name a JSON file of the candidates measured "
+                                f"already, for strategy grid, got {held!r} with strategy "
+                                f"{strategy!r} (rule: a grid sweep leaves out what the evidence "
+                                f"holds; `sgemm-lab tune --missing` writes that file).")
         return cls(space=space, strategy=strategy, trials=trials, candidates=candidates,
+                   held=None if held is None else str(held),
                    batch=int(data.get("batch") or 8), seed=int(data.get("seed") or 0),
                    compile_threads=data.get("compile_threads"),
                    write_back=bool(data.get("write_back", False)),
@@ -88,6 +97,17 @@ def space_size(space: dict[str, list]) -> int:
     for values in space.values():
         total *= len(values)
     return total
+
+
+HELD = "measured already: the evidence file holds it (sgemm-lab tune --missing)"
+
+
+def held_at(settings: Settings, problem: Problem) -> set[str]:
+    """The params keys `settings.held` lists at the problem's shape."""
+    if settings.held is None:
+        return set()
+    held = json.loads(Path(settings.held).read_text())
+    return set(held.get(f"{problem.m}x{problem.n}x{problem.k}", []))
 
 
 # A candidate whose parameters build the very kernel and launch of an earlier one at this shape

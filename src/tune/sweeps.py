@@ -1,0 +1,77 @@
+"""Tuning step: the plan's sweeps run, each as its own `python -m src.run -m +tune=<kernel> ...`
+(Hydra runs one app a process), on every GPU of the node; a sweep that finished in an earlier run
+with the same fingerprint (its command line, GPU spec, held pairs, kernel source and configs) is
+not run again, so a tune resumed after an interruption replays no finished sweep."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from src.paths import ROOT
+
+
+FINISHED = "finished.json"  # in a sweep's directory: what it ran with, written when it exited 0
+
+
+def sweep_fingerprint(sweep, overrides: list[str], gpu_spec: str | None) -> dict:
+    """What a finished sweep's records depend on besides the GPU's own figures: its command line
+    (`overrides`), the GPU spec, what it left to the evidence file (`held`), its kernel's source
+    as NVRTC builds it, and the configs its jobs compose (the kernel's and its tune grid, the
+    bench protocols, the GPU's datasheet)."""
+    import hashlib
+
+    from src.paths import CONF_DIR
+    from src.tune import evidence
+
+    files = [CONF_DIR / "kernel" / f"{sweep.kernel}.yaml", CONF_DIR / "tune" / f"{sweep.kernel}.yaml",
+             *sorted((CONF_DIR / "bench").glob("*.yaml")), CONF_DIR / "gpu" / f"{gpu_spec}.yaml"]
+    return {"overrides": list(overrides), "gpu_spec": gpu_spec, "held": sweep.held,
+            "source_sha256": evidence.source_sha256(sweep.kernel),
+            "configs": {str(f.relative_to(CONF_DIR)): hashlib.sha256(f.read_bytes()).hexdigest()
+                        for f in files if f.is_file()}}
+
+
+def finished_before(target: Path, fingerprint: dict) -> bool:
+    """Whether `target` holds a sweep that exited 0 with this very fingerprint."""
+    try:
+        return json.loads((target / FINISHED).read_text()) == fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
+               gpu_spec: str | None = None) -> int:
+    """Each sweep as its own `python -m src.run` (Hydra runs one app a process); the count of
+    sweeps that failed. A sweep that finished in an earlier run with the same fingerprint
+    (sweep_fingerprint) is not run again: its directory's records are this run's (a tune resumed
+    after an interruption replays no finished sweep). Any other sweep directory is cleared first:
+    its records come back from the measurement cache."""
+    from src.job.file_lock import write_atomically
+
+    failed = 0
+    for sweep in sweeps:
+        target = sweep_dir / sweep.name
+        overrides = sweep.overrides(settings, sweep_dir, extra)
+        fingerprint = sweep_fingerprint(sweep, overrides, gpu_spec)
+        if finished_before(target, fingerprint):
+            print(f"== {sweep.name}: finished in an earlier run with the same command line, "
+                  f"source and configs; its records are kept", flush=True)
+            continue
+        if target.exists():
+            shutil.rmtree(target)
+        if sweep.held:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            write_atomically(sweep.held_file(sweep_dir), json.dumps(sweep.held, sort_keys=True))
+        args = [sys.executable, "-m", "src.run", *overrides]
+        print(f"== {sweep.name}: {len(sweep.shapes)} shapes, {sweep.jobs} jobs", flush=True)
+        if subprocess.run(args, cwd=ROOT).returncode != 0:
+            failed += 1
+            print(f"   {sweep.name} exited with an error; its measured jobs are kept", flush=True)
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        write_atomically(target / FINISHED, json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
+    return failed

@@ -467,8 +467,9 @@ def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_pa
 def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monkeypatch, capsys):
     """`--missing` keeps every row of today's sources and measures the plan's other pairs: after
     a whole run nothing; with rows taken out (a screen shape's and a stage-2 shape's of one
-    kernel) exactly those candidates, with a row of another source those of its kernel; each
-    time the evidence and the fit are the whole run's again (SYNTHETIC figures, one law)."""
+    kernel) exactly those candidates; with same_as rows alone taken out nothing, their rows
+    written again; with a row of another source its kernel's candidates; each time the evidence
+    and the fit are the whole run's again (SYNTHETIC figures, one law)."""
     import csv
 
     from src.cli import main as cli
@@ -509,6 +510,11 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     measured = missing_run("two_shapes")
     assert sorted(measured) == sorted(("best_tf32", "gemm_tf32", r["shape"], r["params"])
                                       for r in gone if not r["same_as"])
+    # same_as rows alone taken out (a candidate new to the grid, the same kernel as a kept one
+    # there): written again from the kept rows, nothing measured, where no other job is missing
+    twin = next(r for r in lines if r["same_as"])
+    rewrite(lambda r: not (r["same_as"] and (r["shape"], r["kernel"]) == (twin["shape"], twin["kernel"])))
+    assert missing_run("twins") == []
     # a row of another source: its kernel's candidates are measured again, wherever planned
     rewrite(lambda r: True, lambda r: {**r, "source_sha256": "0" * 64}
             if r["kernel"] == "gemm_ffma_skinny" else r)

@@ -276,7 +276,7 @@ def screen_done(plan, sweep_dir: Path) -> bool:
     from src.records.record import load_records
 
     return bool(plan.rest) and all(
-        (sweep_dir / s.name).is_dir() and len(load_records(sweep_dir / s.name)) >= s.jobs
+        not s.jobs or (sweep_dir / s.name).is_dir() and len(load_records(sweep_dir / s.name)) >= s.jobs
         for s in plan.sweeps)
 
 

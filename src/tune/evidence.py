@@ -78,7 +78,7 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
              if (r["dispatcher"], r["kernel"]) == (sweep.dispatcher, sweep.kernel)}
     cfg = plan.candidate_config(sweep.kernel, sweep.precision)
     limits = limits_from_spec(gpu_spec)
-    for shape in sweep.shapes:
+    for shape in sweep.covered:
         pruning = tune.prune(cfg, sweep.candidate_list(), Problem(*shape.dims, settings["alpha"],
                                                                    settings["beta"]), limits)
         for dup, first in pruning.same_as.items():

@@ -57,7 +57,8 @@ class Sweep:
     precision: str
     kernel: str
     space: dict[str, list]
-    shapes: list = field(default_factory=list)       # distribution.Shape
+    shapes: list = field(default_factory=list)       # distribution.Shape: those with jobs to run
+    covered: list = field(default_factory=list)      # every shape where a candidate builds (held ones too)
     jobs: int = 0                                    # candidates to measure, summed over shapes
     skipped: Counter = field(default_factory=Counter)  # shapes where nothing builds, per rule
     fallback: bool = False
@@ -148,6 +149,8 @@ class Plan:
     def _sweep_lines(sweeps) -> list[str]:
         lines = []
         for s in sweeps:
+            if not s.jobs:  # every candidate held by the evidence: nothing to run
+                continue
             skipped = "; ".join(f"{n} shapes: {rule}" for rule, n in s.skipped.most_common())
             listed = f" of {len(s.candidates)} listed" if s.candidates is not None else ""
             lines.append(f"  {s.name:<38} {len(s.shapes):>4} shapes {s.jobs:>6} jobs{listed}"
@@ -200,7 +203,8 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
            held: dict | None = None) -> tuple[Sweep, set]:
     """The sweep of `kernel` over `shapes` and the dims where a candidate of it builds; `held`
     ({(dispatcher, kernel): {shape: params keys}}): pairs the evidence holds, left out of its
-    jobs (a shape where every candidate is held is left out of the sweep, though it builds)."""
+    jobs (a shape where every candidate is held has no job but stays `covered`: the evidence
+    gives its same_as rows there)."""
     cfg = candidate_config(kernel, precision)
     sweep = Sweep(dispatcher, precision, kernel, space, fallback=fallback, stage=stage,
                   candidates=candidates, tag=tag)
@@ -216,6 +220,7 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
                                                   settings["beta"]), limits)
         if pruning.valid:
             runnable.add(shape.dims)
+            sweep.covered.append(shape)
             known = mine.get(shape.label, set())
             missing = [p for p, _ in pruning.valid if tune.params_key(p) not in known]
             if missing:
@@ -259,7 +264,7 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
                                          unscreened(kernel, shapes), limits, settings,
                                          stage=stage, candidates=listed, tag=tag, held=held)
                 covered |= runnable
-                if sweep.shapes:
+                if sweep.covered:
                     sweeps.append(sweep)
         whole_tag = tag + ("_all" if survivors is not None else "")
         rest = [s for s in shapes if s.dims not in covered]
@@ -270,7 +275,7 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
                                      unscreened(kernel, rest), limits, settings, stage=stage,
                                      tag=whole_tag, held=held)
             covered |= runnable
-            if sweep.shapes:
+            if sweep.covered:
                 sweeps.append(sweep)
         rest = [s for s in shapes if s.dims not in covered]
         fallback = settings.get("fallback")
@@ -278,7 +283,7 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
             sweep, _ = _sweep(dispatcher, precision, fallback["kernel"],
                               {k: list(v) for k, v in fallback["space"].items()}, rest, limits,
                               settings, fallback=True, stage=stage, tag=tag, held=held)
-            if sweep.shapes:
+            if sweep.covered:
                 sweeps.append(sweep)
     return sweeps
 
@@ -313,7 +318,7 @@ def build(gpu_spec: str, shapes, settings: dict | None = None,
             if kernel in entry["candidates"]:
                 sweep, _ = _sweep(dispatcher, entry["precision"], kernel, kernel_space(kernel),
                                   extra, limits, settings, stage=1, tag="_region", held=held)
-                if sweep.shapes:
+                if sweep.covered:
                     first.append(sweep)
     screened_at = {k: {s.dims for s in v} for k, v in region.items()}
     second = _stage(rest, limits, settings, 2, survivors, screened_at, held) if rest else []

@@ -54,6 +54,8 @@ def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
 
     failed = 0
     for sweep in sweeps:
+        if not sweep.jobs:  # the evidence holds every candidate of it (--missing): nothing to run
+            continue
         target = sweep_dir / sweep.name
         overrides = sweep.overrides(settings, sweep_dir, extra)
         fingerprint = sweep_fingerprint(sweep, overrides, gpu_spec)

@@ -212,7 +212,6 @@ def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) ->
     must be the dispatch's, and the file must hold the plan's training shapes with its screening
     shapes as stage 1, and the kept candidates' sources as they are today
     (evidence.kept_rows)."""
-    from src.job.training import read
     from src.tune import evidence
 
     known = candidates(settings)
@@ -221,51 +220,44 @@ def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) ->
         raise ConfigError(f"--kernels names {', '.join(unknown) or 'no kernel'}; it takes a comma "
                           f"list of the dispatch's candidates ({', '.join(sorted(known))}) (rule: "
                           f"a partial re-tune measures candidates of conf/tuning/dispatch.yaml).")
+    rows = earlier_evidence(plan, csv_path, "--kernels", remeasured)
+    return evidence.kept_rows(rows, remeasured)
+
+
+def earlier_evidence(plan, csv_path: Path, flag: str, remeasured: set[str] = frozenset()) -> list[dict]:
+    """The rows of `csv_path` that a partial re-tune (`flag`) extends: the file must hold the
+    plan's training shapes, its screening shapes as stage 1 and, but for the candidates measured
+    again (`remeasured`, whose rows are replaced), no other screen shape than those or a kernel's
+    own region's, so that its rows and the new ones make one screen."""
+    from src.job.training import read
+
     if not csv_path.is_file():
-        raise ConfigError(f"--kernels keeps the other candidates' rows of {csv_path}, which does "
-                          f"not exist (rule: a partial re-tune extends an earlier run's evidence); "
-                          f"run the whole tune first.")
+        raise ConfigError(f"{flag} extends the evidence file {csv_path}, which does not exist "
+                          f"(rule: a partial re-tune extends an earlier run's evidence); run the "
+                          f"whole tune first.")
     rows = read(csv_path)
     planned = {s.label for s in plan.shapes}
     screening_shapes = planned - {s.label for s in plan.rest}
     held = {r["shape"] for r in rows}
     screened = {r["shape"] for r in rows if r["stage"] == 1}
-    # the re-measured candidates' rows are replaced: their screen shapes need not be the plan's
     first = {r["shape"] for r in rows if r["stage"] == 1 and r["kernel"] not in remeasured}
     region = {s.label for shapes in plan.region.values() for s in shapes}  # a kernel's own screen
     if held != planned or (plan.rest and not (screening_shapes <= screened
                                               and first <= screening_shapes | region)):
         raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(screened)} screened) "
                           f"and this plan {len(planned)} ({len(screening_shapes)} screened) (rule: "
-                          f"a partial re-tune keeps rows measured over the same training shapes and "
-                          f"screen); pass the --shapes of that run, or run the whole tune.")
-    return evidence.kept_rows(rows, remeasured)
+                          f"a partial re-tune ({flag}) keeps rows measured over the same training "
+                          f"shapes and screen); pass the --shapes of that run, or run the whole tune.")
+    return rows
 
 
 def missing_evidence(plan, settings: dict, csv_path: Path) -> tuple[list[dict], dict]:
     """`--missing`: (the rows of `csv_path` that stay, {kernel: rows left out}). A row stays while
     its kernel's source is today's; a row of another source (or of none) is left out, and its
-    candidate is measured again wherever the plan has it. The file must hold the plan's training
-    shapes and its screening shapes as stage 1, so that its rows and the new ones make one screen
-    (rule of a partial re-tune)."""
-    from src.job.training import read
+    candidate is measured again wherever the plan has it (earlier_evidence's rules hold)."""
     from src.tune import evidence
 
-    if not csv_path.is_file():
-        raise ConfigError(f"--missing measures what {csv_path} lacks, and it does not exist (rule: "
-                          f"a re-tune of the missing candidates extends an earlier run's evidence); "
-                          f"run the whole tune first.")
-    rows = read(csv_path)
-    planned = {s.label for s in plan.shapes}
-    screening_shapes = planned - {s.label for s in plan.rest}
-    held = {r["shape"] for r in rows}
-    screened = {r["shape"] for r in rows if r["stage"] == 1}
-    if held != planned or not screening_shapes <= screened:
-        raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(screened)} screened) "
-                          f"and this plan {len(planned)} ({len(screening_shapes)} screened) (rule: "
-                          f"a re-tune of the missing candidates extends rows measured over the same "
-                          f"training shapes and screen); pass the --shapes of that run, or run the "
-                          f"whole tune.")
+    rows = earlier_evidence(plan, csv_path, "--missing")
     today = {k: evidence.source_sha256(k) for k in {r["kernel"] for r in rows}}
     stale = Counter(r["kernel"] for r in rows if r.get("source_sha256") != today[r["kernel"]])
     return [r for r in rows if r.get("source_sha256") == today[r["kernel"]]], dict(stale)

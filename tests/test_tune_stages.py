@@ -502,19 +502,18 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
             writer.writeheader()
             writer.writerows(change(dict(r)) for r in lines if keep(r))
 
-    # gemm_tf32's rows at one screening shape and one stage-2 shape, same_as rows included
+    # gemm_tf32's rows at one screening shape and one stage-2 shape, same_as rows included; and
+    # another kernel's same_as rows alone at a shape (a candidate new to the grid, the same kernel
+    # as a kept one there): written again from the kept rows, nothing measured for them
     screen_shape = next(r["shape"] for r in lines if r["kernel"] == "gemm_tf32" and r["stage"] == "1")
     later = next(r["shape"] for r in lines if r["kernel"] == "gemm_tf32" and r["stage"] == "2")
     gone = [r for r in lines if r["kernel"] == "gemm_tf32" and r["shape"] in (screen_shape, later)]
-    rewrite(lambda r: r not in gone)
-    measured = missing_run("two_shapes")
+    twin = next(r for r in lines if r["same_as"] and r["kernel"] != "gemm_tf32")
+    twins = [r for r in lines if r["same_as"] and (r["shape"], r["kernel"]) == (twin["shape"], twin["kernel"])]
+    rewrite(lambda r: r not in gone and r not in twins)
+    measured = missing_run("gaps")
     assert sorted(measured) == sorted(("best_tf32", "gemm_tf32", r["shape"], r["params"])
                                       for r in gone if not r["same_as"])
-    # same_as rows alone taken out (a candidate new to the grid, the same kernel as a kept one
-    # there): written again from the kept rows, nothing measured, where no other job is missing
-    twin = next(r for r in lines if r["same_as"])
-    rewrite(lambda r: not (r["same_as"] and (r["shape"], r["kernel"]) == (twin["shape"], twin["kernel"])))
-    assert missing_run("twins") == []
     # a row of another source: its kernel's candidates are measured again, wherever planned
     rewrite(lambda r: True, lambda r: {**r, "source_sha256": "0" * 64}
             if r["kernel"] == "gemm_ffma_skinny" else r)
@@ -522,11 +521,11 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     assert {k[1] for k in measured} == {"gemm_ffma_skinny"}
     assert len(measured) == sum(1 for r in lines if r["kernel"] == "gemm_ffma_skinny" and not r["same_as"])
     # the rules: another evidence file's shapes, --kernels beside it
+    assert command.main(common[1:] + ["--missing", "--kernels", "gemm_tf32"]) == 1
+    assert "two kinds of partial re-tune" in capsys.readouterr().err
     rewrite(lambda r: r["shape"] != lines[-1]["shape"])
     assert command.main(common[1:] + ["--sweep-dir", str(tmp_path / "x"), "--missing"]) == 1
     assert "same training shapes and screen" in capsys.readouterr().err
-    assert command.main(common[1:] + ["--missing", "--kernels", "gemm_tf32"]) == 1
-    assert "two kinds of partial re-tune" in capsys.readouterr().err
 
 
 def test_a_capped_kernel_keeps_its_winners_then_the_closest_near_misses():

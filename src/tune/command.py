@@ -352,15 +352,15 @@ def main(argv: list[str]) -> int:
             dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
             print(f"fitted {sum(len(r) for r in dispatch.values())} rules from {csv_path}")
             return 0
+        if args.missing and args.kernels is not None:
+            raise ConfigError("--missing and --kernels are two kinds of partial re-tune (rule: "
+                              "--missing keeps every row of today's sources, --kernels measures "
+                              "the named candidates again); pass one.")
         gpus = visible_gpus()
         per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
         plan = plan_mod.within_budget(gpu_spec, distribution.training(), args.budget,
                                       args.shapes, per_job, gpus, settings)
         only, kept = None, []
-        if args.missing and args.kernels is not None:
-            raise ConfigError("--missing and --kernels are two kinds of partial re-tune (rule: "
-                              "--missing keeps every row of today's sources, --kernels measures "
-                              "the named candidates again); pass one.")
         if args.missing:  # the evidence's rows stay; the plan measures what they do not hold
             kept, stale = missing_evidence(plan, settings, csv_path)
             plan = plan_mod.build(gpu_spec, plan.shapes, settings, held=plan_mod.held_pairs(kept))

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from src.errors import ConfigError
+from src.tune.space import kernel_identity
 
 # The per-function sections of a cubin that make up what a launch of that function runs (its
 # static shared memory is a NOBITS section: its size counts).
@@ -203,8 +204,9 @@ def identities(rows: list[dict], gpu_spec: str, cache_dir: Path | None = None,
 
 
 def _build_key(spec) -> tuple:
-    return (spec.source, spec.entry, spec.prepass, spec.grid, spec.block, spec.dynamic_smem_bytes,
-            spec.workspace_bytes, spec.arch, spec.tensor_maps)
+    """One build and launch: the source and what the tuner counts as one kernel (its entry and
+    every launch setting)."""
+    return spec.source, kernel_identity(spec)
 
 
 def completed_params(row: dict, config: dict, space: dict) -> str:

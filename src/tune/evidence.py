@@ -82,11 +82,10 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
         pruning = tune.prune(cfg, sweep.candidate_list(), Problem(*shape.dims, settings["alpha"],
                                                                    settings["beta"]), limits)
         for dup, first in pruning.same_as.items():
-            first = json.dumps(json.loads(first), sort_keys=True)
+            dup, first = (json.dumps(json.loads(p), sort_keys=True) for p in (dup, first))
             source = measured.get((shape.label, first)) or known.get((shape.label, first))
-            if source is not None and (shape.label, json.dumps(json.loads(dup), sort_keys=True)) not in known:
-                rows.append({**source, "params": json.dumps(json.loads(dup), sort_keys=True),
-                             "same_as": source["params"]})
+            if source is not None and (shape.label, dup) not in known:
+                rows.append({**source, "params": dup, "same_as": source["params"]})
     return rows
 
 

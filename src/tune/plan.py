@@ -221,13 +221,11 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
         if pruning.valid:
             runnable.add(shape.dims)
             sweep.covered.append(shape)
-            known = mine.get(shape.label, set())
-            missing = [p for p, _ in pruning.valid if tune.params_key(p) not in known]
-            if missing:
+            keys = [tune.params_key(p) for p, _ in pruning.valid]
+            held_here = sorted(k for k in keys if k in mine.get(shape.label, ()))
+            if len(held_here) < len(keys):
                 sweep.shapes.append(shape)
-                sweep.jobs += len(missing)
-                held_here = sorted(tune.params_key(p) for p, _ in pruning.valid
-                                   if tune.params_key(p) in known)
+                sweep.jobs += len(keys) - len(held_here)
                 if held_here:
                     sweep.held[shape.label] = held_here
         else:

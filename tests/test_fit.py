@@ -278,30 +278,51 @@ def test_evidence_rows_from_a_sweep_give_every_built_candidate_a_row(tmp_path):
     path = evidence.write(rows, tmp_path / "e.csv")
     back = training.read(path)
     assert [r["params"] for r in back] == [r["params"] for r in sorted(rows, key=evidence.sort_key)]
-    # the file holds a same_as row's figures once, in its source row; read gives them back whole
+    # the file holds measured rows only, each naming its twins by the params they change; read
+    # gives every twin its row back, with its source's figures
     with path.open(newline="") as handle:
         written = list(csv.DictReader(handle))
-    assert all(r["status"] == "" and r["gflops"] == "" and r["source_sha256"] == ""
-               for r in written if r["same_as"])
-    assert all(r["status"] == "ok" and r["gflops"] for r in written if not r["same_as"])
+    assert len(written) == len(pruning.valid) and "same_as" not in written[0]
+    assert all(r["status"] == "ok" and r["gflops"] for r in written)
+    listed = [(c, r) for r in written for c in json.loads(r["same_launch"] or "[]")]
+    assert len(listed) == len(copies)
+    assert all(c and len(c) < len(json.loads(r["params"])) for c, r in listed)  # the changes alone
     by_params = {r["params"]: r for r in back}
     for r in copies:
         assert {c: by_params[r["params"]][c] for c in training.SAME_AS_COPIES} == \
             {c: by_params[r["same_as"]][c] for c in training.SAME_AS_COPIES}
         assert by_params[r["params"]]["gflops"] == r["gflops"] and by_params[r["params"]]["status"] == "ok"
+    assert back == training.read(evidence.write(back, tmp_path / "again.csv"))
 
 
-def test_an_evidence_file_whose_same_as_row_lost_its_source_is_refused(tmp_path):
-    """A same_as row written without its figures names a row that must be in the file: without
-    it the file is damaged, and reading it says so with the rule (not a row of None figures)."""
+def test_an_evidence_file_written_before_same_launch_reads_the_same(tmp_path):
+    """A file from before `same_launch` (a row per twin, its figures left empty) reads as the
+    same rows as today's file; one whose twin lost its source row is refused with the rule, and
+    the writer refuses to write a twin whose source it is not given."""
     rows = synthetic_rows()[:3]
     source = dict(rows[0])
-    copy = {**source, "params": '{"copy": 1}', "same_as": source["params"]}
-    path = evidence.write([copy, *rows[1:]], tmp_path / "e.csv")  # its source left out
+    twin = {**source, "params": json.dumps({**json.loads(source["params"]), "copy": 1}, sort_keys=True),
+            "same_as": source["params"]}
+    old_columns = [c if c != "same_launch" else "same_as" for c in evidence.COLUMNS]
+
+    def old_file(rows_in, name):
+        path = tmp_path / name
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=old_columns)
+            writer.writeheader()
+            for r in rows_in:
+                empty = training.SAME_AS_COPIES if r.get("same_as") else ()
+                writer.writerow({c: None if c in empty else r.get(c) for c in old_columns})
+        return path
+
+    today = training.read(evidence.write([twin, *rows], tmp_path / "today.csv"))
+    assert training.read(old_file([twin, *rows], "old.csv")) == today
+    assert next(r for r in today if r["same_as"])["ratio_best"] == source["ratio_best"]
+    assert next(r for r in today if r["same_as"])["params"] == twin["params"]
     with pytest.raises(ConfigError, match="same_as row's figures are its source row's"):
-        training.read(path)
-    path = evidence.write([copy, *rows], tmp_path / "e.csv")
-    assert next(r for r in training.read(path) if r["same_as"])["ratio_best"] == source["ratio_best"]
+        training.read(old_file([twin, *rows[1:]], "damaged.csv"))
+    with pytest.raises(ConfigError, match="same_as row's figures are its source row's"):
+        evidence.write([twin, *rows[1:]], tmp_path / "orphan.csv")
 
 
 def test_a_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):

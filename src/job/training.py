@@ -9,6 +9,7 @@ file, fits and judges) uses these same ones.
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,16 +26,37 @@ def evidence_path(gpu_spec: str) -> Path:
 
 
 # A `same_as` row (a candidate that builds the same kernel and launch as a measured one at that
-# shape) has its source row's figures: the file writes them once, in the source row, and leaves
-# these cells of the same_as row empty (src/tune/evidence.write); `read` fills them back.
+# shape) has its source row's figures. The file holds only measured rows; each lists the
+# candidates that build its launch in `same_launch`, a JSON list of the params each changes
+# (`{"fit": 2}`; `{"=": {...}}` where the keys differ), written by src/tune/evidence.write.
+# `read` gives every one its row back, with these cells copied from its source.
 SAME_AS_COPIES = ("status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
                   "best_cublas", "ratio", "baseline", "from_cache", "timestamp", "error", "stage",
                   "source_sha256", "carried_from")
 
 
+def row_order(r: dict) -> tuple:
+    """The order of an evidence file's rows (and of `read`'s): by dispatcher, shape, kernel, params."""
+    return (r["dispatcher"], int(r["m"]), int(r["n"]), int(r["k"]), r["kernel"], r["params"])
+
+
+def twin_change(source: str, twin: str) -> dict:
+    """What a same_launch entry holds: the params `twin` changes from `source` (both JSON)."""
+    a, b = json.loads(source), json.loads(twin)
+    if set(a) != set(b):
+        return {"=": b}
+    return {key: value for key, value in b.items() if a[key] != value}
+
+
+def twin_params(source: str, change: dict) -> str:
+    """The inverse of twin_change: the twin's params, as the file's params are written."""
+    params = change["="] if set(change) == {"="} else {**json.loads(source), **change}
+    return json.dumps(params, sort_keys=True)
+
+
 def read(path: Path) -> list[dict]:
     """The rows of an evidence file, numbers as numbers (empty cells None), each same_as row
-    with its source row's figures."""
+    with its source row's figures, in `row_order`."""
     def number(text, kind):
         return None if text in ("", None) else kind(text)
 
@@ -49,14 +71,18 @@ def read(path: Path) -> list[dict]:
             for c in ("same_as", "error", "best_cublas", "baseline", "timestamp", "source_sha256",
                       "carried_from"):
                 r[c] = r.get(c) or None  # source_sha256, carried_from: None in a file from before them
+            twins = r.pop("same_launch", None)
             rows.append(r)
-    return _sources_filled(rows, path)
+            for change in json.loads(twins) if twins else ():
+                rows.append({**r, "params": twin_params(r["params"], change), "same_as": r["params"]})
+    rows = _sources_filled(rows, path)
+    return sorted(rows, key=row_order)
 
 
 def _sources_filled(rows: list[dict], path: Path) -> list[dict]:
-    """Each same_as row written without its figures (an empty status) takes its source's: the
-    row of the same dispatcher, shape and kernel whose params it names. A file written whole
-    before this (its same_as rows carry their figures) reads as it is."""
+    """A file written before `same_launch` holds a row for each same_as candidate, its figures
+    left empty (an empty status): each takes its source's, the row of the same dispatcher, shape
+    and kernel whose params it names. A file older still (figures in each row) reads as it is."""
     def key(r, params):
         return (r["dispatcher"], r["shape"], r["kernel"], params)
 

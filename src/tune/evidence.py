@@ -2,9 +2,10 @@
 shape x candidate measured (status, GFLOP/s, ratio to the stronger cuBLAS with its 95% interval),
 and back. A candidate that builds the same kernel and launch as a measured one at that shape
 (src/tune/space.py, SAME_KERNEL) gets that one's figures with `same_as` naming it, so every
-candidate of the sweep has a row where it builds; the file holds those figures once, in the
-measured row (the same_as row's cells of src/job/training.SAME_AS_COPIES are left empty, and
-training.read fills them back), about a fifth of the file less. `stage` says which stage of the
+candidate of the sweep has a row where it builds. The file holds the measured rows only: each
+names the candidates that build its launch in `same_launch`, by the params they change
+(src/job/training.twin_change), and training.read gives each its row back; 70% of a tune's rows
+are such twins, so the file is about a third of what one row each took. `stage` says which stage of the
 plan measured a row (1: the screen, every candidate; 2: the survivors at the other shapes;
 src/tune/plan.py). The fit (src/tune/fit.py) and `sgemm-lab explain` read the file; nothing else
 is needed to re-fit.
@@ -24,12 +25,13 @@ import hashlib
 import json
 from pathlib import Path
 
-from src.job.training import SAME_AS_COPIES
+from src.errors import ConfigError
+from src.job.training import row_order, twin_change
 from src.records.record import Record, load_records
 
 COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",
            "params", "status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
-           "best_cublas", "ratio", "baseline", "same_as", "from_cache", "timestamp", "error", "stage",
+           "best_cublas", "ratio", "baseline", "same_launch", "from_cache", "timestamp", "error", "stage",
            "source_sha256", "carried_from"]
 
 
@@ -105,8 +107,6 @@ def kept_rows(rows: list[dict], remeasured: set[str]) -> list[dict]:
     measures again, each only if its source is still the one that measured it. A ConfigError
     names the candidates whose rows cannot be kept (a row without source_sha256, or a source that
     changed): measure them again too."""
-    from src.errors import ConfigError
-
     kept = [r for r in rows if r["kernel"] not in remeasured]
     today = {k: source_sha256(k) for k in {r["kernel"] for r in kept}}
     stale = sorted({r["kernel"] for r in kept if r.get("source_sha256") != today[r["kernel"]]})
@@ -120,18 +120,36 @@ def kept_rows(rows: list[dict], remeasured: set[str]) -> list[dict]:
 
 
 def sort_key(r: dict):
-    return (r["dispatcher"], int(r["m"]), int(r["n"]), int(r["k"]), r["kernel"], r["params"])
+    return row_order(r)
 
 
 def write(rows: list[dict], path: Path) -> Path:
-    """Written whole or not at all (a temporary file renamed over the old one)."""
+    """Written whole or not at all (a temporary file renamed over the old one). A same_as row
+    goes into its source row's `same_launch`; one whose source is not among `rows` is a
+    ConfigError naming the rule."""
+    def key(r, params):
+        return (r["dispatcher"], r["shape"], r["kernel"], params)
+
+    twins: dict[tuple, list[str]] = {}
+    for r in rows:
+        if r.get("same_as"):
+            twins.setdefault(key(r, r["same_as"]), []).append(r["params"])
+    measured = [r for r in rows if not r.get("same_as")]
+    orphans = twins.keys() - {key(r, r["params"]) for r in measured}
+    if orphans:
+        dispatcher, shape, kernel, params = sorted(orphans)[0]
+        raise ConfigError(
+            f"{path}: {len(orphans)} same_as row(s) name a source row that is not written, e.g. "
+            f"{kernel} {params} at {shape} ({dispatcher}) (rule: a same_as row's figures are its "
+            f"source row's, written once, in that row); keep the source rows or drop the twins.")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".csv.tmp")
     with tmp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
-        for r in sorted(rows, key=sort_key):
-            figures_once = SAME_AS_COPIES if r.get("same_as") else ()  # in its source row
-            writer.writerow({c: None if c in figures_once else r.get(c) for c in COLUMNS})
+        for r in sorted(measured, key=sort_key):
+            changes = [twin_change(r["params"], p) for p in sorted(twins.get(key(r, r["params"]), ()))]
+            writer.writerow({**{c: r.get(c) for c in COLUMNS},
+                             "same_launch": json.dumps(changes) if changes else None})
     tmp.replace(path)
     return path

@@ -470,9 +470,8 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     kernel) exactly those candidates; with same_as rows alone taken out nothing, their rows
     written again; with a row of another source its kernel's candidates; each time the evidence
     and the fit are the whole run's again (SYNTHETIC figures, one law)."""
-    import csv
-
     from src.cli import main as cli
+    from src.tune import evidence
 
     count = plan_mod.load_settings()["screen"]["shapes"]
     common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
@@ -480,9 +479,7 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, []))
     assert cli(common + ["--sweep-dir", str(tmp_path / "whole")]) == 0
     whole, tuned = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
-    with (tmp_path / "e.csv").open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        lines, header = list(reader), reader.fieldnames
+    lines = read_evidence(tmp_path / "e.csv")  # a row per candidate, its twins' too
 
     def missing_run(name: str) -> list:
         measured = []
@@ -497,16 +494,13 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     assert f"keeping {len(lines)} rows of today's sources" in capsys.readouterr().out
 
     def rewrite(keep, change=lambda r: r):
-        with (tmp_path / "e.csv").open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(header))
-            writer.writeheader()
-            writer.writerows(change(dict(r)) for r in lines if keep(r))
+        evidence.write([change(dict(r)) for r in lines if keep(r)], tmp_path / "e.csv")
 
     # gemm_tf32's rows at one screening shape and one stage-2 shape, same_as rows included; and
     # another kernel's same_as rows alone at a shape (a candidate new to the grid, the same kernel
     # as a kept one there): written again from the kept rows, nothing measured for them
-    screen_shape = next(r["shape"] for r in lines if r["kernel"] == "gemm_tf32" and r["stage"] == "1")
-    later = next(r["shape"] for r in lines if r["kernel"] == "gemm_tf32" and r["stage"] == "2")
+    screen_shape = next(r["shape"] for r in lines if r["kernel"] == "gemm_tf32" and r["stage"] == 1)
+    later = next(r["shape"] for r in lines if r["kernel"] == "gemm_tf32" and r["stage"] == 2)
     gone = [r for r in lines if r["kernel"] == "gemm_tf32" and r["shape"] in (screen_shape, later)]
     twin = next(r for r in lines if r["same_as"] and r["kernel"] != "gemm_tf32")
     twins = [r for r in lines if r["same_as"] and (r["shape"], r["kernel"]) == (twin["shape"], twin["kernel"])]

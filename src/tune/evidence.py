@@ -128,7 +128,7 @@ def write(rows: list[dict], path: Path) -> Path:
     goes into its source row's `same_launch`; one whose source is not among `rows` is a
     ConfigError naming the rule."""
     def key(r, params):
-        return (r["dispatcher"], r["shape"], r["kernel"], params)
+        return (r["dispatcher"], int(r["m"]), int(r["n"]), int(r["k"]), r["kernel"], params)
 
     twins: dict[tuple, list[str]] = {}
     for r in rows:
@@ -137,10 +137,10 @@ def write(rows: list[dict], path: Path) -> Path:
     measured = [r for r in rows if not r.get("same_as")]
     orphans = twins.keys() - {key(r, r["params"]) for r in measured}
     if orphans:
-        dispatcher, shape, kernel, params = sorted(orphans)[0]
+        dispatcher, m, n, k, kernel, params = sorted(orphans)[0]
         raise ConfigError(
             f"{path}: {len(orphans)} same_as row(s) name a source row that is not written, e.g. "
-            f"{kernel} {params} at {shape} ({dispatcher}) (rule: a same_as row's figures are its "
+            f"{kernel} {params} at {m}x{n}x{k} ({dispatcher}) (rule: a same_as row's figures are its "
             f"source row's, written once, in that row); keep the source rows or drop the twins.")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".csv.tmp")

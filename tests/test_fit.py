@@ -295,6 +295,21 @@ def test_evidence_rows_from_a_sweep_give_every_built_candidate_a_row(tmp_path):
     assert back == training.read(evidence.write(back, tmp_path / "again.csv"))
 
 
+def test_a_tunes_evidence_so_far_keeps_the_earlier_rows_it_has_not_measured_again():
+    """evidence.merged (saved after each sweep of a tune): the earlier file's rows stay but where
+    the run measured the same candidate at the same shape; a twin of a replaced row goes with it
+    (its figures were that row's) unless the run wrote the twin again."""
+    rows = synthetic_rows()[:3]
+    source, other = dict(rows[0]), dict(rows[1])
+    twin = {**source, "params": json.dumps({**json.loads(source["params"]), "copy": 1}, sort_keys=True),
+            "same_as": source["params"]}
+    again = {**source, "ratio_best": 2.0}
+    assert evidence.merged([source, twin, other], []) == [source, twin, other]
+    assert evidence.merged([source, twin, other], [again]) == [other, again]
+    new_twin = {**twin, "ratio_best": 2.0}
+    assert evidence.merged([source, twin, other], [again, new_twin]) == [other, again, new_twin]
+
+
 def test_an_evidence_file_written_before_same_launch_reads_the_same(tmp_path):
     """A file from before `same_launch` (a row per twin, its figures left empty) reads as the
     same rows as today's file; one whose twin lost its source row is refused with the rule, and

@@ -517,9 +517,56 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     # the rules: another evidence file's shapes, --kernels beside it
     assert command.main(common[1:] + ["--missing", "--kernels", "gemm_tf32"]) == 1
     assert "two kinds of partial re-tune" in capsys.readouterr().err
-    rewrite(lambda r: r["shape"] != lines[-1]["shape"])
+    last = lines[-1]["shape"]  # a shape this plan does not hold
+    rewrite(lambda r: True, lambda r: {**r, "shape": "1x2x3", "m": 1, "n": 2, "k": 3}
+            if r["shape"] == last else r)
     assert command.main(common[1:] + ["--sweep-dir", str(tmp_path / "x"), "--missing"]) == 1
     assert "same training shapes and screen" in capsys.readouterr().err
+
+
+def test_a_tune_cut_short_keeps_its_finished_sweeps_and_missing_resumes_it(tmp_path, monkeypatch):
+    """The evidence file is saved after each sweep: a first tune interrupted in stage 2 (Ctrl-C,
+    a time limit) leaves the rows of every finished sweep and no fit; `--missing` then measures
+    only the unfinished sweeps' candidates (at shapes the file does not hold yet too), so the two
+    runs measure together exactly what an uninterrupted run measures, and the evidence and the
+    fit come out as its, byte for byte."""
+    from src.cli import main as cli
+
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
+              "--tuned", str(tmp_path / "t.yaml")]
+    whole_measured: list = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, whole_measured))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "whole")]) == 0
+    whole, tuned = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
+    (tmp_path / "e.csv").unlink()
+    (tmp_path / "t.yaml").unlink()
+
+    before: list = []
+    inner, stage_2 = stand_in_sweeps({}, before), []
+
+    def cut(sweeps, *rest, **kw):  # the third stage-2 sweep with jobs is never finished
+        for sweep in sweeps:
+            if sweep.jobs and sweep.name.endswith("stage2"):
+                stage_2.append(sweep.name)
+                if len(stage_2) == 3:
+                    raise KeyboardInterrupt
+        return inner(sweeps, *rest, **kw)
+
+    monkeypatch.setattr(command, "run_sweeps", cut)
+    with pytest.raises(KeyboardInterrupt):
+        cli(common + ["--sweep-dir", str(tmp_path / "cut")])
+    saved = read_evidence(tmp_path / "e.csv")
+    assert not (tmp_path / "t.yaml").exists()
+    held = {(r["dispatcher"], r["kernel"], r["shape"], r["params"]) for r in saved if not r["same_as"]}
+    assert held == set(before) and before  # every finished sweep's rows, and only those
+
+    after: list = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, after))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "resumed"), "--missing"]) == 0
+    assert (tmp_path / "e.csv").read_text() == whole and (tmp_path / "t.yaml").read_text() == tuned
+    assert after and not held & set(after)  # nothing measured twice
+    assert sorted(before + after) == sorted(whole_measured)
 
 
 def test_a_capped_kernel_keeps_its_winners_then_the_closest_near_misses():

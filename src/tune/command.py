@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from src.errors import ConfigError, LabError
-from src.job.training import evidence_path
+from src.job.training import evidence_path, read as read_evidence
 from src.paths import ROOT
 from src.tune.sweeps import run_sweeps
 
@@ -224,11 +224,13 @@ def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) ->
     return evidence.kept_rows(rows, remeasured)
 
 
-def earlier_evidence(plan, csv_path: Path, flag: str, remeasured: set[str] = frozenset()) -> list[dict]:
+def earlier_evidence(plan, csv_path: Path, flag: str, remeasured: set[str] = frozenset(),
+                     partial: bool = False) -> list[dict]:
     """The rows of `csv_path` that a partial re-tune (`flag`) extends: the file must hold the
-    plan's training shapes, its screening shapes as stage 1 and, but for the candidates measured
-    again (`remeasured`, whose rows are replaced), no other screen shape than those or a kernel's
-    own region's, so that its rows and the new ones make one screen."""
+    plan's training shapes (`partial`: some of them, as a run cut short saved them), its
+    screening shapes as stage 1 (`partial`: the run measures the rest) and, but for the candidates
+    measured again (`remeasured`, whose rows are replaced), no other screen shape than those or a
+    kernel's own region's, so that its rows and the new ones make one screen."""
     from src.job.training import read
 
     if not csv_path.is_file():
@@ -242,8 +244,8 @@ def earlier_evidence(plan, csv_path: Path, flag: str, remeasured: set[str] = fro
     screened = {r["shape"] for r in rows if r["stage"] == 1}
     first = {r["shape"] for r in rows if r["stage"] == 1 and r["kernel"] not in remeasured}
     region = {s.label for shapes in plan.region.values() for s in shapes}  # a kernel's own screen
-    if held != planned or (plan.rest and not (screening_shapes <= screened
-                                              and first <= screening_shapes | region)):
+    if not (held <= planned if partial else held == planned) or (plan.rest and not (
+            (partial or screening_shapes <= screened) and first <= screening_shapes | region)):
         raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(screened)} screened) "
                           f"and this plan {len(planned)} ({len(screening_shapes)} screened) (rule: "
                           f"a partial re-tune ({flag}) keeps rows measured over the same training "
@@ -257,7 +259,7 @@ def missing_evidence(plan, settings: dict, csv_path: Path) -> tuple[list[dict], 
     candidate is measured again wherever the plan has it (earlier_evidence's rules hold)."""
     from src.tune import evidence
 
-    rows = earlier_evidence(plan, csv_path, "--missing")
+    rows = earlier_evidence(plan, csv_path, "--missing", partial=True)
     today = {k: evidence.source_sha256(k) for k in {r["kernel"] for r in rows}}
     stale = Counter(r["kernel"] for r in rows if r.get("source_sha256") != today[r["kernel"]])
     return [r for r in rows if r.get("source_sha256") == today[r["kernel"]]], dict(stale)
@@ -279,17 +281,30 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     from src.tune import evidence
 
     kept_screen = [r for r in kept if r["stage"] == 1]
+    earlier = read_evidence(csv_path) if csv_path.is_file() else []
+    rows: list[dict] = []
+
+    def run(sweeps) -> int:
+        """Each sweep, then the evidence so far saved (evidence.merged: the earlier file's rows
+        with the new ones in place), so that a run cut short loses no finished sweep and
+        `--missing` resumes it."""
+        failed = 0
+        for sweep in sweeps:
+            failed += run_sweeps([sweep], settings, args.sweep_dir, args.overrides, gpu_spec)
+            rows.extend(rows_of([sweep], args.sweep_dir, gpu_spec, settings, kept))
+            if sweep.jobs:
+                evidence.write(evidence.merged(earlier, rows), csv_path)
+        return failed
+
     print(plan.describe(per_job, gpus), flush=True)
     started = time.perf_counter()
-    failed = run_sweeps(plan.sweeps, settings, args.sweep_dir, args.overrides, gpu_spec)
-    rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings, kept)
+    failed = run(plan.sweeps)
     seconds = [time.perf_counter() - started]
     if plan.rest:
         plan = screened(plan, settings, rows + kept_screen, only)
         print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
         started = time.perf_counter()
-        failed += run_sweeps(plan.stage2, settings, args.sweep_dir, args.overrides, gpu_spec)
-        rows += rows_of(plan.stage2, args.sweep_dir, gpu_spec, settings, kept)
+        failed += run(plan.stage2)
         seconds.append(time.perf_counter() - started)
     evidence.write(kept + rows, csv_path)
     print(f"{len(kept) + len(rows)} rows -> {csv_path}"

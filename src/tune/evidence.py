@@ -119,6 +119,18 @@ def kept_rows(rows: list[dict], remeasured: set[str]) -> list[dict]:
     return kept
 
 
+def merged(earlier: list[dict], new: list[dict]) -> list[dict]:
+    """A tune's evidence so far: `earlier`'s rows (the file before the run) with `new` ones in
+    their place, by dispatcher, shape, kernel and params. An earlier row whose source row is
+    replaced goes too (its figures were that row's), unless `new` holds it again."""
+    def key(r, params):
+        return (r["dispatcher"], int(r["m"]), int(r["n"]), int(r["k"]), r["kernel"], params)
+
+    replaced = {key(r, r["params"]) for r in new}
+    return [r for r in earlier if key(r, r["params"]) not in replaced
+            and not (r.get("same_as") and key(r, r["same_as"]) in replaced)] + list(new)
+
+
 def sort_key(r: dict):
     return row_order(r)
 

@@ -7,6 +7,7 @@ the record's fields, and what happens when candidates fail. One GPU test runs it
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import time
 from dataclasses import replace
@@ -177,6 +178,28 @@ def test_candidates_from_evidence_are_the_best_at_the_nearest_shapes_rank_by_ran
         ("gemm_tf32", {"bm": 64, "bn": 128, "stages": 4}),          # #3 at 96x96x32
     ]  # the failed row, best_fp32's row and the far 4096^3 shape are not candidates
     assert found[1].source.startswith("#1 at 96x96x32, 1.100x")
+
+
+def test_with_a_nearest_model_its_next_choices_come_before_the_ranks(tmp_path, monkeypatch):
+    """With the tuned file's nearest-neighbour model, the candidates after the rule's choice are
+    the model's own order over this evidence (each candidate measured at all its nearest
+    training shapes, by its geomean ratio there), then the ranks at the nearest shapes."""
+    path = _evidence(tmp_path)
+    rows = training.read(Path(path))
+    real = dispatch_mod.tuned_config
+    monkeypatch.setattr(dispatch_mod, "tuned_config", lambda gpu: {
+        **(real(gpu) or {}), "dispatch": RULES,
+        "nearest": {"evidence": path, "count": 2, "guards": {}, "weighting": "equal"}})
+    job = _job(ODD)
+    found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, rows, 2)
+    # only 17_flagship's tile is measured at both 96x96x32 and 128x128x48: sqrt(1.1 * 0.7)
+    assert (found[1].kernel, found[1].params) == ("17_flagship", {"bm": 128, "bn": 128, "bk": 16})
+    assert found[1].source.startswith(f"the nearest model's #1, {math.sqrt(1.1 * 0.7):.3f}x")
+    assert [(c.kernel, c.params) for c in found[2:4]] == [
+        ("17_flagship", {"bm": 128, "bn": 128, "bk": 16}),            # #1 at 96x96x32 (nearest)
+        ("gemm_tf32", {"bm": 64, "bn": 64, "stages": 6})]           # #1 at 128x128x48
+    # the dispatch's own choice is the model's first
+    assert dispatch_mod.ranked("h100_sxm", "best_tf32", Problem(*ODD, 1.0, 0.0))[0][0].kernel == "17_flagship"
 
 
 def test_without_evidence_the_candidates_are_the_rules_choices_and_the_default():

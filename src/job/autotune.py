@@ -33,6 +33,7 @@ from src.job import dispatch, training
 from src.job.config import kernel_config
 from src.job.file_lock import entry_held, write_atomically
 from src.job.prepare import PreparedJob, prepare_kernel
+from src.job.problem import Problem
 from src.job.protocol import BenchProtocol
 from src.paths import CONF_DIR
 from src.records.record import Record
@@ -132,13 +133,21 @@ def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int,
 def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str,
                shape: tuple[int, int, int], rows: list[dict] | None, nearest: int) -> list[Candidate]:
     """Every candidate in the order they are tried (the caller keeps the first few that build):
-    the rule's choice; then, with evidence, the measured ones at the `nearest` training shapes,
-    rank 1 at each shape (nearest first), then rank 2, ...; without, the other rules' choices in
-    order and the dispatcher's default. Repeats are left in (the caller drops a candidate that
-    builds the same kernel as an earlier one)."""
+    the rule's choice; then, with evidence, the nearest-neighbour model's next choices (the tuned
+    file's `nearest:`, over this evidence: each candidate's weighted geomean ratio at its nearest
+    training shapes, best first), then the measured ones at the `nearest` training shapes, rank 1
+    at each shape (nearest first), then rank 2, ...; without, the other rules' choices in order
+    and the dispatcher's default. Repeats are left in (the caller drops a candidate that builds
+    the same kernel as an earlier one). Why the model's order first: docs/tuning.md, "Autotune at
+    run time" (left out of the fit, its first few find more of the ceiling than the ranks)."""
     name = str(dispatcher_cfg["name"])
     found = [Candidate(choice.kernel, dict(choice.params), "the rule's choice")]
     if rows is not None:
+        for rank, (c, ratio) in enumerate(dispatch.ranked(
+                gpu_spec, name, Problem(*shape, 1.0, 0.0), training.table(rows, name))):
+            found.append(Candidate(c.kernel, json.loads(c.params),
+                                   f"the nearest model's #{rank + 1}, {ratio:.3f}x the stronger "
+                                   f"cuBLAS at the nearest training shapes"))
         ranked = []
         for near in training.nearest(rows, name, shape, nearest):
             ok = [r for r in rows if r["dispatcher"] == name and (r["m"], r["n"], r["k"]) == near

@@ -65,10 +65,10 @@ def _table(path: str, mtime: float, dispatcher: str):
     return training.table(training.read(Path(path)), dispatcher)
 
 
-def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None:
-    """The nearest-neighbour model's choice (the tuned file's `nearest:`), or None where the file
-    has none, its evidence holds no row of `name`, or no candidate is measured at all the
-    neighbours and allowed at the shape."""
+def _model(gpu_spec: str, problem: Problem):
+    """(where, the evidence path as written, its file, count, weighting, runs) of the tuned
+    file's `nearest:` model, or None where it has none; `runs(candidate, shape)` is the
+    candidate's guard at the problem."""
     model = (tuned_config(gpu_spec) or {}).get("nearest")
     if not model:
         return None
@@ -79,18 +79,42 @@ def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None
         raise ConfigError(f"{where}: evidence {evidence} is not a file (rule: the nearest-neighbour "
                           f"dispatch reads the tuner's evidence, results/tuning/<gpu>.csv, which "
                           f"`sgemm-lab tune` writes beside the tuned file).")
-    tab = _table(str(path), path.stat().st_mtime, name)
     guards = dict(model.get("guards") or {})
-    count = int(model.get("count", 4))
     weighting = str(model.get("weighting", "equal"))  # a file from before the key: equal weights
     training.weighting_of(weighting, where)
-    shape = (problem.m, problem.n, problem.k)
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
     def runs(candidate, _shape) -> bool:
         guard = guards.get(candidate.kernel)
         return not guard or first_rule([{"when": guard}], names, f"{where}.guards") is not None
 
+    return where, evidence, path, int(model.get("count", 4)), weighting, runs
+
+
+def ranked(gpu_spec: str, name: str, problem: Problem,
+           tab: training.Table | None = None) -> list[tuple[training.Candidate, float]]:
+    """Every candidate the nearest-neighbour model weighs at the problem, best first, each with
+    its weighted geomean ratio over the neighbours (the first is `nearest`'s choice), from `tab`
+    or the tuned file's evidence; [] where the file names no model."""
+    model = _model(gpu_spec, problem)
+    if model is None:
+        return []
+    _, _, path, count, weighting, runs = model
+    tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
+    shape = (problem.m, problem.n, problem.k)
+    return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting)[0]
+
+
+def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None:
+    """The nearest-neighbour model's choice (the tuned file's `nearest:`), or None where the file
+    has none, its evidence holds no row of `name`, or no candidate is measured at all the
+    neighbours and allowed at the shape."""
+    model = _model(gpu_spec, problem)
+    if model is None:
+        return None
+    where, evidence, path, count, weighting, runs = model
+    tab = _table(str(path), path.stat().st_mtime, name)
+    shape = (problem.m, problem.n, problem.k)
     found = training.nearest_choice(tab, shape, tab.shapes, count, runs, weighting)
     if found is None:
         return None

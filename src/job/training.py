@@ -178,27 +178,34 @@ def weighting_of(name: str, where: str) -> Callable[[float], float]:
     return WEIGHTINGS[name]
 
 
-def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,
+def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: int,
                    runs: Callable[[Candidate, tuple], bool],
-                   weighting: str = "equal") -> tuple[Candidate, list, float] | None:
-    """(candidate, its neighbours, its weighted geomean ratio there): the candidate with the best
-    weighted mean of log ratios over the `count` shapes of `among` nearest to `shape` (log2
-    distance, ties by the shape; `weighting`, a key of WEIGHTINGS), among those measured at all
-    of them for which `runs(candidate, shape)` holds (its size rules and where it was measured);
-    ties by the candidates' order. A shape of `among` itself is its own only neighbour: what was
-    measured there is the evidence (the suites' shapes are training shapes). None if no
-    candidate is."""
+                   weighting: str = "equal") -> tuple[list[tuple[Candidate, float]], list]:
+    """([(candidate, its weighted geomean ratio there)], the neighbours): every candidate
+    measured at all of the `count` shapes of `among` nearest to `shape` (log2 distance, ties by
+    the shape) for which `runs(candidate, shape)` holds (its size rules and where it was
+    measured), best weighted mean of log ratios first (`weighting`, a key of WEIGHTINGS; ties by
+    the candidates' order). A shape of `among` itself is its own only neighbour: what was
+    measured there is the evidence (the suites' shapes are training shapes)."""
     near = [shape] if shape in among else sorted(among, key=lambda s: (distance(s, shape), s))[:count]
     weigh = weighting_of(weighting, "nearest_choice")
     weights = [1.0] if near == [shape] else [weigh(distance(s, shape)) for s in near]
-    best = None
-    for c in tab.candidates:
+    scored = []
+    for order, c in enumerate(tab.candidates):
         if not near or not runs(c, shape):
             continue
         values = [tab.ratio.get((s, c)) for s in near]
         if any(v is None for v in values):
             continue
-        total = sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights)
-        if best is None or total > best[1]:
-            best = (c, total)
-    return None if best is None else (best[0], near, math.exp(best[1]))
+        scored.append((-sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights), order, c))
+    return [(c, math.exp(-total)) for total, _, c in sorted(scored)], near
+
+
+def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,
+                   runs: Callable[[Candidate, tuple], bool],
+                   weighting: str = "equal") -> tuple[Candidate, list, float] | None:
+    """(candidate, its neighbours, its weighted geomean ratio there): the first of
+    `nearest_ranked`, the candidate the nearest-neighbour model chooses; None if no candidate
+    is measured at all the neighbours and runs at the shape."""
+    ranked, near = nearest_ranked(tab, shape, among, count, runs, weighting)
+    return (ranked[0][0], near, ranked[0][1]) if ranked else None

@@ -141,6 +141,16 @@ def test_each_stage_depends_on_exactly_the_code_it_runs():
             assert not _covered("src/publish/table.py", listed), stage["deps"]
 
 
+def test_each_measuring_stage_depends_on_its_gpus_tuning_evidence():
+    """best_fp32 and best_tf32 choose their kernel from results/tuning/<gpu>.csv at run time (the
+    nearest-neighbour dispatch), so a new tune's evidence makes every stage that runs them stale."""
+    for name, stage in stages().items():
+        cmds = stage["cmd"] if isinstance(stage["cmd"], list) else [stage["cmd"]]
+        if any("python -m src.run " in cmd for cmd in cmds):
+            gpu = name.partition("@")[2]
+            assert f"results/tuning/{gpu}.csv" in stage["deps"], (name, stage["deps"])
+
+
 def test_outputs_are_in_git_not_in_the_dvc_cache():
     for name, stage in stages().items():
         for entry in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):

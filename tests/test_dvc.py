@@ -176,7 +176,8 @@ def repo(tmp_path):
     """A fresh git repository with the pipeline's files, committed, and a `python` on PATH that
     is this interpreter (the stages run `python -m src.…`)."""
     work = tmp_path / "repo"
-    for name in PIPELINE_FILES:
+    # and each published GPU's tuning evidence, a dependency of the stages that run the dispatch
+    for name in PIPELINE_FILES + [f"results/tuning/{gpu}.csv" for gpu in params()["published"]["gpus"]]:
         src, dst = ROOT / name, work / name
         if src.is_dir():
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))

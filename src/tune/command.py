@@ -231,13 +231,11 @@ def earlier_evidence(plan, csv_path: Path, flag: str, remeasured: set[str] = fro
     screening shapes as stage 1 (`partial`: the run measures the rest) and, but for the candidates
     measured again (`remeasured`, whose rows are replaced), no other screen shape than those or a
     kernel's own region's, so that its rows and the new ones make one screen."""
-    from src.job.training import read
-
     if not csv_path.is_file():
         raise ConfigError(f"{flag} extends the evidence file {csv_path}, which does not exist "
                           f"(rule: a partial re-tune extends an earlier run's evidence); run the "
                           f"whole tune first.")
-    rows = read(csv_path)
+    rows = read_evidence(csv_path)
     planned = {s.label for s in plan.shapes}
     screening_shapes = planned - {s.label for s in plan.rest}
     held = {r["shape"] for r in rows}

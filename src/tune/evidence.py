@@ -119,35 +119,33 @@ def kept_rows(rows: list[dict], remeasured: set[str]) -> list[dict]:
     return kept
 
 
+def _key(r: dict, params: str) -> tuple:
+    """A candidate at a row's shape: its dispatcher, shape, kernel and `params`."""
+    return (r["dispatcher"], int(r["m"]), int(r["n"]), int(r["k"]), r["kernel"], params)
+
+
 def merged(earlier: list[dict], new: list[dict]) -> list[dict]:
     """A tune's evidence so far: `earlier`'s rows (the file before the run) with `new` ones in
     their place, by dispatcher, shape, kernel and params. An earlier row whose source row is
     replaced goes too (its figures were that row's), unless `new` holds it again."""
-    def key(r, params):
-        return (r["dispatcher"], int(r["m"]), int(r["n"]), int(r["k"]), r["kernel"], params)
-
-    replaced = {key(r, r["params"]) for r in new}
-    return [r for r in earlier if key(r, r["params"]) not in replaced
-            and not (r.get("same_as") and key(r, r["same_as"]) in replaced)] + list(new)
+    replaced = {_key(r, r["params"]) for r in new}
+    return [r for r in earlier if _key(r, r["params"]) not in replaced
+            and not (r.get("same_as") and _key(r, r["same_as"]) in replaced)] + list(new)
 
 
-def sort_key(r: dict):
-    return row_order(r)
+sort_key = row_order  # the file's row order (src/job/training.row_order)
 
 
 def write(rows: list[dict], path: Path) -> Path:
     """Written whole or not at all (a temporary file renamed over the old one). A same_as row
     goes into its source row's `same_launch`; one whose source is not among `rows` is a
     ConfigError naming the rule."""
-    def key(r, params):
-        return (r["dispatcher"], int(r["m"]), int(r["n"]), int(r["k"]), r["kernel"], params)
-
     twins: dict[tuple, list[str]] = {}
     for r in rows:
         if r.get("same_as"):
-            twins.setdefault(key(r, r["same_as"]), []).append(r["params"])
+            twins.setdefault(_key(r, r["same_as"]), []).append(r["params"])
     measured = [r for r in rows if not r.get("same_as")]
-    orphans = twins.keys() - {key(r, r["params"]) for r in measured}
+    orphans = twins.keys() - {_key(r, r["params"]) for r in measured}
     if orphans:
         dispatcher, m, n, k, kernel, params = sorted(orphans)[0]
         raise ConfigError(
@@ -160,7 +158,7 @@ def write(rows: list[dict], path: Path) -> Path:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         for r in sorted(measured, key=sort_key):
-            changes = [twin_change(r["params"], p) for p in sorted(twins.get(key(r, r["params"]), ()))]
+            changes = [twin_change(r["params"], p) for p in sorted(twins.get(_key(r, r["params"]), ()))]
             writer.writerow({**{c: r.get(c) for c in COLUMNS},
                              "same_launch": json.dumps(changes) if changes else None})
     tmp.replace(path)

@@ -327,7 +327,7 @@ def _sliced_build(chapter: str, shape, params, instructions, entries: int = 2) -
     cfg.params.update(params)
     spec = build_spec(cfg, Problem(*shape, 1.0, 0.0), limits_from_spec("h100_sxm"))
     log = compile_offline(spec, spec.arch)["log"]
-    # pre-passes are not templates: nvcc builds them even where they are not launched
+    # a pre-pass that is not a template is built even where it is not launched
     assert len(re.findall(r"Compiling entry function", log)) == entries, log
     assert re.findall(r"(\d+) bytes spill stores", log) == ["0"] * entries, log
     assert re.findall(r"(\d+) bytes stack frame", log) == ["0"] * entries, log
@@ -381,10 +381,26 @@ def test_gemm_tf32_streaming_unaligned_rows_builds_without_spills(shape, params)
 def test_3xtf32_streaming_unaligned_b_builds_without_spills(shape, params):
     """gemm_3xtf32 (B^T in registers) with unaligned_rows 2: every producer thread copies B's
     rows by 4-byte cp.async and counts them on the stage's barrier, within setmaxnreg's 40
-    registers; the A-only pre-pass and the main kernel build without spills (three entries:
-    the split_tf32_operands<0> instantiation, role 1's transposing pre-pass, the main kernel)."""
+    registers; the A-only pre-pass and the main kernel build without spills (two entries: the
+    split_tf32_operands<0> instantiation and the main kernel)."""
     _sliced_build("gemm_3xtf32", shape, {**params, "unaligned_rows": 2},
-                  ["cp.async.ca.shared.global", "cp.async.mbarrier.arrive.noinc"], entries=3)
+                  ["cp.async.ca.shared.global", "cp.async.mbarrier.arrive.noinc"], entries=2)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
+    ((11048, 27, 3851), {"bm": 128, "bn": 64, "fit": 2}),        # 32 columns, two consumers, unsliced
+    ((1156, 65, 4351), {"bm": 64, "bn": 128, "fit": 2}),         # 72 columns, one consumer, 2 slices
+    ((64, 66, 40001), {"bm": 64, "bn": 64, "min_slice_k": 32}),  # long K, 8 slices
+], ids=["fitted-unsplit", "fitted-split2", "split8"])
+def test_3xtf32_streaming_unaligned_a_builds_without_spills(shape, params):
+    """gemm_3xtf32 with A in registers (register_operand 2) and unaligned_rows 2 at K % 4: every
+    producer thread copies A's rows by 4-byte cp.async into the stage's A box, B_big^T and
+    B_small^T still come by TMA; the pre-pass without A's copy (split_tf32_b_transposed<0>) and
+    the main kernel build without spills, the producers within setmaxnreg's 40 registers."""
+    _sliced_build("gemm_3xtf32", shape, {**params, "register_operand": 2, "unaligned_rows": 2},
+                  ["cp.async.ca.shared.global", "cp.async.mbarrier.arrive.noinc",
+                   "ldmatrix.sync.aligned.m8n8.x4"], entries=2)
 
 
 @needs_nvcc
@@ -400,8 +416,8 @@ def test_3xtf32_library_kernel_with_b_in_registers_builds_without_spills(shape, 
     accumulation and slice shape: 23's split pre-pass and the main kernel build without spills
     (the FP32 total and two stages of split fragments stay in registers), the K slices add up
     through the other blocks' shared memory, and the split and the scale-d restart are in the
-    source. Both pre-passes are in the file, so three entries."""
-    _sliced_build("gemm_3xtf32", shape, params, ["setp.ne.b32 p", "cvt.rna.tf32.f32"], entries=3)
+    source. Two entries: the named pre-pass (both are templates) and the main kernel."""
+    _sliced_build("gemm_3xtf32", shape, params, ["setp.ne.b32 p", "cvt.rna.tf32.f32"], entries=2)
 
 
 @needs_nvcc
@@ -418,7 +434,7 @@ def test_3xtf32_library_kernel_with_a_in_registers_builds_without_spills(shape, 
     memory by ldmatrix and are split in registers."""
     _sliced_build("gemm_3xtf32", shape, params | {"register_operand": 2},
                   ["ldmatrix.sync.aligned.m8n8.x4", "cvt.rna.tf32.f32"],
-                  entries=2)  # its own pre-pass (role 0's, a template, is built only where named)
+                  entries=2)  # its own pre-pass (both are templates, built only where named)
 
 
 @needs_nvcc
@@ -433,9 +449,8 @@ def test_3xtf32_library_kernel_with_a_in_registers_builds_without_spills(shape, 
 def test_fitted_tiles_build_without_spills(kernel, shape, params):
     """`fit` 2's tiles (wgmma's N side any multiple of 8, kernels/include/wgmma_rows.cuh) build for
     sm_90a without spills, in pieces of the m64nNk8 forms, with the K slices' uneven shares."""
-    role_0 = kernel == "gemm_3xtf32" and params.get("register_operand", 1) == 1
     _sliced_build(kernel, shape, params | {"fit": 2}, ["m64n8k8", "m64n56k8"],
-                  entries=3 if role_0 else 2)  # role 0: its split pre-pass and role 1's
+                  entries=2)  # the named pre-pass and the main kernel
 
 
 @needs_nvcc

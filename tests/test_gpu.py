@@ -163,13 +163,22 @@ STREAMED_CASES = [  # unaligned_rows 2: which operand the producer copies, in th
     ("gemm_3xtf32", (19, 1287, 2026), {"bm": 64, "bn": 64, "fit": 2}),  # 24 rows, 4 slices
     ("gemm_3xtf32", (17, 33, 5), {}),
     ("gemm_3xtf32", (1, 1, 1), {}),
+    # gemm_3xtf32 with A in registers: A's rows copied (K % 4), the pre-pass transposes B alone
+    ("gemm_3xtf32", (11048, 27, 3851), {"register_operand": 2, "bm": 128, "bn": 64, "fit": 2}),  # 32 columns
+    ("gemm_3xtf32", (1156, 65, 4351), {"register_operand": 2, "bm": 64, "bn": 128, "fit": 2}),   # 2 slices
+    ("gemm_3xtf32", (4748, 23, 6078), {"register_operand": 2, "bm": 128, "bn": 64, "fit": 2, "stages": 6}),
+    ("gemm_3xtf32", (64, 66, 40001), {"register_operand": 2, "bn": 64, "min_slice_k": 32}),       # 8 slices
+    ("gemm_3xtf32", (17, 33, 5), {"register_operand": 2}),            # K under one k tile, M under a tile
+    ("gemm_3xtf32", (1, 1, 1), {"register_operand": 2}),
 ]
 
 
 @pytest.mark.parametrize("kernel,shape,params", [
-    pytest.param(kernel, shape, params, id=f"{kernel}-{'x'.join(map(str, shape))}",
+    pytest.param(kernel, shape, params,
+                 id=f"{kernel}{'-a' if params.get('register_operand') == 2 else ''}-{'x'.join(map(str, shape))}",
                  marks=[pytest.mark.chapter(kernel)]
-                 + ([pytest.mark.smoke] if shape in ((67, 3579, 2991), (22, 3087, 9792)) else []))
+                 + ([pytest.mark.smoke] if shape in ((67, 3579, 2991), (22, 3087, 9792), (11048, 27, 3851))
+                    else []))
     for kernel, shape, params in STREAMED_CASES])
 def test_streamed_unaligned_rows_alpha_beta(compose, kernel, shape, params):
     """unaligned_rows 2: the producer warpgroup copies the boxes of operands whose rows are not

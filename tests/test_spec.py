@@ -533,13 +533,15 @@ def test_gemm_tf32_streams_unaligned_rows_without_a_prepass(shape, a_streamed, b
     ((22, 3087, 9792), 1, True),       # few rows, B's rows odd: the pre-pass splits A alone
     ((4095, 4097, 333), 1, True),
     ((4096, 4096, 4096), 1, False),    # B aligned: the same kernel and pre-pass as unaligned_rows 1
-    ((1156, 65, 4351), 2, False),      # A in registers: the pre-pass transposes B anyway
+    ((1156, 65, 4351), 2, True),       # A in registers, K % 4: the pre-pass transposes B alone
+    ((7383, 20, 7088), 2, False),      # A aligned: the same kernel and pre-pass as unaligned_rows 1
 ])
-def test_gemm_3xtf32_streams_unaligned_b_without_copying_it(shape, register_operand, streamed):
-    """gemm_3xtf32 with unaligned_rows 2: with B^T in registers and B's rows not 16-byte aligned,
-    the producer copies B's boxes, so the pre-pass splits A alone (split_tf32_operands<0>) and the
-    workspace holds A_big, A_small and a 4 KiB stand-in that B's unread tensor map describes.
-    Elsewhere it builds exactly what unaligned_rows 1 builds."""
+def test_gemm_3xtf32_streams_the_unaligned_register_operand(shape, register_operand, streamed):
+    """gemm_3xtf32 with unaligned_rows 2: where the operand split in registers has rows that are
+    not 16-byte aligned (B^T in registers: N % 4; A: K % 4), the producer copies its boxes, so the
+    pre-pass leaves it alone (split_tf32_operands<0> splits A alone; split_tf32_b_transposed<0>
+    transposes B without copying A) and the workspace ends in a 4 KiB stand-in that the operand's
+    unread tensor map describes. Elsewhere it builds exactly what unaligned_rows 1 builds."""
     m, n, k = shape
     problem = Problem(m, n, k, 1.0, 0.0)
     params = {"register_operand": register_operand, "bm": 64 if register_operand == 1 else 128}
@@ -551,12 +553,24 @@ def test_gemm_3xtf32_streams_unaligned_b_without_copying_it(shape, register_oper
         assert (spec.entry, spec.prepass, spec.workspace_bytes, spec.tensor_maps) == (
             padded.entry, padded.prepass, padded.workspace_bytes, padded.tensor_maps)
         return
-    assert padded.prepass.entry == "split_tf32_operands<1>" and spec.prepass.entry == "split_tf32_operands<0>"
-    assert padded.workspace_bytes == 4 * (2 * m * k_pad + k * n_pad)
-    assert spec.workspace_bytes == 4 * (2 * m * k_pad + 1024)
-    assert spec.prepass.grid == (min(ceil_div(m * k_pad // 4, 256), 16 * H100["sms"]),)
-    b_map = spec.tensor_maps[2]
-    assert (b_map.matrix, b_map.region) == ("workspace", (8 * m * k_pad, 32, 32, 32))
+    if register_operand == 1:
+        assert padded.prepass.entry == "split_tf32_operands<1>" and spec.prepass.entry == "split_tf32_operands<0>"
+        assert padded.workspace_bytes == 4 * (2 * m * k_pad + k * n_pad)
+        assert spec.workspace_bytes == 4 * (2 * m * k_pad + 1024)
+        assert spec.prepass.grid == (min(ceil_div(m * k_pad // 4, 256), 16 * H100["sms"]),)
+        stand_in = spec.tensor_maps[2]
+        assert (stand_in.matrix, stand_in.region) == ("workspace", (8 * m * k_pad, 32, 32, 32))
+        return
+    assert (padded.prepass.entry, spec.prepass.entry) == ("split_tf32_b_transposed<1>",
+                                                          "split_tf32_b_transposed<0>")
+    assert padded.workspace_bytes == 4 * (2 * n * k_pad + m * k_pad)
+    assert spec.workspace_bytes == 4 * (2 * n * k_pad + 1024)
+    b_tiles = ceil_div(k_pad, 32) * ceil_div(n, 32)
+    assert spec.prepass.grid == (min(b_tiles, 16 * H100["sms"]),)  # B's transpose tiles alone
+    stand_in = spec.tensor_maps[0]
+    assert (stand_in.matrix, stand_in.region, stand_in.box) == (
+        "workspace", (8 * n * k_pad, 32, 32, 32), (32, 32))
+    assert spec.tensor_maps[1:] == padded.tensor_maps[1:]  # B_big^T and B_small^T as before
 
 
 def test_a_prepass_needs_a_workspace_entry_and_geometry():
@@ -649,5 +663,5 @@ def test_swapped_tf32_puts_the_fitted_columns_on_wgmmas_n_side(shape, block_n, s
     a_map, b_map = spec.tensor_maps
     assert a_map.matrix == ("workspace" if k % 4 else "a") and a_map.box == (32, 128)
     assert b_map.matrix == "workspace" and b_map.box == (32, block_n)
-    assert spec.prepass.entry == "split_tf32_b_transposed"
+    assert spec.prepass.entry == "split_tf32_b_transposed<1>"  # with A copied where K % 4
     assert spec.precision == "tf32"

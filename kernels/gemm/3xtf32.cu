@@ -7,13 +7,15 @@
 // One kernel, two roles for the operands (A_IN_REGISTERS, chosen per shape by the tuned file):
 //   0: C^T = B^T A^T (chapter 23's layout). The pre-pass splits A into A_big and A_small in the
 //      workspace (split_tf32_operands, tf32_split.cuh); B's fragments are split in registers.
-//      B's rows when not 16-byte aligned (N % 4): copied padded by the pre-pass, or (STREAM_B)
+//      B's rows when not 16-byte aligned (N % 4): copied padded by the pre-pass, or (STREAM)
 //      copied into the stage by the producer warpgroup (swizzled_rows.cuh).
 //      Block tile BM x BN, BM = wgmma's N, one consumer warpgroup per 64 columns.
 //   1: C = A B. A is streamed once as FP32 and split in registers (ldmatrix, split_a_fragments);
 //      the pre-pass splits and transposes B, the small operand of few-columns products, into
-//      B_big^T and B_small^T (split_tf32_b_transposed), instead of writing A twice. Block tile
-//      BM x BN, BN = wgmma's N, one consumer warpgroup per 64 rows.
+//      B_big^T and B_small^T (split_tf32_b_transposed), instead of writing A twice. A's rows when
+//      not 16-byte aligned (K % 4): copied padded by the pre-pass (COPY_A), or (STREAM) copied
+//      into the stage by the producer warpgroup, as B's in role 0. Block tile BM x BN, BN =
+//      wgmma's N, one consumer warpgroup per 64 rows.
 // wgmma's N side (BM in role 0, BN in role 1) is 64, 128 or 256, or with the tuned file's `fit`
 // 2 fitted to the shape, any multiple of 8 (wgmma_rows.cuh): 19 rows run in a 24-row tile.
 // The same block with one product a step (PRODUCTS 1, role 1 only) is gemm_tf32_swapped, the
@@ -35,10 +37,12 @@
 #include "../include/k_slices.cuh"
 #include "../include/tf32_split.cuh"
 
-// Pre-pass of role 1: workspace = [B_big^T | B_small^T | A copy (only when K % 4 != 0)], each row padded
-// to k_pad = K rounded up to 4 floats (zeros in the pad). B^T is written through 32 x 32 tiles of
-// shared memory, so both B's rows (read) and B^T's rows (written) are walked along; the padding
-// column of the tile puts a column's 32 values on 32 banks.
+// Pre-pass of role 1: workspace = [B_big^T | B_small^T | A copy (only when K % 4 != 0 and
+// COPY_A: the producer does not stream A)], each row padded to k_pad = K rounded up to 4 floats
+// (zeros in the pad). B^T is written through 32 x 32 tiles of shared memory, so both B's rows
+// (read) and B^T's rows (written) are walked along; the padding column of the tile puts a
+// column's 32 values on 32 banks.
+template <int COPY_A>
 __global__ void __launch_bounds__(256)
     split_tf32_b_transposed(int M, int N, int K, float, const float* __restrict__ A,
                             const float* __restrict__ B, float, float*,
@@ -68,7 +72,7 @@ __global__ void __launch_bounds__(256)
       }
     }
   }
-  if (K % 4 == 0) return;
+  if (!COPY_A || K % 4 == 0) return;
   const int k_chunks = k_pad / 4;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)M * k_chunks;
        i += (size_t)gridDim.x * blockDim.x) {
@@ -171,9 +175,10 @@ __device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
 // The three tensor maps in the roles' order: role 0 A_big, A_small, B; role 1 A, B_big^T,
 // B_small^T (the producer loads them in this order into each stage).
 template <bool A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT,
-          int PROMOTE, int SLICES, int PRODUCTS = 3, int STREAM_B = 0>
-__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, const float* B,
-                                          float beta, float* C, const TensorMap* tmap_0,
+          int PROMOTE, int SLICES, int PRODUCTS = 3, int STREAM = 0>
+__device__ __forceinline__ void run_block(int M, int N, int K, float alpha, const float* A,
+                                          const float* B, float beta, float* C,
+                                          const TensorMap* tmap_0,
                                           const TensorMap* tmap_1, const TensorMap* tmap_2) {
   using R = Roles<A_IN_REGISTERS, BM, BN, PRODUCTS>;
   static_assert(PRODUCTS == 3 || (PRODUCTS == 1 && A_IN_REGISTERS && PROMOTE == 0),
@@ -192,7 +197,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
   const SliceOfTile work = slice_of_tile<BM, BN, R::BK, GROUP_M, SLICES>(M, N, K);
 
   if (threadIdx.x == 0) {
-    if constexpr (STREAM_B)
+    if constexpr (STREAM)
       stream_ring_init<STAGES, R::CONSUMERS>(full, empty);
     else
       init_stage_ring<STAGES, R::CONSUMERS>(full, empty);
@@ -201,10 +206,17 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
 
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
-    if (STREAM_B || threadIdx.x == 0)
-      produce_split_k_tiles<BM, BN, STAGES, A_IN_REGISTERS, R::B_PARTS, STREAM_B>(
-          smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles, B,
-          N, K);
+    if (STREAM || threadIdx.x == 0) {
+      // STREAM: the register operand's rows, copied by every producer thread (A's or B's)
+      if constexpr (A_IN_REGISTERS)
+        produce_split_k_tiles<BM, BN, STAGES, true, R::B_PARTS, STREAM>(
+            smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles,
+            A, M, K);
+      else
+        produce_split_k_tiles<BM, BN, STAGES, false, R::B_PARTS, STREAM>(
+            smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles,
+            B, K, N);
+    }
     producers_meet_slice_barriers<SLICES>();
     return;
   }
@@ -223,29 +235,29 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
       const __grid_constant__ TensorMap tmap_0, const __grid_constant__ TensorMap tmap_1,       \
       const __grid_constant__ TensorMap tmap_2
 
-// One block per tile (SLICES == 1)... STREAM_B: role 0 with B's rows unaligned, copied by the
-// producer (no copy of B in the pre-pass).
+// One block per tile (SLICES == 1)... STREAM: the register operand's rows unaligned (role 0: B's,
+// N % 4; role 1: A's, K % 4), copied by the producer (no copy of them in the pre-pass).
 template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
-          int SLICES, int STREAM_B>
+          int SLICES, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)
     gemm_3xtf32(GEMM_3XTF32_ARGS) {
-  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM_B>(
-      M, N, K, alpha, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
+  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM>(
+      M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
 }
 
 // ... or a cluster of SLICES blocks per tile, one K slice each.
 template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
-          int SLICES, int STREAM_B>
+          int SLICES, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)
     __cluster_dims__(SLICES, 1, 1) gemm_3xtf32_cluster(GEMM_3XTF32_ARGS) {
-  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM_B>(
-      M, N, K, alpha, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
+  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM>(
+      M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
 }
 
 // gemm_tf32_swapped: TF32 (one product a step, A rounded to TF32 in registers, B^T rounded by the
 // pre-pass) in role 1's block, for few columns: they are wgmma's N side (any multiple of 8 with a
 // fitted tile), where gemm_tf32 spends a 64-column consumer warpgroup. The pre-pass and the maps
-// are role 1's (the pre-pass also writes B_small^T, which this kernel never reads).
+// are role 1's (split_tf32_b_transposed<1>; it also writes B_small^T, which this kernel never reads).
 #define GEMM_TF32_SWAPPED_ARGS                                                                \
   int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B,   \
       float beta, float* __restrict__ C, float* __restrict__ workspace,                         \
@@ -254,13 +266,13 @@ __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONS
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
 __global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
     gemm_tf32_swapped(GEMM_TF32_SWAPPED_ARGS) {
-  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, B, beta, C,
-                                                                    &tmap_0, &tmap_1, &tmap_1);
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, A, B, beta,
+                                                                    C, &tmap_0, &tmap_1, &tmap_1);
 }
 
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
 __global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
     __cluster_dims__(SLICES, 1, 1) gemm_tf32_swapped_cluster(GEMM_TF32_SWAPPED_ARGS) {
-  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, B, beta, C,
-                                                                    &tmap_0, &tmap_1, &tmap_1);
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, A, B, beta,
+                                                                    C, &tmap_0, &tmap_1, &tmap_1);
 }

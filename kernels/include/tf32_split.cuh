@@ -94,61 +94,73 @@ __device__ __forceinline__ void split_a_fragments(unsigned row_addr, int lane, F
   }
 }
 
-// Producer (thread 0 of warpgroup 0, or all of it with STREAM_B): walks k tiles kt0 .. kt0 + k_tiles - 1 (all of K in 23,
+// Producer (thread 0 of warpgroup 0, or all of it with STREAM): walks k tiles kt0 .. kt0 + k_tiles - 1 (all of K in 23,
 // a K slice in 26 and 27), refilling each stage as soon as the consumers release it, one stage
 // after another in `smem`: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B (23, 26:
 // maps a_big, a_small, b), or with SPLIT_A A's BM x 32 box (FP32), then B_big^T's and B_small^T's
 // BN x 32 boxes (27: maps a, b_big, b_small); B_big^T's alone with PARTS 1 (one TF32 product,
-// gemm_tf32_swapped: B^T rounded to TF32 is B_big^T). STREAM_B (B^T in registers, B's rows not
-// 16-byte aligned): every producer thread copies its rows of the B boxes by cp.async instead of
-// the TMA reading a padded copy; the stage's full barrier then counts those threads too.
-template <int BM, int BN, int STAGES, bool SPLIT_A = false, int PARTS = 2, int STREAM_B = 0>
+// gemm_tf32_swapped: B^T rounded to TF32 is B_big^T). STREAM (the register operand's rows not
+// 16-byte aligned: B's, N % 4, or with SPLIT_A A's, K % 4): every producer thread copies its rows
+// of that operand's boxes by cp.async instead of the TMA reading a padded copy; the stage's full
+// barrier then counts those threads too. `src` is that operand (B, or A with SPLIT_A), `rows` its
+// rows (K, or M) and `cols` its columns (N, or K).
+template <int BM, int BN, int STAGES, bool SPLIT_A = false, int PARTS = 2, int STREAM = 0>
 __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* full, u64* empty,
                                                       const TensorMap* tmap_a_big,
                                                       const TensorMap* tmap_a_small,
                                                       const TensorMap* tmap_b, int m0, int n0,
                                                       int kt0, int k_tiles,
-                                                      const float* B = nullptr, int N = 0,
-                                                      int K = 0) {
+                                                      const float* src = nullptr, int rows = 0,
+                                                      int cols = 0) {
   constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4, B_TILE = BN * BK * 4;
   constexpr int STAGE = SPLIT_A ? A_TILE + PARTS * B_TILE : 2 * A_TILE + (BN / 32) * B_BOX;
-  static_assert(!STREAM_B || !SPLIT_A, "B's rows are streamed only where B is the register operand");
-  // STREAM_B (every producer thread): B's rows, unaligned, copied by cp.async (swizzled_rows.cuh);
-  // this lane's element of the warp's first box row as of k = 0, and which boxes' columns exist
+  // the bytes the TMA brings a stage: all of it, or what the producer threads do not copy
+  constexpr int TMA_BYTES = !STREAM ? STAGE : SPLIT_A ? PARTS * B_TILE : 2 * A_TILE;
+  // STREAM (every producer thread): this lane's element of the warp's first box row as of k = 0
+  // (B: row k = warp, column n0 + lane; A: row m0 + warp, column lane), and for B which boxes'
+  // columns exist (A's columns are k: only the last k tile has some outside)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* b_row = STREAM_B ? B + (size_t)warp * N + n0 + lane : nullptr;
+  const float* row = !STREAM ? nullptr
+                     : SPLIT_A ? src + (size_t)(m0 + warp) * cols + lane
+                               : src + (size_t)warp * cols + n0 + lane;
   unsigned b_cols_ok = 0;
 #pragma unroll
-  for (int i = 0; i < BN / 32; ++i) b_cols_ok |= (n0 + 32 * i + lane < N ? 1u : 0u) << i;
+  for (int i = 0; i < BN / 32; ++i) b_cols_ok |= (n0 + 32 * i + lane < cols ? 1u : 0u) << i;
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int s = kt % STAGES;
     const int k = (kt0 + kt) * BK;
     unsigned char* stage = smem + s * STAGE;
     mbar_wait(&empty[s], ((kt / STAGES) & 1) ^ 1);
     if (threadIdx.x == 0) {
-      mbar_arrive_expect_tx(&full[s], STREAM_B ? 2 * A_TILE : STAGE);
+      mbar_arrive_expect_tx(&full[s], TMA_BYTES);
       if constexpr (SPLIT_A) {
-        tma_load_2d(stage, tmap_a_big, &full[s], k, m0);                        // A
+        if constexpr (!STREAM)
+          tma_load_2d(stage, tmap_a_big, &full[s], k, m0);                      // A
         tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, n0);             // B_big^T
         if constexpr (PARTS == 2)
           tma_load_2d(stage + A_TILE + B_TILE, tmap_b, &full[s], k, n0);        // B_small^T
       } else {
         tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
         tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
-        if constexpr (!STREAM_B) {
+        if constexpr (!STREAM) {
 #pragma unroll
           for (int i = 0; i < BN / 32; ++i)
             tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
         }
       }
     }
-    if constexpr (STREAM_B) {
-      copy_swizzled_rows<BK, BN / 32>(smem_addr(stage + 2 * A_TILE), b_row + (size_t)k * N, N,
-                                      K - k - warp, b_cols_ok, warp, lane);
+    if constexpr (STREAM && SPLIT_A) {
+      // A's tile: BM rows (m) of one 32-float box row each (k .. k + 31), at byte 0 of the stage
+      copy_swizzled_rows<BM, 1>(smem_addr(stage), row + k, cols, rows - m0 - warp,
+                                k + lane < cols ? 1u : 0u, warp, lane);
+      stream_arrive(&full[s]);
+    } else if constexpr (STREAM) {
+      copy_swizzled_rows<BK, BN / 32>(smem_addr(stage + 2 * A_TILE), row + (size_t)k * cols, cols,
+                                      rows - k - warp, b_cols_ok, warp, lane);
       stream_arrive(&full[s]);
     }
   }
-  if constexpr (STREAM_B) asm volatile("cp.async.wait_all;\n" ::: "memory");
+  if constexpr (STREAM) asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 // Consumer warpgroup (23's K loop; a K slice in 26 and 27): k tiles 0 .. k_tiles - 1 of the

@@ -105,15 +105,35 @@ def test_rows_of_an_earlier_source_are_carried_over_where_they_build_the_same(tm
     assert out[3:] == rows[3:]  # left: another build, a source REV did not have, today's own
 
 
-@needs_nvcc
 def test_a_same_as_row_goes_back_when_its_source_row_is_not_carried():
     """The file keeps each same_as row beside its source row: when the source stays another
     source's, so does the same_as row."""
     rows = [row(TILE, (8, 8, 8), "a"), row({**TILE, "stages": 5}, (8, 8, 8), "a",
                                            same_as=json.dumps(TILE, sort_keys=True))]
     out = [dict(rows[0]), {**rows[1], "carried_from": "a", "source_sha256": "b", "params": "{}"}]
-    carry._keep_same_as_whole(out, rows)
+    assert carry._twins_apart(out, rows) == set()
     assert out == rows
+
+
+def test_a_same_as_row_not_carried_beside_its_carried_source_row_is_dropped():
+    """Today's code builds the source row's launch as REV did but not the twin's: the twin's
+    figures were that launch's, so it goes, to be measured again; the write then holds."""
+    source = json.dumps(TILE, sort_keys=True)
+    rows = [row(TILE, (8, 8, 8), "a"), row({**TILE, "stages": 5}, (8, 8, 8), "a", same_as=source),
+            row({**TILE, "stages": 6}, (8, 8, 8), "a", same_as=source)]
+    out = [{**rows[0], "carried_from": "a", "source_sha256": "b"}, dict(rows[1]),
+           {**rows[2], "carried_from": "a", "source_sha256": "b"}]
+    assert carry._twins_apart(out, rows) == {1}
+    assert out[2]["source_sha256"] == "b"
+
+
+def test_the_writer_refuses_a_twin_of_another_source_than_its_source_row(tmp_path):
+    source = json.dumps(TILE, sort_keys=True)
+    rows = [row(TILE, (8, 8, 8), "b"), row({**TILE, "stages": 5}, (8, 8, 8), "a", same_as=source)]
+    with pytest.raises(ConfigError) as info:
+        evidence.write(rows, tmp_path / "e.csv")
+    assert "rule:" in str(info.value) and "another source" in str(info.value)
+    assert not (tmp_path / "e.csv").exists()
 
 
 def test_a_rev_that_is_no_commit_is_one_clear_error(tmp_path):

@@ -288,24 +288,38 @@ def carry_over(rows: list[dict], rev: str, gpu_spec: str, root: Path,
             if r.get("same_as"):
                 r["same_as"] = completed_params({"params": r["same_as"]}, configs[r["kernel"]],
                                                 spaces[r["kernel"]])
-    _keep_same_as_whole(out, rows)
+    dropped = _twins_apart(out, rows)
     report: dict = {}
     for i in stale:
         carried, left = report.get(rows[i]["kernel"], (0, 0))
-        moved = out[i].get("source_sha256") == today[rows[i]["kernel"]]
+        moved = i not in dropped and out[i].get("source_sha256") == today[rows[i]["kernel"]]
         report[rows[i]["kernel"]] = (carried + moved, left + (not moved))
-    return out, report
+    return [r for i, r in enumerate(out) if i not in dropped], report
 
 
-def _keep_same_as_whole(out: list[dict], rows: list[dict]) -> None:
-    """A same_as row carried over whose source row was not (or the reverse cannot happen: one
-    build) goes back as it was: the file keeps each same_as row beside its source."""
-    carried = {(r["dispatcher"], r["shape"], r["kernel"], r["params"]) for r in out
-               if not r.get("same_as") and r.get("carried_from")}
-    for i, r in enumerate(out):
-        if r.get("same_as") and r.get("carried_from") and \
-                (r["dispatcher"], r["shape"], r["kernel"], r["same_as"]) not in carried:
+def _twins_apart(out: list[dict], rows: list[dict]) -> set[int]:
+    """A same_as row and its source row were one build at REV; where today's code carries one of
+    them over and not the other, they are two builds today. A twin carried whose source row was
+    not goes back as it was (the file keeps each twin beside its source). A twin not carried whose
+    source row was is dropped: its figures are its source's launch, which it no longer builds, so
+    it is measured again (`--missing`). Returns the indices dropped."""
+    def key(r: dict, params: str) -> tuple:
+        return (r["dispatcher"], r["shape"], r["kernel"], params)
+
+    def moved(i: int) -> bool:
+        return out[i].get("source_sha256") != rows[i].get("source_sha256")
+
+    source_of = {key(r, r["params"]): j for j, r in enumerate(rows) if not r.get("same_as")}
+    dropped = set()
+    for i, r in enumerate(rows):
+        j = source_of.get(key(r, r["same_as"])) if r.get("same_as") else None
+        if j is None or moved(i) == moved(j):
+            continue
+        if moved(i):
             out[i] = dict(rows[i])
+        else:
+            dropped.add(i)
+    return dropped
 
 
 def _build_row(r: dict, settings: dict) -> dict:

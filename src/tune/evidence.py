@@ -138,14 +138,24 @@ sort_key = row_order  # the file's row order (src/job/training.row_order)
 
 def write(rows: list[dict], path: Path) -> Path:
     """Written whole or not at all (a temporary file renamed over the old one). A same_as row
-    goes into its source row's `same_launch`; one whose source is not among `rows` is a
-    ConfigError naming the rule."""
+    goes into its source row's `same_launch`; one whose source row is not among `rows`, or is of
+    another source_sha256, is a ConfigError naming the rule."""
     twins: dict[tuple, list[str]] = {}
     for r in rows:
         if r.get("same_as"):
             twins.setdefault(_key(r, r["same_as"]), []).append(r["params"])
     measured = [r for r in rows if not r.get("same_as")]
-    orphans = twins.keys() - {_key(r, r["params"]) for r in measured}
+    sources = {_key(r, r["params"]): r.get("source_sha256") for r in measured}
+    orphans = twins.keys() - sources.keys()
+    apart = [r for r in rows if r.get("same_as") and _key(r, r["same_as"]) in sources
+             and r.get("source_sha256") != sources[_key(r, r["same_as"])]]
+    if apart:
+        r = apart[0]
+        raise ConfigError(
+            f"{path}: {len(apart)} same_as row(s) are of another source than their source row, e.g. "
+            f"{r['kernel']} {r['params']} at {r['shape']} ({r['dispatcher']}) (rule: a same_as row "
+            f"builds its source row's launch from the same source; where the source changed, drop "
+            f"the twin and measure it again).")
     if orphans:
         dispatcher, m, n, k, kernel, params = sorted(orphans)[0]
         raise ConfigError(

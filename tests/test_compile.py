@@ -635,3 +635,59 @@ def test_the_shared_memory_opt_in_counts_static_memory_too():
 
     assert needs_smem_opt_in(48 * 1024, 4) and needs_smem_opt_in(48 * 1024 + 1, 0)
     assert not needs_smem_opt_in(48 * 1024, 0) and not needs_smem_opt_in(48 * 1024 - 16, 16)
+
+
+def test_a_pre_pass_is_loaded_without_the_main_entrys_shared_memory_opt_in(monkeypatch):
+    """gemm_3xtf32 with A in registers, 8 stages, at 170 x 141 x 3691 asks for 230,528 B of
+    dynamic shared memory; its pre-pass (split_tf32_b_transposed<1>) has a 4,224 B static tile and
+    no dynamic memory. Raising the pre-pass's limit to the main entry's is over the block's
+    227 KiB and the driver refuses it (an invalid argument on an H200). A stand-in driver that
+    refuses the same keeps the rule: each entry is loaded for its own launches."""
+    import sys
+    import types
+
+    from src.job import compile as compile_mod
+
+    limit = limits_from_spec("h200")["max_smem_per_block"]
+    from src.tune.plan import candidate_config
+
+    cfg = candidate_config("gemm_3xtf32", "fp32")
+    spec = build_spec({**cfg, "params": {**cfg["params"], "register_operand": 2, "bm": 128, "bn": 64,
+                                         "fit": 2, "stages": 8, "unaligned_rows": 1}},
+                      Problem(m=170, n=141, k=3691, alpha=0.5, beta=3.0), limits_from_spec("h200"))
+    assert spec.prepass is not None and spec.dynamic_smem_bytes == 230528
+    static = {spec.entry: 0, spec.prepass.entry: 4224}
+    raised = {}
+
+    class Function:
+        def __init__(self, name):
+            self.name, self.shared_size_bytes = name, static[name]
+            self.num_regs, self.local_size_bytes, self.max_threads_per_block = 168, 0, 384
+            self.attributes = {}
+
+        def __setattr__(self, key, value):
+            if key == "max_dynamic_shared_size_bytes":
+                if value + self.shared_size_bytes > limit:  # what the driver does
+                    raise RuntimeError("CUDA_ERROR_INVALID_VALUE: invalid argument")
+                raised[self.name] = value
+            object.__setattr__(self, key, value)
+
+    class RawModule:
+        def __init__(self, path):
+            self.path = path
+
+        def get_function(self, name):
+            return Function(name)
+
+    fake = types.ModuleType("cupy")
+    fake.RawModule = RawModule
+    fake.cuda = types.SimpleNamespace(driver=types.SimpleNamespace(CUDADriverError=RuntimeError),
+                                      memory=types.SimpleNamespace(OutOfMemoryError=MemoryError))
+    fake.uint8, fake.zeros = "uint8", lambda size, dtype: bytearray(size)  # the workspace
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(compile_mod, "_loaded", {})
+    monkeypatch.setattr(compile_mod, "build_cubin", lambda text, entry, arch, cache_dir, name:
+                        compile_mod.Cubin(entry, entry, arch, 0.0, "0" * 64))
+    kernel = compile_mod.compile_kernel(spec)
+    assert raised == {spec.entry: 230528}  # the pre-pass keeps its default limit
+    assert kernel.report.dynamic_smem_bytes == 230528 and kernel.prepass.name == spec.prepass.entry

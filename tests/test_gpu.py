@@ -199,6 +199,24 @@ def test_streamed_unaligned_rows_alpha_beta(compose, kernel, shape, params):
     assert record.entry.endswith(", 1>"), record.entry  # STREAM 1
 
 
+@pytest.mark.chapter("gemm_3xtf32")
+@pytest.mark.parametrize("unaligned_rows", [1, 2])
+def test_a_pre_pass_with_a_static_tile_beside_a_full_stage_ring(compose, unaligned_rows):
+    """A in registers, 8 stages of 48 columns at 170 x 141 x 3691: the main entry opts in to
+    230,528 B of dynamic shared memory, and the pre-pass (which pads A and transposes B, or with
+    unaligned_rows 2 transposes B alone) has a 4,224 B static tile. Each entry is loaded for its
+    own launches: the pre-pass given the main entry's limit was refused by the driver."""
+    m, n, k = 170, 141, 3691
+    params = {"register_operand": 2, "bm": 128, "bn": 64, "fit": 2, "stages": 8,
+              "unaligned_rows": unaligned_rows}
+    record = run_job(compose("kernel=gemm_3xtf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             "beta=3.0", *[f"kernel.params.{p}={v}" for p, v in params.items()],
+                             *QUICK, *pinned_inputs((m, n, k))),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+
+
 THREE_TF32_VARIANTS = [{}, {"order": 2}, {"accumulation": 1},
                        {"accumulation": 1, "bm": 256, "stages": 2, "in_flight": 1},
                        {"promote": 1, "in_flight": 1, "bn": 64}]

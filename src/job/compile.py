@@ -315,7 +315,7 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
 
         return CutlassGemm(spec, cache_dir)
 
-    function, report = _built(spec, spec.entry, cache_dir)
+    function, report = _built(spec, spec.entry, cache_dir, spec.dynamic_smem_bytes)
     if spec.threads > report.max_threads_per_block:
         raise LaunchFailed(
             f"kernel {spec.name} ({spec.entry}) cannot launch {spec.threads} threads per block: "
@@ -323,17 +323,18 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
             f"{report.max_threads_per_block} (rule: threads * registers <= registers per block). "
             f"Use smaller tiles or fewer threads."
         )
-    prepass = _built(spec, spec.prepass.entry, cache_dir)[0] if spec.prepass else None
+    prepass = _built(spec, spec.prepass.entry, cache_dir, 0)[0] if spec.prepass else None
     return NvrtcKernel(spec, function, report, prepass)
 
 
-def _built(spec: KernelSpec, entry: str, cache_dir):
-    """(function, report) of one entry of the spec's source, built or found cached, loaded once."""
+def _built(spec: KernelSpec, entry: str, cache_dir, dynamic_smem_bytes: int):
+    """(function, report) of one entry of the spec's source, built or found cached, loaded once,
+    for launches with `dynamic_smem_bytes` of dynamic shared memory (the pre-pass: none)."""
     cubin = build_cubin(expand_source(spec.source), entry, spec.arch or device_arch(), cache_dir,
                         spec.name)
-    key = (cubin.path, cubin.lowered_name, spec.dynamic_smem_bytes)
+    key = (cubin.path, cubin.lowered_name, dynamic_smem_bytes)
     if key not in _loaded:
-        _loaded[key] = _load(spec, cubin)
+        _loaded[key] = _load(spec, cubin, dynamic_smem_bytes)
     return _loaded[key]
 
 
@@ -345,7 +346,11 @@ def needs_smem_opt_in(dynamic_bytes: int, static_bytes: int) -> bool:
     return dynamic_bytes + static_bytes > STATIC_SMEM_LIMIT
 
 
-def _load(spec: KernelSpec, cubin: Cubin):
+def _load(spec: KernelSpec, cubin: Cubin, dynamic_smem_bytes: int):
+    """The loaded entry, its dynamic shared memory limit raised only where its own launches need
+    it: a pre-pass launched without dynamic memory, beside a main entry that opts in to 230 KB,
+    would otherwise ask for that on top of its own static tile and be refused (the H200's
+    gemm_3xtf32 with A in registers, 8 stages, at 170 x 141 x 3691: an invalid argument)."""
     import cupy as cp
 
     try:
@@ -355,12 +360,12 @@ def _load(spec: KernelSpec, cubin: Cubin):
     except cp.cuda.driver.CUDADriverError as exc:
         raise LaunchFailed(f"kernel {spec.name} ({spec.entry}) could not be loaded from its "
                            f"cubin ({cubin.arch}): {exc}") from exc
-    if needs_smem_opt_in(spec.dynamic_smem_bytes, int(function.shared_size_bytes)):
-        function.max_dynamic_shared_size_bytes = spec.dynamic_smem_bytes  # the opt-in
+    if needs_smem_opt_in(dynamic_smem_bytes, int(function.shared_size_bytes)):
+        function.max_dynamic_shared_size_bytes = dynamic_smem_bytes  # the opt-in
     report = ResourceReport(
         registers=int(function.num_regs),
         static_smem_bytes=int(function.shared_size_bytes),
-        dynamic_smem_bytes=spec.dynamic_smem_bytes,
+        dynamic_smem_bytes=dynamic_smem_bytes,
         local_bytes=int(function.local_size_bytes),
         max_threads_per_block=int(function.max_threads_per_block),
         compile_seconds=cubin.compile_seconds,

@@ -347,10 +347,8 @@ def needs_smem_opt_in(dynamic_bytes: int, static_bytes: int) -> bool:
 
 
 def _load(spec: KernelSpec, cubin: Cubin, dynamic_smem_bytes: int):
-    """The loaded entry, its dynamic shared memory limit raised only where its own launches need
-    it: a pre-pass launched without dynamic memory, beside a main entry that opts in to 230 KB,
-    would otherwise ask for that on top of its own static tile and be refused (the H200's
-    gemm_3xtf32 with A in registers, 8 stages, at 170 x 141 x 3691: an invalid argument)."""
+    """The loaded entry, its shared memory opt-in its own launches' (a pre-pass: none; given the
+    main entry's, its static tile put it over the block's, refused: tests/test_compile.py)."""
     import cupy as cp
 
     try:

@@ -732,3 +732,35 @@ def test_a_committed_dispatch_is_the_fit_of_its_committed_evidence(gpu, tmp_path
     shutil.copy(committed, copy)
     command.write_fit(gpu, load_settings(), ROOT / "results" / "tuning" / f"{gpu}.csv", copy)
     assert copy.read_text() == committed.read_text()
+
+
+def test_the_nearest_model_runs_its_first_choice_that_builds_at_the_shape(tmp_path, monkeypatch):
+    """SYNTHETIC rows, gemm_tf32's real rules: a 256-row fitted tile with 5 stages builds at
+    m = 200 (200-row blocks, 211,024 B of shared memory) and m = 192, but not at m = 256 (246,864 B,
+    over an H100 block's 232,448). It wins at both neighbours; at 256 x 2048 x 2048 the runner,
+    which passes the device's limits, takes the model's next choice and says why (in 6,000 shapes
+    drawn from the training distribution, the committed dispatches chose a tile that does not build
+    at 1 on the H200 and 2 on the H100: that job failed). Without limits, the model's order as is."""
+    import src.job.dispatch as d
+    from src.job.gpu import limits_from_spec
+
+    wide = json.dumps({"bm": 256, "bn": 128, "fit": 2, "stages": 5}, sort_keys=True)
+    narrow = json.dumps({"bm": 128, "bn": 128, "fit": 2, "stages": 4}, sort_keys=True)
+    rows = [{"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": p, "m": m, "n": 2048,
+             "k": 2048, "status": "ok", "ratio_best": v}
+            for p, v in ((wide, 1.5), (narrow, 1.0)) for m in (192, 200)]
+    csv_path = evidence.write(rows, tmp_path / "e.csv")
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {
+        "evidence": str(csv_path), "count": 2, "guards": {}}})
+    cfg = {"name": "best_tf32", "default": "17_flagship", "precision": "tf32"}
+    limits = limits_from_spec("h100_sxm")
+    query = Problem(256, 2048, 2048, 0.5, 3.0)
+    big = training.Candidate("gemm_tf32", wide)
+    assert dispatch.builds(big, "tf32", Problem(200, 2048, 2048, 0.5, 3.0), limits)
+    assert not dispatch.builds(big, "tf32", query, limits)
+    got = dispatch.choose(cfg, "synthetic", query, limits)
+    assert json.dumps(got.params, sort_keys=True) == narrow
+    assert "its #2: the 1 ranked above it do not build at 256x2048x2048" in got.rule
+    assert json.dumps(dispatch.choose(cfg, "synthetic", query).params, sort_keys=True) == wide
+    at_200 = dispatch.choose(cfg, "synthetic", Problem(200, 2048, 2048, 0.5, 3.0), limits)
+    assert json.dumps(at_200.params, sort_keys=True) == wide and "do not build" not in at_200.rule

@@ -32,11 +32,12 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from src.errors import ConfigError
+from src.errors import ConfigError, InvalidParams, UnsupportedSize
 from src.job import training
-from src.job.config import tuned_config
+from src.job.config import kernel_config, tuned_config
 from src.job.problem import Problem
 from src.job.rules import first_rule, when_text
+from src.job.spec import build_spec
 from src.paths import ROOT
 
 NEAREST = "nearest"   # DispatchChoice.when of a choice the nearest-neighbour model made
@@ -105,20 +106,40 @@ def ranked(gpu_spec: str, name: str, problem: Problem,
     return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting)[0]
 
 
-def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None:
+def builds(candidate: training.Candidate, precision: str, problem: Problem,
+           limits: dict[str, int]) -> bool:
+    """Whether `candidate` builds at `problem` on a device of `limits`: its constraints and size
+    rules hold there. One measured at every neighbour may not: a fitted tile's shared memory
+    grows with the shape (gemm_tf32 256-row, 5 stages: 241,744 B at 491x2432x2944 on an H100)."""
+    cfg = {**kernel_config(candidate.kernel), "precision": precision}
+    cfg["params"] = {**(cfg.get("params") or {}), **json.loads(candidate.params)}
+    try:
+        build_spec(cfg, problem, limits)
+    except (InvalidParams, UnsupportedSize):
+        return False
+    return True
+
+
+def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = None,
+            limits: dict[str, int] | None = None) -> DispatchChoice | None:
     """The nearest-neighbour model's choice (the tuned file's `nearest:`), or None where the file
     has none, its evidence holds no row of `name`, or no candidate is measured at all the
-    neighbours and allowed at the shape."""
+    neighbours and allowed at the shape. With the device's `limits`, the first candidate in the
+    model's order that also builds at the problem (`builds`, in `precision`)."""
     model = _model(gpu_spec, problem)
     if model is None:
         return None
     where, evidence, path, count, weighting, runs = model
     tab = _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    found = training.nearest_choice(tab, shape, tab.shapes, count, runs, weighting)
-    if found is None:
+    order, near = training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting)
+    passed = 0
+    for candidate, geomean in order:
+        if limits is None or builds(candidate, str(precision), problem, limits):
+            break
+        passed += 1
+    else:
         return None
-    candidate, near, geomean = found
     if list(near) == [shape]:  # a training shape: its own measurements alone
         why = (f"{where}: a training shape, its best measured in {evidence}: "
                f"{geomean:.3f}x the stronger cuBLAS there")
@@ -126,21 +147,27 @@ def nearest(gpu_spec: str, name: str, problem: Problem) -> DispatchChoice | None
         why = (f"{where}: the best of the {len(near)} nearest training shapes "
                f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
                f"{geomean:.3f}x the stronger cuBLAS there (geomean, {weighting} weights)")
+    if passed:
+        why += (f"; its #{passed + 1}: the {passed} ranked above it do not build at "
+                f"{problem.m}x{problem.n}x{problem.k} (their tile or size rules)")
     allowed = {c.kernel for c in tab.candidates if runs(c, shape)}
     if allowed == {candidate.kernel}:  # a reserved region, or a shape only one kernel may run
         why += f"; {candidate.kernel} is the only candidate kernel the guards allow here"
     return DispatchChoice(candidate.kernel, json.loads(candidate.params), why, NEAREST)
 
 
-def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem) -> DispatchChoice:
+def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem,
+           limits: dict[str, int] | None = None) -> DispatchChoice:
     """The chapter a dispatching kernel config (`dispatch: true`, `default: <chapter>`) runs at
-    `problem` on `gpu_spec`."""
+    `problem` on `gpu_spec`; with the device's `limits`, the nearest-neighbour model's first
+    choice that builds there (`nearest`)."""
     name = str(kernel_cfg["name"])
-    return replace(_choose(kernel_cfg, name, gpu_spec, problem), dispatcher=name)
+    return replace(_choose(kernel_cfg, name, gpu_spec, problem, limits), dispatcher=name)
 
 
-def _choose(kernel_cfg: dict, name: str, gpu_spec: str, problem: Problem) -> DispatchChoice:
-    by_neighbours = nearest(gpu_spec, name, problem)
+def _choose(kernel_cfg: dict, name: str, gpu_spec: str, problem: Problem,
+            limits: dict[str, int] | None) -> DispatchChoice:
+    by_neighbours = nearest(gpu_spec, name, problem, kernel_cfg.get("precision"), limits)
     if by_neighbours is not None:
         return by_neighbours
     rules_here = rules(kernel_cfg, gpu_spec)

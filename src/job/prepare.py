@@ -115,7 +115,7 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target,
     peers = tuple(str(name) for name in kcfg.get("peers") or ())
     not_built = tuple(f"{p['name']}: {str(p['why']).strip()}" for p in kcfg.get("peers_not_built") or ())
     if dispatch.is_dispatcher(kcfg):
-        dispatched = dispatch.choose(kcfg, where.gpu_spec_name, problem)
+        dispatched = dispatch.choose(kcfg, where.gpu_spec_name, problem, where.limits)
         kcfg = {**kernel_config(dispatched.kernel), "precision": kcfg["precision"]}
         overrides = {**dispatched.params, **(overrides or {})}
         explicit_params = frozenset()  # kernel.params.* named the dispatcher's, not the chapter's

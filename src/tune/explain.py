@@ -20,11 +20,13 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
            evidence_name: str, top: int = 5) -> str:
     from src.job import dispatch, tuned
     from src.job.config import kernel_config
+    from src.job.gpu import known_specs, limits_from_spec
     from src.job.problem import Problem
 
     dispatcher = DISPATCHERS[precision]
     problem = Problem(*shape, 0.5, 3.0)
-    choice = dispatch.choose(kernel_config(dispatcher), gpu_spec, problem)
+    limits = limits_from_spec(gpu_spec) if gpu_spec in known_specs() else None  # as the runner's
+    choice = dispatch.choose(kernel_config(dispatcher), gpu_spec, problem, limits)
     under = tuned.lookup(choice.kernel, gpu_spec, problem, explicit=set(choice.params))
     params = {**(kernel_config(choice.kernel).get("params") or {}), **under.params, **choice.params}
     lines = [f"{dispatcher} at {'x'.join(map(str, shape))} on {gpu_spec}:",

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from src.errors import ConfigError, InvalidParams, UnsupportedSize
+from src.errors import ConfigError
 from src.job import training
 from src.job.config import kernel_config, tuned_config
 from src.job.problem import Problem
 from src.job.rules import first_rule, when_text
-from src.job.spec import build_spec
+from src.job.spec import KernelSpec, candidate_spec
 from src.paths import ROOT
 
 NEAREST = "nearest"   # DispatchChoice.when of a choice the nearest-neighbour model made
@@ -111,13 +111,8 @@ def builds(candidate: training.Candidate, precision: str, problem: Problem,
     """Whether `candidate` builds at `problem` on a device of `limits`: its constraints and size
     rules hold there. One measured at every neighbour may not: a fitted tile's shared memory
     grows with the shape (gemm_tf32 256-row, 5 stages: 241,744 B at 491x2432x2944 on an H100)."""
-    cfg = {**kernel_config(candidate.kernel), "precision": precision}
-    cfg["params"] = {**(cfg.get("params") or {}), **json.loads(candidate.params)}
-    try:
-        build_spec(cfg, problem, limits)
-    except (InvalidParams, UnsupportedSize):
-        return False
-    return True
+    return isinstance(candidate_spec({**kernel_config(candidate.kernel), "precision": precision},
+                                     json.loads(candidate.params), problem, limits), KernelSpec)
 
 
 def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = None,

@@ -195,6 +195,17 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
     )
 
 
+def candidate_spec(kernel_cfg: dict, params: dict, problem: Problem,
+                   limits: dict[str, int]) -> KernelSpec | str:
+    """The spec of a candidate (`params` over the kernel config's own) at `problem`, or the rule
+    it breaks there: what the tuner prunes and the dispatch passes over."""
+    cfg = {**kernel_cfg, "params": {**(kernel_cfg.get("params") or {}), **params}}
+    try:
+        return build_spec(cfg, problem, limits)
+    except (InvalidParams, UnsupportedSize) as exc:
+        return getattr(exc, "rule", None) or str(exc).split(":", 1)[0]
+
+
 def _triton_spec(cfg: dict, name: str, precision: str) -> KernelSpec:
     """A Triton peer: no launch geometry of its own (Triton's autotune picks the tiles per shape)."""
     input_precision = cfg.get("input_precision")

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from src.errors import InvalidParams, UnsupportedSize
+from src.errors import InvalidParams
 from src.job.problem import Problem
 from src.records.record import Record
-from src.job.spec import KernelSpec, build_spec
+from src.job.spec import KernelSpec, candidate_spec
 
 STRATEGIES = ("grid", "tpe")
 COUNTED_STATUSES = ("ok", "failed_compile", "failed_verification")  # the rest: failed_other
@@ -129,13 +129,7 @@ class Pruning:
         return sum(self.pruned.values())
 
 
-def check(kernel_cfg: dict, params: dict, problem: Problem, limits: dict) -> KernelSpec | str:
-    """The candidate's spec, or the rule it breaks."""
-    cfg = {**kernel_cfg, "params": {**(kernel_cfg.get("params") or {}), **params}}
-    try:
-        return build_spec(cfg, problem, limits)
-    except (InvalidParams, UnsupportedSize) as exc:
-        return getattr(exc, "rule", None) or str(exc).split(":", 1)[0]
+check = candidate_spec  # the candidate's spec, or the rule it breaks (src/job/spec.py)
 
 
 def kernel_identity(spec: KernelSpec) -> str:

@@ -5,6 +5,7 @@ suites that run like the hand-written ones."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -41,7 +42,34 @@ def test_heldout_is_disjoint_from_training_and_the_suites(dist, sets):
     assert not {s.dims for s in held} & suite
     # training: every suite shape, then the random draws, none repeated
     assert {s.dims for s in train if s.cls.startswith("suite:")} == suite
-    assert len(train) == len(suite) + dist.training_random == len({s.dims for s in train})
+    assert len(train) == len(suite) + dist.training_random + dist.training_added \
+        == len({s.dims for s in train})
+
+
+def test_added_draws_extend_the_training_set_and_leave_the_first_draws_and_heldout_alone(dist, sets):
+    """training.added: the shapes tuned on so far stay, in order; the added ones come last, flagged
+    for the tuner's stage 3, from the same classes; the held-out set does not move."""
+    _, held = sets
+    dist = dataclasses.replace(dist, training_added=48)
+    train = dist_mod.training(dist)
+    without = dist_mod.training(dataclasses.replace(dist, training_added=0))
+    assert train[:len(without)] == without and not any(s.added for s in without)
+    added = train[len(without):]
+    assert len(added) == dist.training_added and all(s.added for s in added)
+    assert not {s.dims for s in added} & {s.dims for s in without}
+    assert {s.cls for s in added} <= {c.name for c in dist.classes}
+    fewer = dist_mod.training(dataclasses.replace(dist, training_added=dist.training_added // 2))
+    assert fewer[:len(without)] == without
+    assert {s.dims for s in fewer[len(without):]} < {s.dims for s in added}  # each class extends its stream
+    assert dist_mod.heldout(dataclasses.replace(dist, training_added=0)) == held
+
+
+def test_a_bad_added_count_is_refused_with_its_rule(tmp_path):
+    text = dist_mod.DISTRIBUTION_FILE.read_text()
+    bad = tmp_path / "distribution.yaml"
+    bad.write_text(re.sub(r"(?m)^  added: \d+", "  added: -3", text))
+    with pytest.raises(ConfigError, match="training.added must be a whole number"):
+        dist_mod.load(bad)
 
 
 def test_every_class_is_drawn_within_its_bounds_and_rules(dist, sets):

@@ -339,7 +339,7 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
     assert "at most" in out.split("after the screen:")[0]
     assert "the survivors of the screen" in out.split("after the screen:")[1]
     rows_written = len(read_evidence(tmp_path / "e.csv"))
-    assert f"(stage 1 + stage 2) on 1 GPU(s); {rows_written} rows, 0 of them from the measurement cache" in out
+    assert f"(stages 1, 2) on 1 GPU(s); {rows_written} rows, 0 of them from the measurement cache" in out
     rows = read_evidence(tmp_path / "e.csv")
     first = [r for r in rows if r["stage"] == 1]
     second = [r for r in rows if r["stage"] == 2]
@@ -707,3 +707,98 @@ def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(
     grid.write_text(grid.read_text() + "\n# edited\n")
     monkeypatch.setattr(paths, "CONF_DIR", conf)
     assert runs(gpu="h200") == [names[1]]
+
+
+def test_the_second_screen_keeps_winners_the_nearest_models_choices_and_the_catch_all():
+    """SYNTHETIC, stage 3's candidates (screen.rescreened) over stage-1 and -2 rows at six shapes
+    on a line: A wins the small three and B the large three; C is 1% behind the winner at every
+    shape (a steady second, never close enough at one shape: kept only as the nearest model's
+    choice where A and B split the neighbours); D ties A at one shape only as A's twin (same_as),
+    never close as its own launch: dropped; E is far behind everywhere: dropped; F was not a
+    stage-2 survivor and is never listed."""
+    shapes = [(64 * 2 ** i, 64 * 2 ** i, 64 * 2 ** i) for i in range(6)]
+    rows = []
+    for i, s in enumerate(shapes):
+        a, b = (1.0, 0.5) if i < 3 else (0.5, 1.0)
+        if i in (2, 3):  # where the neighbourhood holds both halves, the steady second wins
+            a, b = (1.0, 0.9) if i == 2 else (0.9, 1.0)
+        rows += [row("best_tf32", "gemm_tf32", P["A"], s, a, stage=2),
+                 row("best_tf32", "gemm_tf32", P["B"], s, b, stage=2),
+                 row("best_tf32", "gemm_tf32", P["C"], s, 0.985 * max(a, b), stage=2),
+                 row("best_tf32", "gemm_tf32", P["E"], s, 0.3, stage=2),
+                 row("best_tf32", "gemm_tf32", P["F"], s, 2.0, stage=1)]
+        twin = row("best_tf32", "gemm_tf32", P["D"], s, a if i == 0 else 0.4, stage=2)
+        rows.append({**twin, "same_as": P["A"]} if i == 0 else twin)
+    survivors = {("best_tf32", "gemm_tf32"): {P[x] for x in "ABCDE"}}
+    kept = screen.rescreened(rows, settings(rescreen_margin=0.0), GUARDS, survivors)
+    assert kept == {("best_tf32", "gemm_tf32"): {P["A"], P["B"], P["C"]}}
+    # a margin of 2% lets C in by closeness alone, never D (its closeness was A's launch)
+    wide = screen.rescreened(rows, settings(rescreen_margin=0.02), GUARDS, survivors)
+    assert P["C"] in wide[("best_tf32", "gemm_tf32")] and P["D"] not in wide[("best_tf32", "gemm_tf32")]
+    # stage-3 rows never count in the second screen
+    late = [{**r, "stage": 3, "ratio_best": 9.0} for r in rows if r["params"] == P["E"]]
+    assert screen.rescreened(rows + late, settings(rescreen_margin=0.0), GUARDS, survivors) == kept
+
+
+def test_added_draws_are_stage_three_an_upper_bound_until_the_second_screen():
+    """training.added's draws (flagged `added`) are planned in stage 3: before stage 2 has run with
+    stage 2's candidates (the upper bound), then with the second screen's; without a screen they
+    are ordinary stage-1 shapes."""
+    base = distribution.stratified(distribution.training(), 14)
+    added = [distribution.Shape(*s.dims, cls=s.cls, added=True)
+             for s in distribution.stratified(distribution.heldout(), 3)]
+    shapes = base + added
+    staged = plan_mod.build("h100_sxm", shapes, settings(shapes=10))
+    assert staged.added == added and [s.dims for s in staged.rest] == [s.dims for s in base[10:]]
+    assert staged.stage3 and all(s.stage == 3 and s.name.endswith("_stage3") for s in staged.stage3)
+    assert {sh.dims for s in staged.stage3 for sh in s.shapes} <= {s.dims for s in added}
+    assert "stage 3: 3 added shapes" in staged.describe(1.0, 1) and "at most" in staged.describe(1.0, 1)
+    survivors = {("best_tf32", "gemm_tf32"): {tune.params_key(p) for p in
+                                              tune.grid(plan_mod.kernel_space("gemm_tf32"))[:6]}}
+    again = {("best_tf32", "gemm_tf32"): set(sorted(survivors[("best_tf32", "gemm_tf32")])[:2])}
+    upper = plan_mod.build("h100_sxm", shapes, settings(shapes=10), survivors)
+    exact = plan_mod.build("h100_sxm", shapes, settings(shapes=10), survivors, rescreened=again)
+    listed = lambda plan: {tune.params_key(p) for s in plan.stage3 if s.candidates is not None
+                           and s.kernel == "gemm_tf32" for p in s.candidates}
+    assert listed(upper) == survivors[("best_tf32", "gemm_tf32")]
+    assert listed(exact) == again[("best_tf32", "gemm_tf32")] and exact.rescreened
+    assert exact.jobs < upper.jobs and "the survivors of the second screen" in exact.describe(1.0, 1)
+    assert exact.only({"gemm_tf32"}).stage3 == [s for s in exact.stage3 if s.kernel == "gemm_tf32"]
+    one = plan_mod.build("h100_sxm", shapes, settings(shapes=None))
+    assert not one.added and not one.stage3 and len({sh.dims for s in one.sweeps for sh in s.covered}
+                                                    & {s.dims for s in added}) == 3
+
+
+def test_three_stages_end_to_end_measure_the_second_screens_survivors_at_the_added_draws(
+        tmp_path, monkeypatch, capsys):
+    from src.cli import main as cli
+
+    cache, measured = {}, []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps(cache, measured))
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    base = distribution.stratified(distribution.training(), count + 4)
+    added = [distribution.Shape(*s.dims, cls=s.cls, added=True)
+             for s in distribution.stratified(distribution.heldout(), 3)]
+    monkeypatch.setattr(distribution, "training", lambda *a, **k: base + added)
+    args = ["tune", "--gpu", "h100_sxm", "--sweep-dir", str(tmp_path / "sw"),
+            "--csv", str(tmp_path / "e.csv"), "--tuned", str(tmp_path / "t.yaml")]
+    assert cli(args) == 0
+    out = capsys.readouterr().out
+    assert "stage 3: 3 added shapes" in out and "(stages 1, 2, 3) on 1 GPU(s)" in out
+    assert "the survivors of the second screen" in out.split("after the second screen:")[1]
+    rows = read_evidence(tmp_path / "e.csv")
+    third = [r for r in rows if r["stage"] == 3]
+    assert {r["shape"] for r in third} == {s.label for s in added}
+    settings_now = plan_mod.load_settings()
+    g = command.guards(settings_now)
+    survivors = screen.survivors([r for r in rows if r["stage"] == 1], settings_now, g)
+    again = screen.rescreened(rows, settings_now, g, survivors)
+    stage2 = {(r["dispatcher"], r["kernel"], r["params"]) for r in rows if r["stage"] == 2}
+    listed = {(d, k, p) for (d, k), ps in again.items() for p in ps}
+    assert listed < stage2 | {(d, k, p) for (d, k), ps in survivors.items() for p in ps}
+    assert all((r["dispatcher"], r["kernel"], r["params"]) in listed for r in third
+               if r["kernel"] != "17_flagship")
+    csv_text = (tmp_path / "e.csv").read_text()
+    done = len(measured)  # a re-run: every job from the cache, the same evidence
+    assert cli(args) == 0 and len(measured) == done
+    assert (tmp_path / "e.csv").read_text() == csv_text

@@ -100,39 +100,15 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
 def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None = None) -> dict:
     """The dispatch fitted from `csv_path`, written into conf/tuned/<gpu>.yaml (or tuned_path),
     then how it cross-validates and the ceiling of its candidates, printed."""
-    from src.tune import fit, judge
+    from src.tune import judge
     from src.tune.distribution import suite_shapes
     from src.tune.plan import reserved
 
     rows, dispatch = write_fit(gpu_spec, settings, csv_path, tuned_path)
-    kernel_guards, fit_settings = guards(settings), settings.get("fit") or {}
-    tree_guards, regions = guards(settings, outside_reserved=False), reserved(settings)
-    for dispatcher, cv in judge.cross_validated(rows, tree_guards, fit_settings, regions=regions).items():
-        print(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), geomean "
-              f"{cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of the stronger "
-              f"cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a candidate not measured "
-              f"there", flush=True)
     drawn = {(r["m"], r["n"], r["k"]) for r in rows} - {s.dims for s in suite_shapes()}
-    for dispatcher, cv in judge.nearest_cross_validated(
-            rows, kernel_guards, fit_settings, count=fit.neighbours(fit_settings), drawn=drawn).items():
-        print(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead ({cv['weighting']} "
-              f"weights, the same "
-              f"folds), geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']}; "
-              f"{cv['unmeasured']} of {cv['shapes']} shapes without a choice measured there",
-              flush=True)
-        if "drawn" in cv:  # what the held-out set (random draws, no suite shapes) is comparable to
-            d = cv["drawn"]
-            print(f"{dispatcher}: the same, at the {d['shapes']} random draws alone (as the held-out "
-                  f"set): geomean {d['geomean']:.3f}x, min {d['min']:.3f}x at {d['min_shape']}",
-                  flush=True)
-    for dispatcher, top in judge.ceiling(rows, drawn=drawn).items():
-        print(f"{dispatcher}: the best measured candidate at each training shape (no dispatch over "
-              f"these candidates does better there), geomean {top['geomean']:.3f}x, min "
-              f"{top['min']:.3f}x at {top['min_shape']}; {top['below_parity']} of {top['shapes']} "
-              f"shapes below 1.0x, the lowest: "
-              + ", ".join(f"{s} {v:.2f}x ({k})" for s, v, k in top["lowest"])
-              + (f"; at the {top['drawn']['shapes']} random draws alone, geomean "
-                 f"{top['drawn']['geomean']:.3f}x" if "drawn" in top else ""), flush=True)
+    for line in judge.report(rows, guards(settings), guards(settings, outside_reserved=False),
+                             reserved(settings), settings.get("fit") or {}, drawn):
+        print(line, flush=True)
     return dispatch
 
 
@@ -196,14 +172,18 @@ def rows_of(sweeps, sweep_dir: Path, gpu_spec: str, settings: dict,
     return [r for s in sweeps for r in evidence.sweep_rows(s, sweep_dir, gpu_spec, settings, kept)]
 
 
-def screened(plan, settings: dict, rows: list[dict], only: set[str] | None = None):
-    """The plan with stage 2 made of the survivors of stage 1's `rows` (the sweeps of `only`
+def screened(plan, settings: dict, rows: list[dict], only: set[str] | None = None,
+             rescreen: bool = False):
+    """The plan with stage 2 made of the survivors of the stage-1 `rows`, and (`rescreen`: stage
+    2 has run) stage 3 of the second screen's over the stage-1 and -2 rows (the sweeps of `only`
     alone, in a partial re-tune)."""
     from src.tune import plan as plan_mod
     from src.tune import screen
 
-    full = plan_mod.build(plan.gpu_spec, plan.shapes, settings,
-                          screen.survivors(rows, settings, guards(settings)), plan.held)
+    g = guards(settings)
+    survivors = screen.survivors([r for r in rows if r["stage"] == 1], settings, g)
+    again = screen.rescreened(rows, settings, g, survivors) if rescreen else None
+    full = plan_mod.build(plan.gpu_spec, plan.shapes, settings, survivors, plan.held, again)
     return full if only is None else full.only(only)
 
 
@@ -237,7 +217,7 @@ def earlier_evidence(plan, csv_path: Path, flag: str, remeasured: set[str] = fro
                           f"whole tune first.")
     rows = read_evidence(csv_path)
     planned = {s.label for s in plan.shapes}
-    screening_shapes = planned - {s.label for s in plan.rest}
+    screening_shapes = planned - {s.label for s in plan.rest + plan.added}
     held = {r["shape"] for r in rows}
     screened = {r["shape"] for r in rows if r["stage"] == 1}
     first = {r["shape"] for r in rows if r["stage"] == 1 and r["kernel"] not in remeasured}
@@ -278,7 +258,6 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     evidence (kept rows + measured ones) and the fit; 1 if a sweep failed."""
     from src.tune import evidence
 
-    kept_screen = [r for r in kept if r["stage"] == 1]
     earlier = read_evidence(csv_path) if csv_path.is_file() else []
     rows: list[dict] = []
 
@@ -299,18 +278,24 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     failed = run(plan.sweeps)
     seconds = [time.perf_counter() - started]
     if plan.rest:
-        plan = screened(plan, settings, rows + kept_screen, only)
+        plan = screened(plan, settings, rows + kept, only)
         print("after the screen:\n" + plan.describe(per_job, gpus), flush=True)
         started = time.perf_counter()
         failed += run(plan.stage2)
+        seconds.append(time.perf_counter() - started)
+    if plan.added:
+        plan = screened(plan, settings, rows + kept, only, rescreen=True)
+        print("after the second screen:\n" + plan.describe(per_job, gpus), flush=True)
+        started = time.perf_counter()
+        failed += run(plan.stage3)
         seconds.append(time.perf_counter() - started)
     evidence.write(kept + rows, csv_path)
     print(f"{len(kept) + len(rows)} rows -> {csv_path}"
           + (f" ({len(kept)} kept from the earlier run)" if kept else ""))
     # the wall time a reader asks for ("how long on 1, 2, 4 GPUs"), said by the command itself
     cached = sum(1 for r in rows if r.get("from_cache"))
-    print(f"tuning sweeps: {' + '.join(f'{s:.0f} s' for s in seconds)} (stage 1"
-          f"{' + stage 2' if len(seconds) > 1 else ''}) on {gpus} GPU(s); {len(rows)} rows, "
+    print(f"tuning sweeps: {' + '.join(f'{s:.0f} s' for s in seconds)} (stages "
+          f"{', '.join(str(i + 1) for i in range(len(seconds)))}) on {gpus} GPU(s); {len(rows)} rows, "
           f"{cached} of them from the measurement cache", flush=True)
     dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
     print(f"fitted {sum(len(r) for r in dispatch.values())} rules -> "
@@ -346,7 +331,7 @@ def main(argv: list[str]) -> int:
                         help="another run's evidence: do both fit the same choices? (no GPU)")
     parser.add_argument("overrides", nargs="*", help="more overrides for every sweep (after --)")
     args = parser.parse_args(argv)
-    from src.tune import distribution, plan as plan_mod
+    from src.tune import distribution, evidence, plan as plan_mod
 
     try:
         settings = plan_mod.load_settings()
@@ -376,7 +361,7 @@ def main(argv: list[str]) -> int:
         only, kept = None, []
         if args.missing:  # the evidence's rows stay; the plan measures what they do not hold
             kept, stale = missing_evidence(plan, settings, csv_path)
-            plan = plan_mod.build(gpu_spec, plan.shapes, settings, held=plan_mod.held_pairs(kept))
+            plan = plan_mod.build(gpu_spec, plan.shapes, settings, held=evidence.held_pairs(kept))
             print(f"keeping {len(kept)} rows of today's sources from {csv_path}"
                   + "".join(f"; {n} rows of {k} are of another source, measured again"
                             for k, n in sorted(stale.items())), flush=True)
@@ -388,7 +373,8 @@ def main(argv: list[str]) -> int:
         if args.dry_run:
             if screen_done(plan, args.sweep_dir):  # stage 1 has run: stage 2 is known
                 rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings, kept)
-                plan = screened(plan, settings, rows + [r for r in kept if r["stage"] == 1], only)
+                plan = screened(plan, settings, rows + kept, only,
+                                rescreen=any(r["stage"] == 2 for r in kept))
             print(plan.describe(per_job, gpus), flush=True)
             return 0
         return measure(plan, settings, args, gpu_spec, csv_path, kept, only, per_job, gpus)

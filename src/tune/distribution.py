@@ -41,6 +41,7 @@ class Shape:
     n: int
     k: int
     cls: str = ""   # the class it was drawn from ("suite:<name>" for a hand-written suite's)
+    added: bool = False  # one of `training.added`'s draws: the tuner's stage 3 measures it
 
     @property
     def dims(self) -> tuple[int, int, int]:
@@ -75,6 +76,7 @@ class Distribution:
     max_operand_elements: int
     max_flop: int
     source: str = "conf/shapes/distribution.yaml"
+    training_added: int = 0
 
 
 def _bad(rule: str) -> ConfigError:
@@ -117,10 +119,14 @@ def load(path: Path = DISTRIBUTION_FILE) -> Distribution:
     if not classes or len({c.name for c in classes}) != len(classes):
         raise _bad("`classes` must list at least one class, each name once.")
     limits = data.get("limits") or {}
+    added = data["training"].get("added", 0)
+    if not isinstance(added, int) or added < 0:
+        raise _bad(f"training.added must be a whole number of draws, 0 or more, got {added!r} "
+                   f"(rule: the added draws extend the training set's random ones).")
     return Distribution(tuple(classes), int(data["training"]["seed"]),
                         int(data["training"]["random"]), int(data["heldout"]["seed"]),
                         int(data["heldout"]["count"]), int(limits["max_operand_elements"]),
-                        int(limits["max_flop"]))
+                        int(limits["max_flop"]), training_added=added)
 
 
 def _log_uniform(rng: random.Random, low: int, high: int) -> int:
@@ -210,10 +216,24 @@ def suite_shapes(suite_dir: Path = SUITE_DIR) -> list[Shape]:
 
 
 def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
-    """The suites' shapes, then `training.random` draws with `training.seed`, none repeated."""
+    """The suites' shapes, then `training.random` draws with `training.seed`, none repeated, then
+    `training.added` more (flagged `added`): the draws of random + added that the first random
+    ones are not. Each class extends its own stream, so the first draws stay what they were."""
     dist = dist or load()
     suite = suite_shapes(suite_dir)
-    return suite + draw(dist, dist.training_random, dist.training_seed, {s.dims for s in suite})
+    taken = {s.dims for s in suite}
+    first = draw(dist, dist.training_random, dist.training_seed, taken)
+    if not dist.training_added:
+        return suite + first
+    both = draw(dist, dist.training_random + dist.training_added, dist.training_seed, taken)
+    kept = {s.dims for s in first}
+    if not kept <= {s.dims for s in both}:
+        raise _bad(f"training.added {dist.training_added} redraws some of the first "
+                   f"{dist.training_random} shapes (a draw of one class met another's) (rule: "
+                   f"added draws extend the training set, the shapes tuned on so far stay); "
+                   f"change training.added by a few.")
+    return suite + first + [Shape(*s.dims, cls=s.cls, added=True)
+                            for s in both if s.dims not in kept]
 
 
 def heldout(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
@@ -261,7 +281,9 @@ def suite_file_text(name: str, shapes: list[Shape], dist: Distribution) -> str:
               f"{seed}); do not edit: change the distribution and write again (a test checks "
               f"this file). Shape set `{name}`: {what}. Why: issue 39, a dispatch learned per GPU "
               f"and judged on shapes it never saw. Shapes per class: "
-              + ", ".join(f"{cls} {n}" for cls, n in counts.items()) + ".")
+              + ", ".join(f"{cls} {n}" for cls, n in counts.items()) + "."
+              + (f" The last {sum(s.added for s in shapes)} are `training.added`'s draws (the "
+                 f"tuner's stage 3)." if any(s.added for s in shapes) else ""))
     lines = [
         "# @package _global_",
         *textwrap.wrap(header, 98, initial_indent="# ", subsequent_indent="# "),

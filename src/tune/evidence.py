@@ -6,8 +6,8 @@ candidate of the sweep has a row where it builds. The file holds the measured ro
 names the candidates that build its launch in `same_launch`, by the params they change
 (src/job/training.twin_change), and training.read gives each its row back; 70% of a tune's rows
 are such twins, so the file is about a third of what one row each took. `stage` says which stage of the
-plan measured a row (1: the screen, every candidate; 2: the survivors at the other shapes;
-src/tune/plan.py). The fit (src/tune/fit.py) and `sgemm-lab explain` read the file; nothing else
+plan measured a row (1: the screen, every candidate; 2: the survivors at the other shapes; 3: a
+second screen's survivors at the added draws; src/tune/plan.py). The fit (src/tune/fit.py) and `sgemm-lab explain` read the file; nothing else
 is needed to re-fit.
 
 `source_sha256` is the SHA-256 of the exact source NVRTC built (the kernel file with its headers
@@ -28,6 +28,7 @@ from pathlib import Path
 from src.errors import ConfigError
 from src.job.training import row_order, twin_change
 from src.records.record import Record, load_records
+from src.tune.space import params_key
 
 COLUMNS = ["gpu_spec", "dispatcher", "precision", "shape", "m", "n", "k", "aligned", "kernel",
            "params", "status", "gflops", "ratio_best", "ratio_best_ci_low", "ratio_best_ci_high",
@@ -173,3 +174,13 @@ def write(rows: list[dict], path: Path) -> Path:
                              "same_launch": json.dumps(changes) if changes else None})
     tmp.replace(path)
     return path
+
+
+def held_pairs(rows: list[dict]) -> dict:
+    """{(dispatcher, kernel): {shape: params keys}} of evidence rows (a same_as row too: its
+    candidate builds the measured one's kernel there)."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault((r["dispatcher"], r["kernel"]), {}).setdefault(r["shape"], set()).add(
+            r["params"] if isinstance(r["params"], str) else params_key(r["params"]))
+    return out

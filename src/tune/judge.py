@@ -160,3 +160,36 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
                                           "b": b.label(), "run_a": figures[0], "run_b": figures[1]})
         out[dispatcher] = report
     return out
+
+
+def report(rows: list[dict], kernel_guards: dict[str, str | None],
+           tree_guards: dict[str, str | None], regions: dict[str, str], fit_settings: dict,
+           drawn: set[tuple[int, int, int]]) -> list[str]:
+    """What `sgemm-lab tune` prints after a fit: the tree's and the nearest model's
+    cross-validation (the random draws `drawn` alone too) and the ceiling of the candidates."""
+    lines = []
+    for dispatcher, cv in cross_validated(rows, tree_guards, fit_settings, regions=regions).items():
+        lines.append(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), "
+                     f"geomean {cv['geomean']:.3f}x, min {cv['min']:.3f}x at {cv['min_shape']} of "
+                     f"the stronger cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a "
+                     f"candidate not measured there")
+    for dispatcher, cv in nearest_cross_validated(
+            rows, kernel_guards, fit_settings, count=neighbours(fit_settings), drawn=drawn).items():
+        lines.append(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead "
+                     f"({cv['weighting']} weights, the same folds), geomean {cv['geomean']:.3f}x, "
+                     f"min {cv['min']:.3f}x at {cv['min_shape']}; {cv['unmeasured']} of "
+                     f"{cv['shapes']} shapes without a choice measured there")
+        if "drawn" in cv:  # what the held-out set (random draws, no suite shapes) is comparable to
+            d = cv["drawn"]
+            lines.append(f"{dispatcher}: the same, at the {d['shapes']} random draws alone (as the "
+                         f"held-out set): geomean {d['geomean']:.3f}x, min {d['min']:.3f}x at "
+                         f"{d['min_shape']}")
+    for dispatcher, top in ceiling(rows, drawn=drawn).items():
+        lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
+                     f"dispatch over these candidates does better there), geomean "
+                     f"{top['geomean']:.3f}x, min {top['min']:.3f}x at {top['min_shape']}; "
+                     f"{top['below_parity']} of {top['shapes']} shapes below 1.0x, the lowest: "
+                     + ", ".join(f"{s} {v:.2f}x ({k})" for s, v, k in top["lowest"])
+                     + (f"; at the {top['drawn']['shapes']} random draws alone, geomean "
+                        f"{top['drawn']['geomean']:.3f}x" if "drawn" in top else ""))
+    return lines

@@ -3,12 +3,13 @@ runs. Per dispatching kernel (conf/tuning/dispatch.yaml), each candidate kernel'
 (conf/tune/<kernel>.yaml) at the training shapes (conf/suite/training.yaml) where its rules let
 at least one candidate build; the FFMA fallback's grid only at shapes no candidate can run.
 
-Two stages (`screen:` in the settings): stage 1 measures every candidate at the screening shapes
+Stages (`screen:` in the settings): stage 1 measures every candidate at the screening shapes
 (the first few of the round-robin order over the shape classes); stage 2 measures at the other
 shapes only the survivors (src/tune/screen.py: within a margin of the best at some screening shape
 of the same dispatcher), the whole grids at a shape where no survivor builds, and the fallback
-where no candidate builds. Before stage 1 has run, stage 2 is planned as if every candidate
-survived: an upper bound. The counts are exact (the constraints and "measured once" pruning of
+where no candidate builds; stage 3 measures `training.added`'s draws the same way with the
+survivors of a second screen over stages 1 and 2 (screen.rescreened). Before a screen has run,
+the stage after it is planned as if every candidate survived: an upper bound. The counts are exact (the constraints and "measured once" pruning of
 src/tune/space.py), so `--budget` can cut the training shapes (round-robin over their classes)
 until the bound fits. Each sweep is the ordinary tuning sweeper (`python -m src.run -m
 +tune=<kernel> shape=...`): it spreads over every GPU (hydra/launcher=gpus), reuses cached
@@ -63,7 +64,7 @@ class Sweep:
     skipped: Counter = field(default_factory=Counter)  # shapes where nothing builds, per rule
     fallback: bool = False
     stage: int = 1
-    candidates: list[dict] | None = None             # stage 2's survivors (None: the whole grid)
+    candidates: list[dict] | None = None             # stage 2's or 3's survivors (None: the whole grid)
     tag: str = ""                                    # tells a stage's sweeps of one kernel apart
     held: dict[str, list[str]] = field(default_factory=dict)  # {shape: params keys} the evidence holds: not measured
 
@@ -109,21 +110,25 @@ class Plan:
     screened: bool = False  # stage 2 holds the survivors (False: the upper bound, all survive)
     region: dict = field(default_factory=dict)  # {kernel: stage-2 shapes it is screened at too}
     held: dict | None = None  # {(dispatcher, kernel): {shape: params keys}}: pairs the evidence holds (--missing)
+    added: list = field(default_factory=list)       # stage 3's shapes: `training.added`'s draws
+    stage3: list[Sweep] = field(default_factory=list)
+    rescreened: bool = False  # stage 3 holds the second screen's survivors (False: an upper bound)
 
     @property
     def jobs(self) -> int:
-        """Both stages' jobs (stage 2 an upper bound until the screen has run)."""
-        return sum(s.jobs for s in self.sweeps) + sum(s.jobs for s in self.stage2)
+        """Every stage's jobs (a stage after a screen not yet run: its upper bound)."""
+        return sum(s.jobs for s in self.sweeps + self.stage2 + self.stage3)
 
     def only(self, kernels: set[str]) -> "Plan":
         """The plan with the sweeps of `kernels` alone (a partial re-tune: the other candidates'
         rows come from the evidence file)."""
         return Plan(self.gpu_spec, [s for s in self.sweeps if s.kernel in kernels], self.shapes,
                     self.rest, [s for s in self.stage2 if s.kernel in kernels], self.screened,
-                    self.region, self.held)
+                    self.region, self.held, self.added,
+                    [s for s in self.stage3 if s.kernel in kernels], self.rescreened)
 
     def describe(self, seconds_per_job: float, gpus: int) -> str:
-        bound = "" if self.screened or not self.rest else "at most "
+        bound = "" if (self.screened or not self.rest) and (self.rescreened or not self.added) else "at most "
         lines = [f"tuning plan for {self.gpu_spec}: {len(self.shapes)} training shapes, "
                  f"{bound}{self.jobs} jobs, about {self.jobs * seconds_per_job / max(gpus, 1) / 60:.0f} "
                  f"min on {gpus} GPU(s) ({seconds_per_job:g} s a job)"]
@@ -132,7 +137,7 @@ class Plan:
             lines.append(f" the evidence file holds {pairs} candidates at their shapes (today's "
                          f"sources): the jobs below leave them out")
         if self.rest:
-            lines.append(f" stage 1 (screen): {len(self.shapes) - len(self.rest)} shapes, "
+            lines.append(f" stage 1 (screen): {len(self.shapes) - len(self.rest) - len(self.added)} shapes, "
                          f"{sum(s.jobs for s in self.sweeps)} jobs, every candidate"
                          + "".join(f"; {k} at {len(v)} more of its own"
                                    for k, v in sorted(self.region.items())))
@@ -143,6 +148,12 @@ class Plan:
             lines.append(f" stage 2: {len(self.rest)} shapes, "
                          f"{sum(s.jobs for s in self.stage2)} jobs ({which})")
             lines += self._sweep_lines(self.stage2)
+        if self.added:
+            which = ("the survivors of the second screen" if self.rescreened else
+                     "at most: stage 2's candidates, until stages 1 and 2 have run")
+            lines.append(f" stage 3: {len(self.added)} added shapes, "
+                         f"{sum(s.jobs for s in self.stage3)} jobs ({which})")
+            lines += self._sweep_lines(self.stage3)
         return "\n".join(lines)
 
     @staticmethod
@@ -236,12 +247,12 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
 def _stage(shapes, limits: dict, settings: dict, stage: int,
            survivors: dict | None = None, screened_at: dict | None = None,
            held: dict | None = None) -> list[Sweep]:
-    """One stage's sweeps over `shapes`. Stage 1 and an unscreened stage 2 (survivors None):
-    every candidate kernel's whole grid, the fallback where none builds. A screened stage 2: each
+    """One stage's sweeps over `shapes`. Stage 1 and an unscreened stage 2 or 3 (survivors None):
+    every candidate kernel's whole grid, the fallback where none builds. A screened stage: each
     kernel's survivors (in grid order), the whole grids at shapes where no survivor builds, then
     the fallback where no candidate builds; a kernel not again at the shapes stage 1 screened it
     at (`screened_at`: {kernel: their dims}, its region screen: region_screens)."""
-    tag = "" if stage == 1 else "_stage2"
+    tag = "" if stage == 1 else f"_stage{stage}"
     sweeps = []
 
     def unscreened(kernel: str, among: list) -> list:
@@ -298,17 +309,21 @@ def screening(shapes, settings: dict) -> tuple[list, list]:
 
 
 def build(gpu_spec: str, shapes, settings: dict | None = None,
-          survivors: dict | None = None, held: dict | None = None) -> Plan:
-    """The sweeps for `shapes` on `gpu_spec` (its datasheet limits decide what builds), in two
-    stages where the settings screen; stage 2 from `survivors` ({(dispatcher, kernel): params
-    keys}, src/tune/screen.py), or its upper bound when they are not known yet. `held`
-    ({(dispatcher, kernel): {shape: params keys}}, held_pairs): what the evidence file holds
+          survivors: dict | None = None, held: dict | None = None,
+          rescreened: dict | None = None) -> Plan:
+    """The sweeps for `shapes` on `gpu_spec` (its datasheet limits decide what builds), in stages
+    where the settings screen; stage 2 from `survivors` ({(dispatcher, kernel): params keys},
+    src/tune/screen.py), stage 3 (the added draws) from `rescreened`, each an upper bound while
+    its screen has not run (stage 3's: stage 2's candidates). `held`
+    ({(dispatcher, kernel): {shape: params keys}}, evidence.held_pairs): what the evidence file holds
     already, planned but not measured again (`sgemm-lab tune --missing`)."""
     from src.job.gpu import limits_from_spec
 
     settings = settings or load_settings()
     limits = limits_from_spec(gpu_spec)
-    screen, rest = screening(shapes, settings)
+    screens = (settings.get("screen") or {}).get("shapes") is not None
+    added = [s for s in shapes if s.added] if screens else []
+    screen, rest = screening([s for s in shapes if not (screens and s.added)], settings)
     first = _stage(screen, limits, settings, 1, held=held)
     region = region_screens(screen, rest, limits, settings)
     for kernel, extra in region.items():
@@ -320,18 +335,11 @@ def build(gpu_spec: str, shapes, settings: dict | None = None,
                     first.append(sweep)
     screened_at = {k: {s.dims for s in v} for k, v in region.items()}
     second = _stage(rest, limits, settings, 2, survivors, screened_at, held) if rest else []
+    third = _stage(added, limits, settings, 3, survivors if rescreened is None else rescreened,
+                   screened_at, held) if added else []
     return Plan(gpu_spec, first, list(shapes), rest, second, screened=survivors is not None,
-                region=region, held=held)
-
-
-def held_pairs(rows: list[dict]) -> dict:
-    """{(dispatcher, kernel): {shape: params keys}} of evidence rows (a same_as row too: its
-    candidate builds the measured one's kernel there)."""
-    out: dict = {}
-    for r in rows:
-        out.setdefault((r["dispatcher"], r["kernel"]), {}).setdefault(r["shape"], set()).add(
-            r["params"] if isinstance(r["params"], str) else tune.params_key(r["params"]))
-    return out
+                region=region, held=held, added=added, stage3=third,
+                rescreened=rescreened is not None)
 
 
 def region_screens(screen, rest, limits: dict, settings: dict) -> dict[str, list]:

@@ -13,12 +13,20 @@ as well, however far another kernel was ahead there: a kernel measured only wher
 (`measured_where`) is judged at few screening shapes, none perhaps of the class it was made for
 (gemm_mma_tf32: narrow, long-K, unaligned products), so its tiles reach stage 2 to be measured
 there. Pure, deterministic: the same rows give the same survivors in any order.
+
+The second screen (`rescreened`) picks stage 3's candidates, measured at `training.added`'s draws:
+of stage 2's, those that came within `screen.rescreen_margin` of the best at some shape of stages 1
+and 2, or that the nearest model would choose at one of those shapes were it left out (a steady
+second best over a neighbourhood, never close at one shape), or the catch-all. Closeness counts
+where the candidate's own launch was measured, not as the twin (`same_as`) of another's: there
+the measured one stands for both. The others ran at every training shape so far and added nothing.
 """
 
 from __future__ import annotations
 
 import statistics
 
+from src.job import training
 from src.job.training import score
 from src.tune import fit
 
@@ -81,4 +89,44 @@ def survivors(rows: list[dict], settings: dict,
                                    settings.get("fit") or {}).catch_all
             if catch_all is not None:
                 out.setdefault((dispatcher, catch_all.kernel), set()).add(catch_all.params)
+    return out
+
+
+def shape_of(row: dict) -> tuple[int, int, int]:
+    return (int(row["m"]), int(row["n"]), int(row["k"]))
+
+
+def rescreened(rows: list[dict], settings: dict, guards: dict[str, str | None],
+               survivors: dict[tuple[str, str], set[str]]) -> dict[tuple[str, str], set[str]]:
+    """{(dispatcher, candidate kernel): the params keys stage 3 measures}: of `survivors` (stage
+    2's), those the second screen keeps over `rows` (stages 1 and 2; see the module's doc)."""
+    screen = settings.get("screen") or {}
+    margin = float(screen.get("rescreen_margin", screen.get("margin", 0.0)))
+    fitting = settings.get("fit") or {}
+    out: dict[tuple[str, str], set[str]] = {}
+    for dispatcher in settings["dispatchers"]:
+        mine = [r for r in rows if r["stage"] in (1, 2)
+                and r["params"] in survivors.get((dispatcher, r["kernel"]), ())
+                and r["dispatcher"] == dispatcher]
+        if not mine:
+            continue
+        tab = fit.table(mine, dispatcher)
+        fitter = fit.Fitter(tab, guards, fitting)
+        best: dict = {}
+        for (shape, cand), value in tab.ratio.items():
+            best[shape] = max(best.get(shape, 0.0), value)
+        keep = {fit.Candidate(r["kernel"], r["params"]) for r in mine  # measured, not a twin
+                if not r.get("same_as") and (shape_of(r), fit.Candidate(r["kernel"], r["params"]))
+                in tab.ratio and score(r) >= (1 - margin) * best[shape_of(r)]}
+        count = int(fitting.get("neighbours", 4))
+        weights = str(fitting.get("weighting", "equal"))
+        for shape in tab.shapes:
+            among = [s for s in tab.shapes if s != shape]
+            found = training.nearest_choice(tab, shape, among, count, fitter.inside, weights)
+            if found is not None:
+                keep.add(found[0])
+        if fitter.catch_all is not None:
+            keep.add(fitter.catch_all)
+        for cand in keep:
+            out.setdefault((dispatcher, cand.kernel), set()).add(cand.params)
     return out

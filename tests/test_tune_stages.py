@@ -802,3 +802,34 @@ def test_three_stages_end_to_end_measure_the_second_screens_survivors_at_the_add
     done = len(measured)  # a re-run: every job from the cache, the same evidence
     assert cli(args) == 0 and len(measured) == done
     assert (tmp_path / "e.csv").read_text() == csv_text
+
+
+def test_a_new_twin_of_a_kept_twin_names_the_row_that_holds_the_figures(tmp_path):
+    """`--missing` after a grid grew (min_slice_k 32 appended): at a shape where the tiles fill the
+    SMs, min_slice_k cuts no slice, so 256, 512 and 32 build one launch. The earlier run measured
+    256 (A) and wrote 512 (B) as its twin; a sweep now listing B before the new 32 (C) prunes C as
+    B's twin. C's row must name A, whose row holds the figures, or the evidence file is refused
+    (the H200's first such run, 2026-11-28, lost a 520-job sweep to it). SYNTHETIC figures."""
+    from src.tune import evidence
+
+    base = {"bm": 128, "bn": 128, "fit": 1, "stages": 4, "group_m": 8, "in_flight": 2,
+            "split_k": 8, "min_slices": 1, "unaligned_rows": 1}
+    a, b, c = ({**base, "min_slice_k": v} for v in (256, 512, 32))
+    shape = distribution.Shape(8192, 8192, 8192)
+    limits = limits_from_spec("h200")
+    cfg = plan_mod.candidate_config("gemm_tf32", "tf32")
+    pruning = tune.prune(cfg, [b, c, a], Problem(*shape.dims, 0.5, 3.0), limits)
+    assert len(pruning.valid) == 1 and pruning.same_as == {tune.params_key(c): tune.params_key(b),
+                                                           tune.params_key(a): tune.params_key(b)}
+    source = evidence.source_sha256("gemm_tf32")
+    measured = {**row("best_tf32", "gemm_tf32", tune.params_key(a), shape.dims, 1.2, stage=2),
+                "source_sha256": source, "precision": "tf32", "gpu_spec": "h200"}
+    kept = [measured, {**measured, "params": tune.params_key(b), "same_as": tune.params_key(a)}]
+    sweep = plan_mod.Sweep("best_tf32", "tf32", "gemm_tf32", plan_mod.kernel_space("gemm_tf32"),
+                           covered=[shape], stage=2, candidates=[b, c], tag="_stage2")
+    new = evidence.sweep_rows(sweep, tmp_path, "h200", plan_mod.load_settings(), kept)
+    assert [(r["params"], r["same_as"]) for r in new] == [(tune.params_key(c), tune.params_key(a))]
+    assert new[0]["ratio_best"] == 1.2
+    evidence.write(kept + new, tmp_path / "e.csv")   # accepted: every twin names a written row
+    back = {r["params"]: r for r in read_evidence(tmp_path / "e.csv")}
+    assert back[tune.params_key(c)]["same_as"] == tune.params_key(a)

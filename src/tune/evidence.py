@@ -88,7 +88,10 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
             dup, first = (json.dumps(json.loads(p), sort_keys=True) for p in (dup, first))
             source = measured.get((shape.label, first)) or known.get((shape.label, first))
             if source is not None and (shape.label, dup) not in known:
-                rows.append({**source, "params": dup, "same_as": source["params"]})
+                # a kept source may itself be a twin (the earlier run's grid kept another first):
+                # name the row that holds the figures
+                rows.append({**source, "params": dup,
+                             "same_as": source.get("same_as") or source["params"]})
     return rows
 
 

@@ -764,3 +764,38 @@ def test_the_nearest_model_runs_its_first_choice_that_builds_at_the_shape(tmp_pa
     assert json.dumps(dispatch.choose(cfg, "synthetic", query).params, sort_keys=True) == wide
     at_200 = dispatch.choose(cfg, "synthetic", Problem(200, 2048, 2048, 0.5, 3.0), limits)
     assert json.dumps(at_200.params, sort_keys=True) == wide and "do not build" not in at_200.rule
+
+
+def test_a_tie_at_the_neighbours_goes_to_the_better_at_the_nearest_shapes_of_the_querys_alignment():
+    """SYNTHETIC: PAD (unaligned_rows 1) and STREAM (2) build one launch at aligned shapes, so they
+    tie at an unaligned query's four aligned neighbours; at the unaligned training shapes (farther)
+    STREAM is ahead, so it wins the tie, and PAD first in the candidates' order no longer decides.
+    An aligned query breaks the same tie at the aligned shapes, where they are equal: the order.
+    A candidate ahead at the neighbours still wins whatever the alignment says."""
+    pad = json.dumps({"bm": 128, "unaligned_rows": 1}, sort_keys=True)
+    stream = json.dumps({"bm": 128, "unaligned_rows": 2}, sort_keys=True)
+    aligned_shapes = [(512, 512, 512), (512, 1024, 512), (1024, 512, 512), (512, 512, 1024)]
+    unaligned_shapes = [(4096, 4095, 4096), (4096, 4096, 4095), (4095, 4097, 4097), (4097, 4095, 4095)]
+    rows = []
+    for s in aligned_shapes:
+        rows += [row_of(pad, s, 1.1), row_of(stream, s, 1.1)]
+    for s in unaligned_shapes:
+        rows += [row_of(pad, s, 0.6), row_of(stream, s, 1.0)]
+    tab = training.table(rows, "best_tf32")
+    assert [c.params for c in tab.candidates] == sorted([pad, stream])  # PAD first in the order
+    anything = lambda c, s: True  # noqa: E731
+    query = (600, 601, 600)   # unaligned (n % 4), nearest to the aligned shapes
+    ranked, near = training.nearest_ranked(tab, query, tab.shapes, 4, anything)
+    assert set(near) == set(aligned_shapes)
+    assert [c.params for c, _ in ranked] == [stream, pad] and ranked[0][1] == ranked[1][1]
+    ranked, _ = training.nearest_ranked(tab, (600, 600, 600), tab.shapes, 4, anything)
+    assert [c.params for c, _ in ranked] == [pad, stream]  # aligned: equal there too, the order
+    rows = [{**r, "ratio_best": 1.2} if r["params"] == pad and (r["m"], r["n"], r["k"]) == (512, 512, 512)
+            else r for r in rows]
+    tab = training.table(rows, "best_tf32")
+    assert training.nearest_choice(tab, query, tab.shapes, 4, anything)[0].params == pad
+
+
+def row_of(params: str, shape: tuple[int, int, int], ratio: float) -> dict:
+    return {"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": params, "m": shape[0],
+            "n": shape[1], "k": shape[2], "status": "ok", "ratio_best": ratio}

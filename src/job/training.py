@@ -178,27 +178,48 @@ def weighting_of(name: str, where: str) -> Callable[[float], float]:
     return WEIGHTINGS[name]
 
 
+def aligned(shape: tuple[int, int, int]) -> bool:
+    """Whether B's and A's rows are 16-byte aligned (n and k multiples of 4 floats): where they
+    are not, the library's kernels pad or stream them (`unaligned_rows`)."""
+    return shape[1] % 4 == 0 and shape[2] % 4 == 0
+
+
+def _mean_log(values: list, weights: list[float]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights)
+
+
 def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: int,
                    runs: Callable[[Candidate, tuple], bool],
                    weighting: str = "equal") -> tuple[list[tuple[Candidate, float]], list]:
     """([(candidate, its weighted geomean ratio there)], the neighbours): every candidate
     measured at all of the `count` shapes of `among` nearest to `shape` (log2 distance, ties by
     the shape) for which `runs(candidate, shape)` holds (its size rules and where it was
-    measured), best weighted mean of log ratios first (`weighting`, a key of WEIGHTINGS; ties by
-    the candidates' order). A shape of `among` itself is its own only neighbour: what was
-    measured there is the evidence (the suites' shapes are training shapes)."""
+    measured), best weighted mean of log ratios first (`weighting`, a key of WEIGHTINGS). A shape
+    of `among` itself is its own only neighbour: what was measured there is the evidence (the
+    suites' shapes are training shapes).
+
+    Ties (candidates that build one launch at every neighbour, e.g. `unaligned_rows` 1 and 2
+    where the rows are aligned) go to the better at the `count` nearest shapes of the query's
+    alignment (`aligned`), where such a parameter changes the launch (H200, cross-validated at the
+    96 random draws: FP32 min 0.60 -> 0.80, TF32 0.62 -> 0.73; docs/tuning.md); then to the
+    candidates' order."""
     near = [shape] if shape in among else sorted(among, key=lambda s: (distance(s, shape), s))[:count]
     weigh = weighting_of(weighting, "nearest_choice")
     weights = [1.0] if near == [shape] else [weigh(distance(s, shape)) for s in near]
+    alike = [] if near == [shape] else sorted(
+        (s for s in among if aligned(s) == aligned(shape)), key=lambda s: (distance(s, shape), s))[:count]
     scored = []
     for order, c in enumerate(tab.candidates):
         if not near or not runs(c, shape):
             continue
-        values = [tab.ratio.get((s, c)) for s in near]
-        if any(v is None for v in values):
+        there = _mean_log([tab.ratio.get((s, c)) for s in near], weights)
+        if there is None:
             continue
-        scored.append((-sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights), order, c))
-    return [(c, math.exp(-total)) for total, _, c in sorted(scored)], near
+        alike_there = _mean_log([tab.ratio.get((s, c)) for s in alike], [1.0] * len(alike))
+        scored.append((-there, math.inf if alike_there is None else -alike_there, order, c))
+    return [(c, math.exp(-total)) for total, _, _, c in sorted(scored)], near
 
 
 def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,

@@ -142,18 +142,15 @@ class Plan:
                          + "".join(f"; {k} at {len(v)} more of its own"
                                    for k, v in sorted(self.region.items())))
         lines += self._sweep_lines(self.sweeps)
-        if self.rest:
-            which = ("the survivors of the screen" if self.screened else
-                     "at most: every candidate, until the screen has run")
-            lines.append(f" stage 2: {len(self.rest)} shapes, "
-                         f"{sum(s.jobs for s in self.stage2)} jobs ({which})")
-            lines += self._sweep_lines(self.stage2)
-        if self.added:
-            which = ("the survivors of the second screen" if self.rescreened else
-                     "at most: stage 2's candidates, until stages 1 and 2 have run")
-            lines.append(f" stage 3: {len(self.added)} added shapes, "
-                         f"{sum(s.jobs for s in self.stage3)} jobs ({which})")
-            lines += self._sweep_lines(self.stage3)
+        for shapes, sweeps, head, which in (
+                (self.rest, self.stage2, "stage 2: {} shapes", "the survivors of the screen"
+                 if self.screened else "at most: every candidate, until the screen has run"),
+                (self.added, self.stage3, "stage 3: {} added shapes", "the survivors of the second "
+                 "screen" if self.rescreened else "at most: stage 2's candidates, until stages 1 "
+                 "and 2 have run")):
+            if shapes:
+                lines.append(f" {head.format(len(shapes))}, {sum(s.jobs for s in sweeps)} jobs ({which})")
+                lines += self._sweep_lines(sweeps)
         return "\n".join(lines)
 
     @staticmethod

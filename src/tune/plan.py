@@ -318,9 +318,9 @@ def build(gpu_spec: str, shapes, settings: dict | None = None,
 
     settings = settings or load_settings()
     limits = limits_from_spec(gpu_spec)
-    screens = (settings.get("screen") or {}).get("shapes") is not None
+    screens = (settings.get("screen") or {}).get("shapes") is not None  # else one stage, added too
     added = [s for s in shapes if s.added] if screens else []
-    screen, rest = screening([s for s in shapes if not (screens and s.added)], settings)
+    screen, rest = screening([s for s in shapes if s not in added], settings)
     first = _stage(screen, limits, settings, 1, held=held)
     region = region_screens(screen, rest, limits, settings)
     for kernel, extra in region.items():

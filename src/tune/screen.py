@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import statistics
 
-from src.job import training
 from src.job.training import score
 from src.tune import fit
 
@@ -92,39 +91,36 @@ def survivors(rows: list[dict], settings: dict,
     return out
 
 
-def shape_of(row: dict) -> tuple[int, int, int]:
-    return (int(row["m"]), int(row["n"]), int(row["k"]))
-
-
 def rescreened(rows: list[dict], settings: dict, guards: dict[str, str | None],
                survivors: dict[tuple[str, str], set[str]]) -> dict[tuple[str, str], set[str]]:
     """{(dispatcher, candidate kernel): the params keys stage 3 measures}: of `survivors` (stage
     2's), those the second screen keeps over `rows` (stages 1 and 2; see the module's doc)."""
+    from src.tune import judge
+
     screen = settings.get("screen") or {}
     margin = float(screen.get("rescreen_margin", screen.get("margin", 0.0)))
     fitting = settings.get("fit") or {}
     out: dict[tuple[str, str], set[str]] = {}
     for dispatcher in settings["dispatchers"]:
-        mine = [r for r in rows if r["stage"] in (1, 2)
-                and r["params"] in survivors.get((dispatcher, r["kernel"]), ())
-                and r["dispatcher"] == dispatcher]
+        mine = [r for r in rows if r["stage"] in (1, 2) and r["dispatcher"] == dispatcher
+                and r["params"] in survivors.get((dispatcher, r["kernel"]), ())]
         if not mine:
             continue
-        tab = fit.table(mine, dispatcher)
-        fitter = fit.Fitter(tab, guards, fitting)
+        fitter = fit.Fitter(fit.table(mine, dispatcher), guards, fitting)
+        ratio = fitter.tab.ratio
         best: dict = {}
-        for (shape, cand), value in tab.ratio.items():
+        for (shape, _), value in ratio.items():
             best[shape] = max(best.get(shape, 0.0), value)
-        keep = {fit.Candidate(r["kernel"], r["params"]) for r in mine  # measured, not a twin
-                if not r.get("same_as") and (shape_of(r), fit.Candidate(r["kernel"], r["params"]))
-                in tab.ratio and score(r) >= (1 - margin) * best[shape_of(r)]}
-        count = int(fitting.get("neighbours", 4))
-        weights = str(fitting.get("weighting", "equal"))
-        for shape in tab.shapes:
-            among = [s for s in tab.shapes if s != shape]
-            found = training.nearest_choice(tab, shape, among, count, fitter.inside, weights)
+        own = {((int(r["m"]), int(r["n"]), int(r["k"])), fit.Candidate(r["kernel"], r["params"]))
+               for r in mine if not r.get("same_as")}  # measured, not a twin
+        keep = {c for (shape, c), value in ratio.items()
+                if (shape, c) in own and value >= (1 - margin) * best[shape]}
+        for shape in fitter.tab.shapes:
+            among = [s for s in fitter.tab.shapes if s != shape]
+            found = judge.nearest_choice(fitter, shape, among, fit.neighbours(fitting),
+                                         fit.weighting(fitting))
             if found is not None:
-                keep.add(found[0])
+                keep.add(found)
         if fitter.catch_all is not None:
             keep.add(fitter.catch_all)
         for cand in keep:

@@ -149,3 +149,91 @@ def test_the_power_cap_is_recorded_as_a_condition_of_an_ok_job(monkeypatch):
     r = _run(monkeypatch, Gemm())
     assert r.status == "ok" and r.power_capped_share == 1.0 and r.samples_slowdown == 0
     assert r.throttle_reasons == ["sw_power_cap"] and r.samples_throttled == 0
+
+
+def test_time_each_times_every_launch_interleaved_and_restores_before_each_sample(monkeypatch):
+    """How the autotuned cuBLASLt ranks its algorithms: each launch's median by the timing
+    step's clock (here events on the host clock), `restore` run untimed before every sample."""
+    import time
+
+    fake_cupy.install(monkeypatch)
+    restores = []
+    launches = [lambda d=d: time.sleep(d) for d in (0.004, 0.001, 0.002)]
+    times = measure_mod.time_each(launches, lambda: restores.append(1), _job(0.0).bench, DEVICE)
+    assert len(times) == 3 and times[1] < times[2] < times[0]
+    assert 0.8 <= times[1] and 3.5 <= times[0] < 40  # milliseconds
+    rounds = measure_mod.RANK_WARMUP + measure_mod.RANK_SAMPLES
+    assert len(restores) == 3 * rounds
+
+
+class _DevArray(np.ndarray):
+    """A NumPy array with CuPy's `.data.ptr`, as AutotunedGemm keys its plan on the pointers."""
+
+    @property
+    def data(self):
+        import types
+
+        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+
+def _stand_in_nvmath(monkeypatch, count: int):
+    """nvmath's Matmul as AutotunedGemm uses it, with `count` algorithms; it records which
+    algorithm each execute() ran and computes C = alpha A B + beta C in place."""
+    import sys
+    import types
+
+    class Matmul:
+        made: list = []
+
+        def __init__(self, a, b, c, alpha, beta, options):
+            self.a, self.b, self.c, self.alpha, self.beta = a, b, c, alpha, beta
+            self.ran, self.autotuned = [], False
+            Matmul.made.append(self)
+
+        def plan(self):
+            self.algorithms = tuple(f"algorithm {i}" for i in range(count))
+
+        def autotune(self, iterations):
+            self.autotuned = True
+
+        def execute(self, algorithm=None):
+            self.ran.append(algorithm)
+            self.c[...] = self.alpha * (self.a @ self.b) + self.beta * self.c
+
+        def free(self):
+            pass
+
+    linalg = types.SimpleNamespace(ComputeType=types.SimpleNamespace(COMPUTE_32F=0, COMPUTE_32F_FAST_TF32=1))
+    monkeypatch.setitem(sys.modules, "nvmath", types.ModuleType("nvmath"))
+    monkeypatch.setitem(sys.modules, "nvmath.linalg", linalg)
+    monkeypatch.setitem(sys.modules, "nvmath.linalg.advanced", types.SimpleNamespace(Matmul=Matmul))
+    return Matmul
+
+
+@pytest.mark.parametrize("ranked", [True, False])
+def test_the_autotuned_baseline_runs_the_algorithm_its_ranking_found_fastest(monkeypatch, ranked):
+    from src.job.cublaslt import AutotunedGemm
+
+    matmul = _stand_in_nvmath(monkeypatch, 3)
+    rng = np.random.default_rng(3)
+    a, b, c0 = (rng.uniform(-1, 1, s).view(_DevArray) for s in ((4, 5), (5, 6), (4, 6)))
+    c = c0.copy().view(_DevArray)
+    seen = []
+
+    def rank(launches, restore):  # every algorithm launched (each overwrites C), then C restored
+        for launch in launches:
+            restore()
+            launch()
+            seen.append(c.copy())
+        return [3.0, 1.0, 2.0]
+
+    gemm = AutotunedGemm("fp32", rank=rank if ranked else None)
+    gemm.launch(a, b, c, 0.5, 3.0)
+    mm = matmul.made[-1]
+    np.testing.assert_allclose(c, 0.5 * (a @ b) + 3.0 * c0)  # one product: the ranking's undone
+    if ranked:
+        assert mm.ran == ["algorithm 0", "algorithm 1", "algorithm 2", "algorithm 1"]
+        assert gemm.algorithm_ms == [3.0, 1.0, 2.0] and not mm.autotuned
+        assert all(np.allclose(s, 0.5 * (a @ b) + 3.0 * c0) for s in seen)  # restored each time
+    else:  # no ranking given: nvmath's autotune() orders them and execute() runs its first
+        assert mm.autotuned and mm.ran == [None] and gemm.algorithm_ms is None

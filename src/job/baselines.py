@@ -4,12 +4,13 @@ worker keeps one per process), so two callers never share state by accident."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from src.errors import LabError
 from src.job.compile import DEFAULT_CACHE_DIR, compile_kernel
 from src.job.config import kernel_config
-from src.job.measure import Baseline, verify_and_time
+from src.job.measure import Baseline, time_each, verify_and_time
 from src.job.prepare import PreparedJob, Target, prepare_kernel
 from src.job.problem import Problem
 from src.job.protocol import BenchProtocol
@@ -38,7 +39,8 @@ class Baselines:
         return self._kernels[name]
 
     def autotuned(self, precision: str, job: PreparedJob) -> Baseline | None:
-        """cuBLASLt autotuned for each shape (src/job/cublaslt.py), or None with a warning when
+        """cuBLASLt autotuned for each shape (src/job/cublaslt.py; its algorithms ranked by
+        measure.time_each with `job`'s protocol), or None with a warning when
         nvmath-python is missing or refuses (the record's cublaslt fields then stay empty)."""
         name = f"cublaslt_{precision}_autotuned"
         if name not in self._kernels:
@@ -50,7 +52,11 @@ class Baselines:
             except Exception as exc:  # ImportError, or nvmath refusing this device
                 log.warning("baseline %s is not available: %s: %s", name, type(exc).__name__, exc)
                 self._kernels[name] = None
-        return self._kernels[name]
+        baseline = self._kernels[name]
+        if baseline is not None:  # its algorithms ranked by this job's protocol and clock
+            baseline.kernel.rank = functools.partial(time_each, bench=job.bench,
+                                                     device=job.require_device())
+        return baseline
 
     def peers(self, names, job: PreparedJob, cache_dir: str = DEFAULT_CACHE_DIR
               ) -> tuple[list[Baseline], list[str]]:

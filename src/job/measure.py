@@ -38,6 +38,9 @@ _flush: dict[int, L2Flush] = {}  # one flush buffer per L2 size, reused by every
 
 # The baseline each precision is paired with (3xTF32 kernels are FP32-accurate: cuBLAS FP32).
 PAIRED_BASELINE = {"fp32": "cublas_fp32", "tf32": "cublas_tf32"}
+# Ranking the autotuned cuBLASLt's algorithms (time_each), once per shape: 12 launches of each of
+# its (up to 8) algorithms, the medians of the last 10, at most 5 s for the slowest shapes.
+RANK_WARMUP, RANK_SAMPLES, RANK_SECONDS = 2, 10, 5.0
 
 
 @dataclass
@@ -98,14 +101,37 @@ def _launcher(kernel, problem, inputs: Inputs):
     return lambda: kernel.launch(inputs.a, inputs.b, inputs.c, problem.alpha, problem.beta)
 
 
+def _flush_for(bench, device) -> L2Flush | None:
+    if not bench.flush_l2:
+        return None
+    if device.l2_bytes not in _flush:  # made once: setdefault would allocate one every job
+        _flush[device.l2_bytes] = L2Flush(device.l2_bytes)
+    return _flush[device.l2_bytes]
+
+
+def time_each(launches: list, restore, bench, device) -> list[float]:
+    """Each launch's median time in ms, the launches timed interleaved as a job's arms are (the
+    protocol's clock: the kernels' own GPU timestamps where CUPTI works; the L2 flushed and
+    `restore` run untimed before every sample), RANK_SAMPLES rounds after RANK_WARMUP. How the
+    autotuned cuBLASLt baseline orders its algorithms (cublaslt.py): by the clock that then
+    judges it, not by event pairs around nvmath's Python launch path."""
+    flush = _flush_for(bench, device)
+
+    def between():
+        restore()
+        if flush is not None:
+            flush()
+    result = measure_interleaved([Arm(launch, between) for launch in launches], warmup=RANK_WARMUP,
+                                 min_samples=RANK_SAMPLES, max_samples=RANK_SAMPLES,
+                                 target_rel_iqr=1.0, max_seconds=RANK_SECONDS,
+                                 kernel_clock=kernel_clock.shared(bench.timer))
+    return [t.median_ms for t in result.timings]
+
+
 def _time(kernel, prepared: PreparedJob, inputs, spot: SpotCheck, device,
           paired: list[tuple[Baseline, Inputs]]) -> Interleaved:
     bench, problem = prepared.bench, prepared.problem
-    flush = None
-    if bench.flush_l2:
-        if device.l2_bytes not in _flush:  # made once: setdefault would allocate one every job
-            _flush[device.l2_bytes] = L2Flush(device.l2_bytes)
-        flush = _flush[device.l2_bytes]
+    flush = _flush_for(bench, device)
     arms = [Arm(_launcher(kernel, problem, inputs), _between(problem, inputs, flush),
                 spot.before, spot.after)]
     for baseline, base_inputs in paired:

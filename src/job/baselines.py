@@ -43,19 +43,19 @@ class Baselines:
         measure.time_each with `job`'s protocol), or None with a warning when
         nvmath-python is missing or refuses (the record's cublaslt fields then stay empty)."""
         name = f"cublaslt_{precision}_autotuned"
+        rank = functools.partial(time_each, bench=job.bench, device=job.require_device())
         if name not in self._kernels:
             try:
                 from src.job.cublaslt import AutotunedGemm
 
                 tolerance = float(job.bench.tolerance[precision])
-                self._kernels[name] = Baseline(name, AutotunedGemm(precision), tolerance)
+                self._kernels[name] = Baseline(name, AutotunedGemm(precision, rank), tolerance)
             except Exception as exc:  # ImportError, or nvmath refusing this device
                 log.warning("baseline %s is not available: %s: %s", name, type(exc).__name__, exc)
                 self._kernels[name] = None
         baseline = self._kernels[name]
-        if baseline is not None:  # its algorithms ranked by this job's protocol and clock
-            baseline.kernel.rank = functools.partial(time_each, bench=job.bench,
-                                                     device=job.require_device())
+        if baseline is not None:  # ranked by this job's protocol and clock, as it is timed
+            baseline.kernel.rank = rank
         return baseline
 
     def peers(self, names, job: PreparedJob, cache_dir: str = DEFAULT_CACHE_DIR

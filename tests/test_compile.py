@@ -470,6 +470,22 @@ def test_swapped_tf32_kernel_builds_without_spills(shape, params):
 
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
+    ((1156, 65, 4351), {"bn": 128}),                        # 72 columns, 8 slices
+    ((4748, 23, 6078), {"bm": 128, "bn": 64, "stages": 6}),  # 24 columns, two consumers
+    ((11048, 27, 3851), {"bm": 64}),                        # 32 columns, one consumer, unsliced
+], ids=["72-split8", "24-two-consumers", "32-bm64-unsplit"])
+def test_swapped_tf32_streaming_unaligned_a_builds_without_spills(shape, params):
+    """gemm_tf32_swapped with unaligned_rows 2 at K % 4: every producer thread copies A's rows by
+    4-byte cp.async into the stage's A box (B_big^T still by TMA); the pre-pass without A's copy
+    (split_tf32_b_transposed<0>) and the main kernel build without spills, the producers within
+    setmaxnreg's 40 registers."""
+    _sliced_build("gemm_tf32_swapped", shape, {**params, "unaligned_rows": 2},
+                  ["cp.async.ca.shared.global", "cp.async.mbarrier.arrive.noinc",
+                   "ldmatrix.sync.aligned.m8n8.x4", "cvt.rna.tf32.f32"], entries=2)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
     ((4096, 4096, 4096), {}),                               # persistent, stream-K, 16-byte B copies
     ((4095, 4097, 333), {}),                                # 4-byte B copies (N % 4 != 0)
     ((4096, 4096, 4096), {"schedule": 1, "split_k": 3}),    # one block per tile and K slice

@@ -170,6 +170,12 @@ STREAMED_CASES = [  # unaligned_rows 2: which operand the producer copies, in th
     ("gemm_3xtf32", (64, 66, 40001), {"register_operand": 2, "bn": 64, "min_slice_k": 32}),       # 8 slices
     ("gemm_3xtf32", (17, 33, 5), {"register_operand": 2}),            # K under one k tile, M under a tile
     ("gemm_3xtf32", (1, 1, 1), {"register_operand": 2}),
+    # gemm_tf32_swapped: A's rows copied (K % 4), the pre-pass transposes B alone
+    ("gemm_tf32_swapped", (4748, 23, 6078), {"bm": 128, "bn": 64, "fit": 2}),  # 24 columns
+    ("gemm_tf32_swapped", (1156, 65, 4351), {"bm": 128, "bn": 128, "fit": 2}),  # 72 columns, 8 slices
+    ("gemm_tf32_swapped", (64, 66, 40001), {"bm": 64, "bn": 128, "min_slice_k": 32}),  # long K, 8 slices
+    ("gemm_tf32_swapped", (17, 33, 5), {}),                            # K under one k tile
+    ("gemm_tf32_swapped", (1, 1, 1), {}),
 ]
 
 
@@ -178,7 +184,7 @@ STREAMED_CASES = [  # unaligned_rows 2: which operand the producer copies, in th
                  id=f"{kernel}{'-a' if params.get('register_operand') == 2 else ''}-{'x'.join(map(str, shape))}",
                  marks=[pytest.mark.chapter(kernel)]
                  + ([pytest.mark.smoke] if shape in ((67, 3579, 2991), (22, 3087, 9792), (11048, 27, 3851))
-                    else []))
+                    or (kernel, shape) == ("gemm_tf32_swapped", (4748, 23, 6078)) else []))
     for kernel, shape, params in STREAMED_CASES])
 def test_streamed_unaligned_rows_alpha_beta(compose, kernel, shape, params):
     """unaligned_rows 2: the producer warpgroup copies the boxes of operands whose rows are not

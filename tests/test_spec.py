@@ -199,6 +199,7 @@ VIOLATIONS = [
     ("gemm_tf32_swapped", dict(bm=256), SQUARE, "bm == 64 or bm == 128"),
     ("gemm_tf32_swapped", dict(bn=256), SQUARE, "bn == 64 or bn == 128"),
     ("gemm_tf32_swapped", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
+    ("gemm_tf32_swapped", dict(unaligned_rows=3), SQUARE, "unaligned_rows == 1 or unaligned_rows == 2"),
     ("gemm_tf32_swapped", dict(in_flight=3, stages=4), SQUARE, "in_flight == 1 or in_flight == 2"),
     ("gemm_tf32_swapped", dict(stages=2, in_flight=2), SQUARE, "stages >= in_flight + 1"),
     ("gemm_tf32_swapped", dict(split_k=3), SQUARE, "split_k == 1 or split_k == 2"),
@@ -665,3 +666,36 @@ def test_swapped_tf32_puts_the_fitted_columns_on_wgmmas_n_side(shape, block_n, s
     assert b_map.matrix == "workspace" and b_map.box == (32, block_n)
     assert spec.prepass.entry == "split_tf32_b_transposed<1>"  # with A copied where K % 4
     assert spec.precision == "tf32"
+
+
+@pytest.mark.parametrize("shape,streamed", [
+    ((1156, 65, 4351), True),      # K % 4: the producer copies A's rows, the pre-pass transposes B alone
+    ((4748, 23, 6078), True),
+    ((7383, 20, 7088), False),     # A aligned: the same kernel and pre-pass as unaligned_rows 1
+])
+def test_swapped_tf32_streams_unaligned_a(shape, streamed):
+    """gemm_tf32_swapped with unaligned_rows 2: at K % 4 the producer copies A's boxes (as
+    gemm_3xtf32's role 1 with unaligned_rows 2), so the pre-pass writes no padded copy of A
+    (split_tf32_b_transposed<0>) and the workspace ends in a 4 KiB stand-in that A's unread tensor
+    map describes; the entry's last argument is STREAM. Where A's rows are aligned it builds
+    exactly what unaligned_rows 1 builds."""
+    m, n, k = shape
+    problem = Problem(m, n, k, 0.5, 3.0)
+    spec = build_spec(kernel_cfg("gemm_tf32_swapped", unaligned_rows=2), problem, H100)
+    padded = build_spec(kernel_cfg("gemm_tf32_swapped"), problem, H100)
+    assert padded.entry.endswith(", 0>") and spec.entry == padded.entry[:-2] + f"{int(streamed)}>"
+    if not streamed:
+        assert (spec.entry, spec.prepass, spec.workspace_bytes, spec.tensor_maps) == (
+            padded.entry, padded.prepass, padded.workspace_bytes, padded.tensor_maps)
+        return
+    k_pad = ceil_div(k, 4) * 4
+    assert (padded.prepass.entry, spec.prepass.entry) == ("split_tf32_b_transposed<1>",
+                                                          "split_tf32_b_transposed<0>")
+    assert padded.workspace_bytes == 4 * (2 * n * k_pad + m * k_pad)
+    assert spec.workspace_bytes == 4 * (2 * n * k_pad + 1024)
+    b_tiles = ceil_div(k_pad, 32) * ceil_div(n, 32)
+    assert spec.prepass.grid == (min(b_tiles, 16 * H100["sms"]),)  # B's transpose tiles alone
+    stand_in = spec.tensor_maps[0]
+    assert (stand_in.matrix, stand_in.region, stand_in.box) == (
+        "workspace", (8 * n * k_pad, 32, 32, 32), (32, 32))
+    assert spec.tensor_maps[1:] == padded.tensor_maps[1:]  # B_big^T as before

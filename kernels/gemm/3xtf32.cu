@@ -257,22 +257,24 @@ __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONS
 // gemm_tf32_swapped: TF32 (one product a step, A rounded to TF32 in registers, B^T rounded by the
 // pre-pass) in role 1's block, for few columns: they are wgmma's N side (any multiple of 8 with a
 // fitted tile), where gemm_tf32 spends a 64-column consumer warpgroup. The pre-pass and the maps
-// are role 1's (split_tf32_b_transposed<1>; it also writes B_small^T, which this kernel never reads).
+// are role 1's (split_tf32_b_transposed; it also writes B_small^T, which this kernel never reads).
+// STREAM: A's rows unaligned (K % 4), copied by the producer as in gemm_3xtf32's role 1, so the
+// pre-pass transposes B alone (split_tf32_b_transposed<0>) instead of also writing A's padded copy.
 #define GEMM_TF32_SWAPPED_ARGS                                                                \
   int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B,   \
       float beta, float* __restrict__ C, float* __restrict__ workspace,                         \
       const __grid_constant__ TensorMap tmap_0, const __grid_constant__ TensorMap tmap_1
 
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
     gemm_tf32_swapped(GEMM_TF32_SWAPPED_ARGS) {
-  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, A, B, beta,
-                                                                    C, &tmap_0, &tmap_1, &tmap_1);
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1, STREAM>(
+      M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_1);
 }
 
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES>
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
     __cluster_dims__(SLICES, 1, 1) gemm_tf32_swapped_cluster(GEMM_TF32_SWAPPED_ARGS) {
-  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1>(M, N, K, alpha, A, B, beta,
-                                                                    C, &tmap_0, &tmap_1, &tmap_1);
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1, STREAM>(
+      M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_1);
 }

@@ -592,6 +592,37 @@ def test_a_capped_kernel_keeps_its_winners_then_the_closest_near_misses():
         == {P[name] for name in ratios}
 
 
+def test_a_survivors_twins_survive_with_it_where_the_screen_could_not_tell_them_apart():
+    """SYNTHETIC: A1 and A2 differ in a parameter that changes nothing at the (aligned) screening
+    shapes, so A2's rows there are `same_as` A1's; B1 and B2 likewise, but behind. With
+    `max_survivors: 1` the cap keeps the A twins, ranked as one, and both go on (stage 2 measures A2
+    where its launch differs); B2 does not (B1 did not survive). C, A1's twin at one shape but
+    measured apart (and far behind) at the other, is a candidate of its own."""
+    s1, s2 = (512, 512, 512), (4096, 4096, 4096)
+    tf = "best_tf32"
+    a1, a2, b1, b2, c = (json.dumps({"bm": 64, "ur": u}, sort_keys=True) for u in (1, 2, 3, 4, 5))
+    rows = []
+    for shape, (a, b, c_value) in ((s1, (1.0, 0.995, 1.0)), (s2, (1.0, 0.995, 0.5))):
+        rows += [row(tf, "gemm_mma_tf32", P["G"], shape, 1.02),  # the best: none of A-C is a winner
+                 row(tf, "gemm_tf32", a1, shape, a), dict(row(tf, "gemm_tf32", a2, shape, a), same_as=a1),
+                 row(tf, "gemm_tf32", b1, shape, b), dict(row(tf, "gemm_tf32", b2, shape, b), same_as=b1),
+                 dict(row(tf, "gemm_tf32", c, shape, c_value), same_as=a1 if shape == s1 else None)]
+    capped = settings(margin=0.03)
+    capped["screen"]["max_survivors"] = {"gemm_tf32": 1}
+    kept = screen.survivors(rows, capped, GUARDS)[("best_tf32", "gemm_tf32")]
+    assert kept == {a1, a2}
+    # twins take one place of a cap: at 2, C (as close at its best, lower geomean) goes on too
+    capped["screen"]["max_survivors"] = {"gemm_tf32": 2}
+    assert screen.survivors(rows, capped, GUARDS)[("best_tf32", "gemm_tf32")] == {a1, a2, c}
+    capped["screen"]["max_survivors"] = {"gemm_tf32": 1}
+    # uncapped, every candidate within the margin survives anyway (C was, at s1): twins add none
+    assert screen.survivors(rows, settings(margin=0.03), GUARDS)[("best_tf32", "gemm_tf32")] \
+        == {a1, a2, b1, b2, c}
+    # without the twins' same_as, A2 is a near-miss like any other and the cap drops it
+    apart = [dict(r, same_as=None) for r in rows]
+    assert screen.survivors(apart, capped, GUARDS)[("best_tf32", "gemm_tf32")] == {a1}
+
+
 def test_a_kernel_named_in_own_best_sends_on_its_own_best_at_each_screening_shape():
     """SYNTHETIC: gemm_tf32 wins both screening shapes; the skinny kernel's variants all trail it
     by far more than the margin, so none would go on. `own_best: 1` sends the skinny kernel's
@@ -646,7 +677,12 @@ def test_the_committed_screen_keeps_gemm_ffma_for_tf32_on_the_h200s_recorded_scr
     assert ("best_tf32", "gemm_ffma") not in screen.survivors(rows, without, command.guards(without))
     kept = screen.survivors(rows, committed, command.guards(committed))[("best_tf32", "gemm_ffma")]
     screened_at = {r["shape"] for r in rows if r["kernel"] == "gemm_ffma"}
-    assert 1 <= len(kept) <= len(screened_at)
+    # one best a shape; its twins (the same launch at every screening shape) go on with it
+    launches: dict = {}
+    for r in rows:
+        if r["kernel"] == "gemm_ffma" and r["params"] in kept:
+            launches.setdefault(r["params"], set()).add((r["shape"], r.get("same_as") or r["params"]))
+    assert 1 <= len({frozenset(v) for v in launches.values()}) <= len(screened_at) <= len(kept)
 
 
 def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(tmp_path, monkeypatch,

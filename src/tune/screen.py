@@ -54,6 +54,30 @@ def _own_best(scored: list[tuple[dict, float]], count: int) -> set[str]:
     return {p for ranked in by_shape.values() for _, p in sorted(ranked)[:count]}
 
 
+def _launches(rows: list[dict]) -> dict[str, tuple]:
+    """{params key: its launch at each shape of one kernel's `rows`}: its own params, or those its
+    `same_as` names (twins share one)."""
+    at: dict[str, dict[str, str]] = {}
+    for r in rows:
+        at.setdefault(r["params"], {})[r["shape"]] = r.get("same_as") or r["params"]
+    return {p: tuple(sorted(shapes.items())) for p, shapes in at.items()}
+
+
+def _firsts(launches: dict[str, tuple]) -> set[str]:
+    """One params key of each group of twins (the first by key): the screen ranks it alone, so
+    that twins, tied by construction, take one of a cap's places, not several."""
+    first: dict[tuple, str] = {}
+    for p in sorted(launches):
+        first.setdefault(launches[p], p)
+    return set(first.values())
+
+
+def _with_twins(kept: set[str], launches: dict[str, tuple]) -> set[str]:
+    """`kept` and every twin of a kept params key (the same launch at every shape)."""
+    seen = {launches[p] for p in kept if p in launches}
+    return kept | {p for p, at in launches.items() if at in seen}
+
+
 def survivors(rows: list[dict], settings: dict,
               guards: dict[str, str | None]) -> dict[tuple[str, str], set[str]]:
     """{(dispatcher, candidate kernel): the params keys (JSON, sorted keys) that survive}."""
@@ -74,13 +98,17 @@ def survivors(rows: list[dict], settings: dict,
             if value is not None:
                 relative.setdefault(r["kernel"], {}).setdefault(r["params"], []).append(
                     value / best[r["shape"]])
+        launches = {kernel: _launches([r for r in mine if r["kernel"] == kernel])
+                    for kernel in {r["kernel"] for r in mine}}
+        firsts = {kernel: _firsts(by_params) for kernel, by_params in launches.items()}
         for kernel, by_params in relative.items():
-            close = {p: rel for p, rel in by_params.items() if max(rel) >= 1 - margin}
+            close = {p: rel for p, rel in by_params.items()
+                     if max(rel) >= 1 - margin and p in firsts[kernel]}
             if close:
                 out.setdefault((dispatcher, kernel), set()).update(_capped(close, caps.get(kernel)))
         for kernel, count in own_best.items():
-            own = _own_best([(r, v) for r, v in scored if r["kernel"] == kernel and v is not None],
-                            int(count))
+            own = _own_best([(r, v) for r, v in scored if r["kernel"] == kernel and v is not None
+                             and r["params"] in firsts[kernel]], int(count))
             if own:
                 out.setdefault((dispatcher, kernel), set()).update(own)
         if mine:
@@ -88,6 +116,9 @@ def survivors(rows: list[dict], settings: dict,
                                    settings.get("fit") or {}).catch_all
             if catch_all is not None:
                 out.setdefault((dispatcher, catch_all.kernel), set()).add(catch_all.params)
+        for (owner, kernel), kept in out.items():
+            if owner == dispatcher:
+                out[(owner, kernel)] = _with_twins(kept, launches.get(kernel, {}))
     return out
 
 

@@ -525,6 +525,37 @@ def test_nearest_cross_validation_never_looks_at_the_left_out_fold():
     assert cv["min"] == min(expected)
 
 
+def test_leave_one_out_sees_every_other_shape_and_the_report_weighs_both_ways():
+    """SYNTHETIC: candidate X is 2.0x at every third shape and 0.5x elsewhere, Y 1.0x everywhere;
+    one neighbour. Left out one at a time, a shape runs X exactly when its nearest OTHER shape
+    (computed here by hand) is a third shape, never its own figure. The fit's report then prints,
+    per dispatcher, that leave-one-out figure under each weighting and names the fit's own."""
+    from src.job.training import WEIGHTINGS, distance
+
+    shapes = sorted({(r["m"], r["n"], r["k"]) for r in synthetic_rows()})
+    good = set(shapes[::3])
+    x, y = json.dumps({"bm": 1}), json.dumps({"bm": 2})
+    ratio = {(s, x): 2.0 if s in good else 0.5 for s in shapes} | {(s, y): 1.0 for s in shapes}
+    rows = [{"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": p, "m": s[0], "n": s[1],
+             "k": s[2], "status": "ok", "ratio_best": v} for (s, p), v in ratio.items()]
+    expected = []
+    for s in shapes:
+        nearest = min((t for t in shapes if t != s), key=lambda t: (distance(t, s), t))
+        expected.append(ratio[(s, x if nearest in good else y)])
+    cv = judge.nearest_cross_validated(rows, GUARDS, SETTINGS, folds=None, count=1)["best_tf32"]
+    assert cv["shapes"] == 60 and cv["unmeasured"] == 0
+    assert abs(cv["geomean"] - math.exp(sum(map(math.log, expected)) / 60)) < 1e-9
+    assert cv["min"] == min(expected)
+    # five folds hide more neighbours than one left out: the figures differ here
+    assert judge.nearest_cross_validated(rows, GUARDS, SETTINGS, folds=5, count=1)["best_tf32"] != cv
+    lines = judge.report(rows, GUARDS, GUARDS, {}, {**SETTINGS, "model": "nearest", "neighbours": 1,
+                                                    "weighting": "inverse_distance"}, set(shapes[:30]))
+    loo = [line for line in lines if "leave-one-out" in line]
+    assert len(loo) == 1 and loo[0].startswith("best_tf32: leave-one-out, the 1 nearest")
+    assert all(f"{w} " in loo[0] for w in WEIGHTINGS) and loo[0].endswith("the fit's is inverse_distance")
+    assert f"equal {cv['geomean']:.3f}x / {cv['min']:.3f}x (draws " in loo[0]
+
+
 def test_cross_validation_and_ceiling_summarise_the_random_draws_apart():
     """SYNTHETIC: with `drawn` (the training set's random draws), the nearest model's
     cross-validation and the ceiling add a summary over those shapes alone, computed from the same

@@ -89,19 +89,22 @@ def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
 
 
 def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
-                            folds: int = 5, count: int = 4,
-                            drawn: set[tuple[int, int, int]] | None = None) -> dict[str, dict]:
+                            folds: int | None = 5, count: int = 4,
+                            drawn: set[tuple[int, int, int]] | None = None,
+                            weights: str | None = None) -> dict[str, dict]:
     """The other model, judged on the same folds as `cross_validated`: each left-out shape runs
     `nearest_choice` over the other folds' shapes. Printed beside the tree's figures so that the
     choice of model stays a measured one (docs/tuning.md). With `drawn` (the training set's random
     draws), `drawn` in the result summarises those shapes alone: the suites' shapes are mostly big
     products where the library is far ahead, so the whole set's geomean overstates what the
-    held-out set, all random draws, will read."""
-    out, weights = {}, weighting(settings)
+    held-out set, all random draws, will read. `folds=None` leaves one shape out at a time (the
+    model then sees every other shape, as at a held-out shape); `weights` overrides the
+    settings' `fit.weighting`."""
+    out, weights = {}, weights or weighting(settings)
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
-        held = {s: i % folds for i, s in enumerate(whole.shapes)}
+        held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
         figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
@@ -184,6 +187,19 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
             lines.append(f"{dispatcher}: the same, at the {d['shapes']} random draws alone (as the "
                          f"held-out set): geomean {d['geomean']:.3f}x, min {d['min']:.3f}x at "
                          f"{d['min_shape']}")
+    count = neighbours(fit_settings)
+    apart = {w: nearest_cross_validated(rows, kernel_guards, fit_settings, folds=None, count=count,
+                                        drawn=drawn, weights=w) for w in training.WEIGHTINGS}
+    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
+        figures = []
+        for w, cvs in apart.items():
+            cv = cvs[dispatcher]
+            d = cv.get("drawn")
+            figures.append(f"{w} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
+                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
+        lines.append(f"{dispatcher}: leave-one-out, the {count} nearest shapes' best by each "
+                     f"weighting (geomean / min): " + ", ".join(figures)
+                     + f"; the fit's is {weighting(fit_settings)}")
     for dispatcher, top in ceiling(rows, drawn=drawn).items():
         lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
                      f"dispatch over these candidates does better there), geomean "

@@ -530,24 +530,30 @@ def test_gemm_tf32_streams_unaligned_rows_without_a_prepass(shape, a_streamed, b
         assert (spec.entry, spec.grid, spec.tensor_maps) == (padded.entry, padded.grid, padded.tensor_maps)
 
 
-@pytest.mark.parametrize("shape,register_operand,streamed", [
-    ((22, 3087, 9792), 1, True),       # few rows, B's rows odd: the pre-pass splits A alone
-    ((4095, 4097, 333), 1, True),
-    ((4096, 4096, 4096), 1, False),    # B aligned: the same kernel and pre-pass as unaligned_rows 1
-    ((1156, 65, 4351), 2, True),       # A in registers, K % 4: the pre-pass transposes B alone
-    ((7383, 20, 7088), 2, False),      # A aligned: the same kernel and pre-pass as unaligned_rows 1
+@pytest.mark.parametrize("kernel,shape,register_operand,streamed", [
+    ("gemm_3xtf32", (22, 3087, 9792), 1, True),    # few rows, B's rows odd: the pre-pass splits A alone
+    ("gemm_3xtf32", (4095, 4097, 333), 1, True),
+    ("gemm_3xtf32", (4096, 4096, 4096), 1, False),  # B aligned: the same kernel and pre-pass as unaligned_rows 1
+    ("gemm_3xtf32", (1156, 65, 4351), 2, True),    # A in registers, K % 4: the pre-pass transposes B alone
+    ("gemm_3xtf32", (7383, 20, 7088), 2, False),   # A aligned: the same kernel and pre-pass as unaligned_rows 1
+    # gemm_tf32_swapped: role 1's block (A in registers) with one product, so A streams alike
+    ("gemm_tf32_swapped", (1156, 65, 4351), 2, True),
+    ("gemm_tf32_swapped", (4748, 23, 6078), 2, True),
+    ("gemm_tf32_swapped", (7383, 20, 7088), 2, False),
 ])
-def test_gemm_3xtf32_streams_the_unaligned_register_operand(shape, register_operand, streamed):
-    """gemm_3xtf32 with unaligned_rows 2: where the operand split in registers has rows that are
-    not 16-byte aligned (B^T in registers: N % 4; A: K % 4), the producer copies its boxes, so the
-    pre-pass leaves it alone (split_tf32_operands<0> splits A alone; split_tf32_b_transposed<0>
-    transposes B without copying A) and the workspace ends in a 4 KiB stand-in that the operand's
-    unread tensor map describes. Elsewhere it builds exactly what unaligned_rows 1 builds."""
+def test_role_1_blocks_stream_the_unaligned_register_operand(kernel, shape, register_operand, streamed):
+    """gemm_3xtf32 (and gemm_tf32_swapped, its A-in-registers block) with unaligned_rows 2: where
+    the operand split in registers has rows that are not 16-byte aligned (B^T in registers: N % 4;
+    A: K % 4), the producer copies its boxes, so the pre-pass leaves it alone
+    (split_tf32_operands<0> splits A alone; split_tf32_b_transposed<0> transposes B without copying
+    A) and the workspace ends in a 4 KiB stand-in that the operand's unread tensor map describes;
+    the entry's last argument is STREAM. Elsewhere it builds exactly what unaligned_rows 1 builds."""
     m, n, k = shape
     problem = Problem(m, n, k, 1.0, 0.0)
-    params = {"register_operand": register_operand, "bm": 64 if register_operand == 1 else 128}
-    spec = build_spec(kernel_cfg("gemm_3xtf32", unaligned_rows=2, **params), problem, H100)
-    padded = build_spec(kernel_cfg("gemm_3xtf32", **params), problem, H100)
+    params = ({"register_operand": register_operand, "bm": 64 if register_operand == 1 else 128}
+              if kernel == "gemm_3xtf32" else {})
+    spec = build_spec(kernel_cfg(kernel, unaligned_rows=2, **params), problem, H100)
+    padded = build_spec(kernel_cfg(kernel, **params), problem, H100)
     k_pad, n_pad = ceil_div(k, 4) * 4, ceil_div(n, 4) * 4
     assert padded.entry.endswith(", 0>") and spec.entry == padded.entry[:-2] + f"{int(streamed)}>"
     if not streamed:
@@ -571,7 +577,7 @@ def test_gemm_3xtf32_streams_the_unaligned_register_operand(shape, register_oper
     stand_in = spec.tensor_maps[0]
     assert (stand_in.matrix, stand_in.region, stand_in.box) == (
         "workspace", (8 * n * k_pad, 32, 32, 32), (32, 32))
-    assert spec.tensor_maps[1:] == padded.tensor_maps[1:]  # B_big^T and B_small^T as before
+    assert spec.tensor_maps[1:] == padded.tensor_maps[1:]  # B_big^T (and B_small^T) as before
 
 
 def test_a_prepass_needs_a_workspace_entry_and_geometry():
@@ -666,36 +672,3 @@ def test_swapped_tf32_puts_the_fitted_columns_on_wgmmas_n_side(shape, block_n, s
     assert b_map.matrix == "workspace" and b_map.box == (32, block_n)
     assert spec.prepass.entry == "split_tf32_b_transposed<1>"  # with A copied where K % 4
     assert spec.precision == "tf32"
-
-
-@pytest.mark.parametrize("shape,streamed", [
-    ((1156, 65, 4351), True),      # K % 4: the producer copies A's rows, the pre-pass transposes B alone
-    ((4748, 23, 6078), True),
-    ((7383, 20, 7088), False),     # A aligned: the same kernel and pre-pass as unaligned_rows 1
-])
-def test_swapped_tf32_streams_unaligned_a(shape, streamed):
-    """gemm_tf32_swapped with unaligned_rows 2: at K % 4 the producer copies A's boxes (as
-    gemm_3xtf32's role 1 with unaligned_rows 2), so the pre-pass writes no padded copy of A
-    (split_tf32_b_transposed<0>) and the workspace ends in a 4 KiB stand-in that A's unread tensor
-    map describes; the entry's last argument is STREAM. Where A's rows are aligned it builds
-    exactly what unaligned_rows 1 builds."""
-    m, n, k = shape
-    problem = Problem(m, n, k, 0.5, 3.0)
-    spec = build_spec(kernel_cfg("gemm_tf32_swapped", unaligned_rows=2), problem, H100)
-    padded = build_spec(kernel_cfg("gemm_tf32_swapped"), problem, H100)
-    assert padded.entry.endswith(", 0>") and spec.entry == padded.entry[:-2] + f"{int(streamed)}>"
-    if not streamed:
-        assert (spec.entry, spec.prepass, spec.workspace_bytes, spec.tensor_maps) == (
-            padded.entry, padded.prepass, padded.workspace_bytes, padded.tensor_maps)
-        return
-    k_pad = ceil_div(k, 4) * 4
-    assert (padded.prepass.entry, spec.prepass.entry) == ("split_tf32_b_transposed<1>",
-                                                          "split_tf32_b_transposed<0>")
-    assert padded.workspace_bytes == 4 * (2 * n * k_pad + m * k_pad)
-    assert spec.workspace_bytes == 4 * (2 * n * k_pad + 1024)
-    b_tiles = ceil_div(k_pad, 32) * ceil_div(n, 32)
-    assert spec.prepass.grid == (min(b_tiles, 16 * H100["sms"]),)  # B's transpose tiles alone
-    stand_in = spec.tensor_maps[0]
-    assert (stand_in.matrix, stand_in.region, stand_in.box) == (
-        "workspace", (8 * n * k_pad, 32, 32, 32), (32, 32))
-    assert spec.tensor_maps[1:] == padded.tensor_maps[1:]  # B_big^T as before

@@ -675,6 +675,75 @@ def test_inverse_distance_weighting_lets_the_nearer_shape_outvote_the_farther(tm
     assert judge.nearest_cross_validated(rows, GUARDS, settings, count=1)["best_tf32"]["weighting"] == "inverse_distance"
 
 
+def test_auto_weighting_takes_each_dispatchers_better_leave_one_out_figure(tmp_path, monkeypatch):
+    """`fit.weighting: auto`: per dispatcher, the weighting whose leave-one-out figures are better
+    at the random draws (geomean first; geomeans within `weighting_tie` of each other: the higher
+    min; both that close: equal). The figures below are SYNTHETIC, shaped like the H200's (FP32
+    geomeans 1.560 / 1.565, minima 0.543 / 0.711). The resolved mapping is written into the tuned
+    file, and the runner weighs each dispatcher's neighbours by its own entry (a dispatcher the
+    mapping lacks: equal); `auto` left unresolved and an unknown name in the mapping are
+    ConfigErrors naming the rule."""
+    import pytest
+    import yaml
+
+    import src.job.dispatch as d
+    from src.errors import ConfigError
+
+    def figures(geomean, low, drawn=None):
+        out = {"geomean": geomean, "min": low}
+        if drawn:
+            out["drawn"] = {"geomean": drawn[0], "min": drawn[1]}
+        return out
+
+    apart = {
+        "equal": {"min_decides": figures(1.64, 0.54, (1.560, 0.543)),
+                  "tie": figures(1.16, 0.63, (1.223, 0.628)),
+                  "geomean_decides": figures(1.20, 0.70),
+                  "equal_ahead": figures(1.30, 0.50),
+                  "draws_decide": figures(1.50, 0.60, (1.20, 0.60))},
+        "inverse_distance": {"min_decides": figures(1.64, 0.71, (1.565, 0.711)),
+                             "tie": figures(1.16, 0.63, (1.225, 0.630)),
+                             "geomean_decides": figures(1.30, 0.60),
+                             "equal_ahead": figures(1.25, 0.90),
+                             "draws_decide": figures(1.40, 0.60, (1.25, 0.60))}}
+    assert judge.chosen_weightings(apart, 0.01) == {
+        "min_decides": "inverse_distance", "tie": "equal", "geomean_decides": "inverse_distance",
+        "equal_ahead": "equal", "draws_decide": "inverse_distance"}
+    # a wider tie: the geomeans 1.30 / 1.25 tie, and the min decides
+    assert judge.chosen_weightings(apart, 0.05)["equal_ahead"] == "inverse_distance"
+
+    settings = {**SETTINGS, "model": "nearest", "weighting": "auto"}
+    with pytest.raises(ConfigError, match="auto.*resolved per dispatcher"):
+        fit.weighting(settings, "best_tf32")
+    plain = {**SETTINGS, "model": "nearest", "weighting": "inverse_distance"}
+    assert judge.resolved([], GUARDS, plain) is plain
+    monkeypatch.setattr(judge, "leave_one_out", lambda rows, guards, s, drawn=None: apart)
+    chosen = judge.resolved([], GUARDS, settings)["weighting"]
+    assert chosen["min_decides"] == "inverse_distance" and chosen["tie"] == "equal"
+
+    near, far, query = (64, 64, 64), (1024, 1024, 1024), (100, 100, 100)
+    rows = [{"dispatcher": dispatcher, "kernel": "gemm_tf32", "params": p, "m": s[0], "n": s[1],
+             "k": s[2], "status": "ok", "ratio_best": v}
+            for dispatcher in ("best_fp32", "best_tf32", "best_other")
+            for p, values in ((BIG, (0.8, 1.5)), (SMALL, (1.0, 1.0))) for s, v in zip((near, far), values)]
+    csv_path = evidence.write(rows, tmp_path / "e.csv")
+    mapping = {"best_fp32": "equal", "best_tf32": "inverse_distance"}
+    model = fit.nearest_model(str(csv_path), GUARDS, {**settings, "weighting": mapping})
+    tuned = tmp_path / "tuned.yaml"
+    fit.write(tuned, {}, str(csv_path), {**model, "count": 2, "guards": {}})
+    written = yaml.safe_load(tuned.read_text())["nearest"]
+    assert written["weighting"] == mapping
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": written})
+    for name, expected, weights in (("best_fp32", BIG, "equal"), ("best_tf32", SMALL, "inverse_distance"),
+                                    ("best_other", BIG, "equal")):
+        got = dispatch.choose({"name": name, "default": "17_flagship"}, f"synthetic-map-{name}",
+                              Problem(*query, 0.5, 3.0))
+        assert json.dumps(got.params, sort_keys=True) == expected
+        assert f"{weights} weights" in got.rule
+    with pytest.raises(ConfigError, match="fit.weighting.best_tf32: weighting 'gaussian'"):
+        fit.nearest_model("e.csv", GUARDS, {**settings, "weighting": {"best_tf32": "gaussian"}})
+
+
 def test_a_reserved_region_is_the_first_rule_its_owners_best_over_the_regions_shapes():
     """SYNTHETIC: the matrix-vector region (min(m, n) <= 2) reserved for gemm_ffma_skinny, with two
     skinny candidates there (one 1.30, one 1.10 at every region shape) and the big tiles 1.6 at

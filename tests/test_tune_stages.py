@@ -777,6 +777,38 @@ def test_the_second_screen_keeps_winners_the_nearest_models_choices_and_the_catc
     assert screen.rescreened(rows + late, settings(rescreen_margin=0.0), GUARDS, survivors) == kept
 
 
+def test_under_auto_weighting_the_second_screen_keeps_either_weightings_choice():
+    """SYNTHETIC: five cubes, 64 and 72 near each other, 256, 1024 and 4096 far. H runs 1.0
+    everywhere; X only at 72 (1.5, the winner there); G is X's twin at 72 (1.5) and 0.5 to 0.6 at
+    its own launches, best nowhere. Left out, 64's nearest model with equal weights takes H and with
+    inverse distance G (72 outweighs the far three). `fit.weighting: auto` is settled only on the
+    whole evidence, stage 3's included, so the second screen keeps G under auto and under inverse
+    distance, never under equal."""
+    from src.tune import fit, judge
+
+    shapes = [(d, d, d) for d in (64, 72, 256, 1024, 4096)]
+    rows = [row("best_tf32", "gemm_tf32", P["A"], s, 1.0, stage=2) for s in shapes]  # H
+    rows.append(row("best_tf32", "gemm_tf32", P["B"], shapes[1], 1.5, stage=2))      # X
+    rows.append({**row("best_tf32", "gemm_tf32", P["G"], shapes[1], 1.5, stage=2), "same_as": P["B"]})
+    rows += [row("best_tf32", "gemm_tf32", P["G"], s, 0.5 if s == shapes[0] else 0.6, stage=2)
+             for s in shapes if s != shapes[1]]
+    survivors = {("best_tf32", "gemm_tf32"): {P["A"], P["B"], P["G"]}}
+
+    def with_weighting(name):
+        data = settings(rescreen_margin=0.0)
+        data["fit"] = {**data["fit"], "weighting": name}
+        return data
+
+    fitter = fit.Fitter(fit.table(rows, "best_tf32"), GUARDS, with_weighting("equal")["fit"])
+    others = shapes[1:]
+    assert judge.nearest_choice(fitter, shapes[0], others, 4, "equal").params == P["A"]
+    assert judge.nearest_choice(fitter, shapes[0], others, 4, "inverse_distance").params == P["G"]
+    kept = {w: screen.rescreened(rows, with_weighting(w), GUARDS, survivors)[("best_tf32", "gemm_tf32")]
+            for w in ("equal", "inverse_distance", "auto")}
+    assert P["G"] not in kept["equal"] and {P["A"], P["B"]} <= kept["equal"]
+    assert kept["inverse_distance"] == kept["auto"] == kept["equal"] | {P["G"]}
+
+
 def test_added_draws_are_stage_three_an_upper_bound_until_the_second_screen():
     """training.added's draws (flagged `added`) are planned in stage 3: before stage 2 has run with
     stage 2's candidates (the upper bound), then with the second screen's; without a screen they

@@ -66,10 +66,10 @@ def _table(path: str, mtime: float, dispatcher: str):
     return training.table(training.read(Path(path)), dispatcher)
 
 
-def _model(gpu_spec: str, problem: Problem):
+def _model(gpu_spec: str, name: str, problem: Problem):
     """(where, the evidence path as written, its file, count, weighting, runs) of the tuned
-    file's `nearest:` model, or None where it has none; `runs(candidate, shape)` is the
-    candidate's guard at the problem."""
+    file's `nearest:` model for dispatcher `name`, or None where it has none; `runs(candidate,
+    shape)` is the candidate's guard at the problem."""
     model = (tuned_config(gpu_spec) or {}).get("nearest")
     if not model:
         return None
@@ -81,7 +81,10 @@ def _model(gpu_spec: str, problem: Problem):
                           f"dispatch reads the tuner's evidence, results/tuning/<gpu>.csv, which "
                           f"`sgemm-lab tune` writes beside the tuned file).")
     guards = dict(model.get("guards") or {})
-    weighting = str(model.get("weighting", "equal"))  # a file from before the key: equal weights
+    weighting = model.get("weighting", "equal")  # a file from before the key: equal weights
+    if isinstance(weighting, dict):  # one per dispatcher (fit.weighting: auto)
+        weighting = weighting.get(name, "equal")
+    weighting = str(weighting)
     training.weighting_of(weighting, where)
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
@@ -97,7 +100,7 @@ def ranked(gpu_spec: str, name: str, problem: Problem,
     """Every candidate the nearest-neighbour model weighs at the problem, best first, each with
     its weighted geomean ratio over the neighbours (the first is `nearest`'s choice), from `tab`
     or the tuned file's evidence; [] where the file names no model."""
-    model = _model(gpu_spec, problem)
+    model = _model(gpu_spec, name, problem)
     if model is None:
         return []
     _, _, path, count, weighting, runs = model
@@ -121,7 +124,7 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
     has none, its evidence holds no row of `name`, or no candidate is measured at all the
     neighbours and allowed at the shape. With the device's `limits`, the first candidate in the
     model's order that also builds at the problem (`builds`, in `precision`)."""
-    model = _model(gpu_spec, problem)
+    model = _model(gpu_spec, name, problem)
     if model is None:
         return None
     where, evidence, path, count, weighting, runs = model

@@ -76,38 +76,46 @@ def guards(settings: dict, outside_reserved: bool = True) -> dict[str, str | Non
             for k in sorted(kernels)}
 
 
+def drawn_shapes(rows: list[dict]) -> set[tuple[int, int, int]]:
+    """The training set's random draws among the evidence rows' shapes (not the suites')."""
+    from src.tune.distribution import suite_shapes
+
+    return {(r["m"], r["n"], r["k"]) for r in rows} - {s.dims for s in suite_shapes()}
+
+
 def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
-              tuned_path: Path | None = None) -> tuple[list[dict], dict]:
-    """(the evidence rows, the dispatch fitted from them): `csv_path` fitted under `settings` and
+              tuned_path: Path | None = None) -> tuple[list[dict], dict, dict]:
+    """(the evidence rows, the dispatch fitted from them, the fit settings used: `fit.weighting:
+    auto` resolved per dispatcher, judge.resolved): `csv_path` fitted under `settings` and
     written into conf/tuned/<gpu>.yaml (or tuned_path; an existing file keeps its header)."""
     from src.job.tuned import tuned_file
     from src.job.training import read
-    from src.tune import fit
+    from src.tune import fit, judge
     from src.tune.plan import reserved
 
     rows = read(csv_path)
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
-    fit_settings = settings.get("fit") or {}
+    fit_settings = judge.resolved(rows, guards(settings), settings.get("fit") or {},
+                                  drawn_shapes(rows))
     dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings,
                        reserved(settings))
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
               fit.nearest_model(cited, guards(settings), fit_settings))
-    return rows, dispatch
+    return rows, dispatch, fit_settings
 
 
 def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None = None) -> dict:
     """The dispatch fitted from `csv_path`, written into conf/tuned/<gpu>.yaml (or tuned_path),
     then how it cross-validates and the ceiling of its candidates, printed."""
-    from src.tune import judge
-    from src.tune.distribution import suite_shapes
+    from src.tune import fit, judge
     from src.tune.plan import reserved
 
-    rows, dispatch = write_fit(gpu_spec, settings, csv_path, tuned_path)
-    drawn = {(r["m"], r["n"], r["k"]) for r in rows} - {s.dims for s in suite_shapes()}
+    rows, dispatch, fit_settings = write_fit(gpu_spec, settings, csv_path, tuned_path)
+    auto = (settings.get("fit") or {}).get("weighting") == fit.AUTO
     for line in judge.report(rows, guards(settings), guards(settings, outside_reserved=False),
-                             reserved(settings), settings.get("fit") or {}, drawn):
+                             reserved(settings), fit_settings, drawn_shapes(rows), auto):
         print(line, flush=True)
     return dispatch
 
@@ -124,8 +132,10 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
         if not path.is_file():
             raise ConfigError(f"--against compares two evidence files; {path} is not one.")
     tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
-    reports = judge.agreement(read(csv_path), read(other), guards(settings), settings.get("fit") or {},
-                              tolerance, guards(settings, outside_reserved=False), reserved(settings))
+    rows = read(csv_path)  # `fit.weighting: auto` as this run's fit resolves it, for both runs
+    fit_settings = judge.resolved(rows, guards(settings), settings.get("fit") or {}, drawn_shapes(rows))
+    reports = judge.agreement(rows, read(other), guards(settings), fit_settings, tolerance,
+                              guards(settings, outside_reserved=False), reserved(settings))
     for dispatcher, r in reports.items():
         print(f"{dispatcher}: {r['agrees']} shapes the same choice, {r['within_noise']} another "
               f"within {tolerance:.0%} in both runs, {len(r['differs'])} differ, {r['unmeasured']} "

@@ -33,6 +33,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from src.errors import ConfigError
 from src.job import training
 from src.job.training import Candidate, Table, table  # noqa: F401 (the fit's vocabulary)
 
@@ -314,11 +315,23 @@ def neighbours(settings: dict) -> int:
     return int(settings.get("neighbours", 4))
 
 
-def weighting(settings: dict) -> str:
-    """How the nearest-neighbour model weighs its neighbours (`fit.weighting`, default `equal`;
-    src/job/training.WEIGHTINGS); an unknown name is a ConfigError naming the rule."""
-    name = str(settings.get("weighting", "equal"))
-    training.weighting_of(name, "conf/tuning/dispatch.yaml: fit.weighting")
+AUTO = "auto"  # fit.weighting: per dispatcher, the weighting its leave-one-out figures favour
+
+
+def weighting(settings: dict, dispatcher: str | None = None) -> str:
+    """How the nearest-neighbour model weighs `dispatcher`'s neighbours (`fit.weighting`, default
+    `equal`; src/job/training.WEIGHTINGS): one name for every dispatcher, or a mapping from
+    dispatcher to name (what `auto` resolves to: src/tune/judge.chosen_weightings); an unknown
+    name, or `auto` left unresolved, is a ConfigError naming the rule."""
+    where = "conf/tuning/dispatch.yaml: fit.weighting"
+    value = settings.get("weighting", "equal")
+    if isinstance(value, dict):
+        where, value = f"{where}.{dispatcher}", value.get(dispatcher, "equal")
+    name = str(value)
+    if name == AUTO:
+        raise ConfigError(f"{where}: `auto` is resolved per dispatcher from the evidence before "
+                          f"the fit uses it (rule: src/tune/judge.chosen_weightings runs first).")
+    training.weighting_of(name, where)
     return name
 
 
@@ -328,7 +341,12 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) 
     kernel's guard (its size rules and where it was measured); None for the tree alone."""
     if not uses_nearest(settings):
         return None
-    return {"evidence": evidence, "count": neighbours(settings), "weighting": weighting(settings),
+    value = settings.get("weighting", "equal")
+    written = dict(value) if isinstance(value, dict) else weighting(settings)
+    if isinstance(written, dict):
+        for dispatcher in written:
+            weighting(settings, dispatcher)
+    return {"evidence": evidence, "count": neighbours(settings), "weighting": written,
             "guards": {k: v for k, v in sorted(guards.items()) if v}}
 
 
@@ -365,8 +383,12 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
         data.pop("nearest", None)
     else:
         guards = CommentedMap((k, DoubleQuotedScalarString(v)) for k, v in nearest["guards"].items())
+        weighs = nearest["weighting"]
+        if isinstance(weighs, dict):  # per dispatcher (fit.weighting: auto)
+            weighs = CommentedMap(sorted(weighs.items()))
+            weighs.fa.set_flow_style()
         data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), ("count", nearest["count"]),
-                                        ("weighting", nearest["weighting"]), ("guards", guards)])
+                                        ("weighting", weighs), ("guards", guards)])
     if not had and not new:  # once: a re-fit replaces the lists and leaves the comment as it is
         data.yaml_set_comment_before_after_key("dispatch", before=HEADER.format(evidence=evidence))
     path.parent.mkdir(parents=True, exist_ok=True)

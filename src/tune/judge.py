@@ -11,7 +11,8 @@ import json
 import math
 
 from src.job import training
-from src.tune.fit import Candidate, Fitter, holds, neighbours, rules_for, table, uses_nearest, weighting
+from src.tune.fit import (AUTO, Candidate, Fitter, holds, neighbours, rules_for, table, uses_nearest,
+                          weighting)
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -100,21 +101,59 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
     held-out set, all random draws, will read. `folds=None` leaves one shape out at a time (the
     model then sees every other shape, as at a held-out shape); `weights` overrides the
     settings' `fit.weighting`."""
-    out, weights = {}, weights or weighting(settings)
+    out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
+        weighs = weights or weighting(settings, dispatcher)
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
         held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
         figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            choice = nearest_choice(fitter, shape, among, count, weights)
+            choice = nearest_choice(fitter, shape, among, count, weighs)
             figures.append((whole.ratio.get((shape, choice)), shape))
         if any(v is not None for v, _ in figures):
-            out[dispatcher] = {"folds": folds, "count": count, "weighting": weights,
+            out[dispatcher] = {"folds": folds, "count": count, "weighting": weighs,
                                **_summary(figures, len(whole.shapes))}
             out[dispatcher].update(_drawn_summary(figures, drawn))
     return out
+
+
+def leave_one_out(rows: list[dict], guards: dict[str, str | None], settings: dict,
+                  drawn: set[tuple[int, int, int]] | None = None) -> dict[str, dict[str, dict]]:
+    """{weighting: {dispatcher: figures}}: the nearest model left one shape out at a time
+    (`nearest_cross_validated`, folds=None) under each of src/job/training.WEIGHTINGS."""
+    count = neighbours(settings)
+    return {w: nearest_cross_validated(rows, guards, settings, folds=None, count=count,
+                                       drawn=drawn, weights=w) for w in training.WEIGHTINGS}
+
+
+def chosen_weightings(apart: dict[str, dict[str, dict]], tie: float) -> dict[str, str]:
+    """{dispatcher: weighting} that `fit.weighting: auto` takes from `leave_one_out`'s figures,
+    at the random draws where there are any (the held-out set's distribution): the higher
+    geomean; geomeans within `tie` (relative) of each other, the higher min; minima that close
+    too, `equal`, the plainer model."""
+    out = {}
+    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
+        figures = {w: cvs[dispatcher].get("drawn") or cvs[dispatcher] for w, cvs in apart.items()}
+        best = "equal"
+        for w, f in figures.items():
+            held = figures[best]
+            if f["geomean"] > held["geomean"] * (1 + tie) or (
+                    f["geomean"] >= held["geomean"] * (1 - tie) and f["min"] > held["min"] * (1 + tie)):
+                best = w
+        out[dispatcher] = best
+    return out
+
+
+def resolved(rows: list[dict], guards: dict[str, str | None], settings: dict,
+             drawn: set[tuple[int, int, int]] | None = None) -> dict:
+    """The fit settings with `weighting: auto` resolved per dispatcher (`chosen_weightings`, its
+    `weighting_tie`, default 0.01); other settings as they are."""
+    if settings.get("weighting") != AUTO:
+        return settings
+    apart = leave_one_out(rows, guards, {**settings, "weighting": "equal"}, drawn)
+    return {**settings, "weighting": chosen_weightings(apart, float(settings.get("weighting_tie", 0.01)))}
 
 
 def choice_at(rules: list[dict], shape: tuple[int, int, int]) -> Candidate | None:
@@ -134,9 +173,10 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
     (relative) of its own, and `differs` otherwise (with the shape, both choices and the two
     runs' figures); `unmeasured` where a run has no figure for a choice. The tree's rules use
     `tree_guards` and the reserved `regions` where given, as the fit writes them."""
-    nearest, count, weigh = uses_nearest(settings), neighbours(settings), weighting(settings)
+    nearest, count = uses_nearest(settings), neighbours(settings)
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
+        weigh = weighting(settings, dispatcher) if nearest else None
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
         if nearest:
             fitters = [Fitter(tab, guards, settings) for tab in tabs]
@@ -167,9 +207,10 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
 
 def report(rows: list[dict], kernel_guards: dict[str, str | None],
            tree_guards: dict[str, str | None], regions: dict[str, str], fit_settings: dict,
-           drawn: set[tuple[int, int, int]]) -> list[str]:
+           drawn: set[tuple[int, int, int]], auto: bool = False) -> list[str]:
     """What `sgemm-lab tune` prints after a fit: the tree's and the nearest model's
-    cross-validation (the random draws `drawn` alone too) and the ceiling of the candidates."""
+    cross-validation (the random draws `drawn` alone too) and the ceiling of the candidates.
+    `fit_settings` as the fit used them (`resolved`); `auto`: its weighting was chosen so."""
     lines = []
     for dispatcher, cv in cross_validated(rows, tree_guards, fit_settings, regions=regions).items():
         lines.append(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), "
@@ -188,8 +229,7 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                          f"held-out set): geomean {d['geomean']:.3f}x, min {d['min']:.3f}x at "
                          f"{d['min_shape']}")
     count = neighbours(fit_settings)
-    apart = {w: nearest_cross_validated(rows, kernel_guards, fit_settings, folds=None, count=count,
-                                        drawn=drawn, weights=w) for w in training.WEIGHTINGS}
+    apart = leave_one_out(rows, kernel_guards, fit_settings, drawn)
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
         figures = []
         for w, cvs in apart.items():
@@ -199,7 +239,9 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                 f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
         lines.append(f"{dispatcher}: leave-one-out, the {count} nearest shapes' best by each "
                      f"weighting (geomean / min): " + ", ".join(figures)
-                     + f"; the fit's is {weighting(fit_settings)}")
+                     + f"; the fit's is {weighting(fit_settings, dispatcher)}"
+                     + (" (auto: the better at the random draws, geomean first)"
+                        if auto else ""))
     for dispatcher, top in ceiling(rows, drawn=drawn).items():
         lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
                      f"dispatch over these candidates does better there), geomean "

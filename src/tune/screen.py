@@ -17,7 +17,8 @@ there. Pure, deterministic: the same rows give the same survivors in any order.
 The second screen (`rescreened`) picks stage 3's candidates, measured at `training.added`'s draws:
 of stage 2's, those that came within `screen.rescreen_margin` of the best at some shape of stages 1
 and 2, or that the nearest model would choose at one of those shapes were it left out (a steady
-second best over a neighbourhood, never close at one shape), or the catch-all. Closeness counts
+second best over a neighbourhood, never close at one shape; under `fit.weighting: auto`, either
+weighting's choice), or the catch-all. Closeness counts
 where the candidate's own launch was measured, not as the twin (`same_as`) of another's: there
 the measured one stands for both. The others ran at every training shape so far and added nothing.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import statistics
 
+from src.job import training
 from src.job.training import score
 from src.tune import fit
 
@@ -131,6 +133,8 @@ def rescreened(rows: list[dict], settings: dict, guards: dict[str, str | None],
     screen = settings.get("screen") or {}
     margin = float(screen.get("rescreen_margin", screen.get("margin", 0.0)))
     fitting = settings.get("fit") or {}
+    # `auto` settles the weighting on the whole evidence, stage 3's too: keep either one's choice
+    weighs = list(training.WEIGHTINGS) if fitting.get("weighting") == fit.AUTO else None
     out: dict[tuple[str, str], set[str]] = {}
     for dispatcher in settings["dispatchers"]:
         mine = [r for r in rows if r["stage"] in (1, 2) and r["dispatcher"] == dispatcher
@@ -148,10 +152,10 @@ def rescreened(rows: list[dict], settings: dict, guards: dict[str, str | None],
                 if (shape, c) in own and value >= (1 - margin) * best[shape]}
         for shape in fitter.tab.shapes:
             among = [s for s in fitter.tab.shapes if s != shape]
-            found = judge.nearest_choice(fitter, shape, among, fit.neighbours(fitting),
-                                         fit.weighting(fitting))
-            if found is not None:
-                keep.add(found)
+            for weights in weighs or [fit.weighting(fitting, dispatcher)]:
+                found = judge.nearest_choice(fitter, shape, among, fit.neighbours(fitting), weights)
+                if found is not None:
+                    keep.add(found)
         if fitter.catch_all is not None:
             keep.add(fitter.catch_all)
         for cand in keep:

@@ -139,11 +139,14 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
                           entry="cutlass_3xtf32_gemm (device::Gemm, OpMultiplyAddFastF32)")
 
     params = dict(cfg.get("params") or {})
+    zero_means = cfg.get("zero_means") or {}  # a count where 0 names a mode, said in the config
     for key, value in params.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (
+                value == 0 and key not in zero_means):
             raise InvalidParams(
                 f"invalid tile parameters for kernel {name}: {key}={value!r}, but every tile "
-                f"parameter must be a positive integer (rule: kernel.params.{key} > 0 and integer)."
+                f"parameter must be a positive integer (rule: kernel.params.{key} > 0 and integer"
+                + (f", or 0: {zero_means[key]}" if key in zero_means else "") + ")."
             )
     names: dict[str, Any] = {**limits, "m": problem.m, "n": problem.n, "k": problem.k, **params}
     derived: dict[str, int] = {}

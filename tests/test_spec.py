@@ -278,8 +278,10 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
 }
 # The library's copies of chapters 24 and 25 keep their chapters' rules: the same cases break them.
 # (gemm_tf32's ring rule counts its block_m, the rows bm or the rows `fit` 2 fitted to the shape.)
+# (gemm_tf32's min_slices may also be 0: 2 K slices only where they shorten the waves.)
 LIBRARY_RULE = {"slices == 1 or stages * stage_bytes >= 4 * bm * bn":
-                "slices == 1 or stages * stage_bytes >= 4 * block_m * bn"}
+                "slices == 1 or stages * stage_bytes >= 4 * block_m * bn",
+                "min_slices >= 1 and min_slices <= split_k": "min_slices >= 0 and min_slices <= split_k"}
 VIOLATIONS += [(f"gemm_{name}", params, problem, LIBRARY_RULE.get(rule, rule) if name == "tf32" else rule)
                for name, chapter in (("tf32", "25_wgmma_tf32_any_shape"), ("ffma_skinny", "24_ffma_skinny"))
                for kernel, params, problem, rule in list(VIOLATIONS) if kernel == chapter]
@@ -375,6 +377,38 @@ def test_launch_geometry_follows_parameters_and_size():
 def test_tile_parameter_must_be_positive_integer(value):
     with pytest.raises(InvalidParams, match=r"kernel.params.bk > 0 and integer"):
         build_spec(kernel_cfg("05_blocktile_2d", bk=value), SQUARE, H100)
+
+
+@pytest.mark.parametrize("shape,tiles,slices", [
+    ((726, 5760, 8960), 135, 2),      # 2 waves; 2 slices: 3 half-waves (25% less), K 8960
+    ((512, 10240, 8192), 160, 2),     # the same cut at 160 tiles
+    ((2625, 5376, 24448), 462, 1),    # 8 half-waves -> 7 (12.5%): under the 15% cut
+    ((3072, 3072, 3072), 288, 1),     # 6 -> 5 (17%), but K 3072 under two slices of 2048
+    ((4096, 8192, 28672), 1024, 1),   # 16 -> 16: nothing to even out
+    ((1024, 1024, 4096), 32, 4),      # few tiles: the slices that fill the SMs, as with 1
+])
+def test_gemm_tf32_min_slices_0_cuts_k_in_two_only_where_that_shortens_the_waves(shape, tiles, slices):
+    """min_slices 0 (`zero_means` in the kernel config: a mode, not a count): 2 K slices where the
+    tiles fill over half the SMs, 2 slices cut the waves, counted in half-waves, by 15% or more,
+    and each keeps 2048 of K; else what min_slices 1 gives. Its launch is always that of 1 or of 2
+    (the tuner's twin of one of them); 0 stays an error for any other parameter, and for a kernel
+    whose config does not say what 0 means."""
+    from src.tune.space import kernel_identity
+
+    problem = Problem(*shape, 1.0, 0.0)
+    base = dict(bm=256, bn=128, fit=1, stages=4, min_slice_k=512)
+    spec = build_spec(kernel_cfg("gemm_tf32", min_slices=0, **base), problem, H100)
+    assert spec.grid == (tiles * slices,)
+    assert ("cluster" in spec.entry) == (slices > 1)
+    twins = {n: kernel_identity(build_spec(kernel_cfg("gemm_tf32", min_slices=n, **base), problem, H100))
+             for n in (1, 2)}
+    assert kernel_identity(spec) == twins[2 if tiles * 2 > H100["sms"] and slices == 2 else 1]
+    with pytest.raises(InvalidParams, match=r"kernel.params.bm > 0 and integer\)"):
+        build_spec(kernel_cfg("gemm_tf32", bm=0), problem, H100)
+    with pytest.raises(InvalidParams, match=r"min_slices > 0 and integer, or 0: 2 K slices only"):
+        build_spec(kernel_cfg("gemm_tf32", min_slices=-1), problem, H100)
+    with pytest.raises(InvalidParams, match=r"kernel.params.min_slices > 0 and integer\)"):
+        build_spec(kernel_cfg("25_wgmma_tf32_any_shape", min_slices=0), problem, H100)
 
 
 def test_malformed_config_is_a_config_error():

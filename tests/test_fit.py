@@ -548,8 +548,10 @@ def test_leave_one_out_sees_every_other_shape_and_the_report_weighs_both_ways():
     assert cv["min"] == min(expected)
     # five folds hide more neighbours than one left out: the figures differ here
     assert judge.nearest_cross_validated(rows, GUARDS, SETTINGS, folds=5, count=1)["best_tf32"] != cv
-    lines = judge.report(rows, GUARDS, GUARDS, {}, {**SETTINGS, "model": "nearest", "neighbours": 1,
-                                                    "weighting": "inverse_distance"}, set(shapes[:30]))
+    settings = {**SETTINGS, "model": "nearest", "neighbours": 1, "weighting": "inverse_distance"}
+    apart = judge.leave_one_out(rows, GUARDS, settings, set(shapes[:30]))
+    assert apart["equal"]["best_tf32"]["geomean"] == cv["geomean"]  # the weighting read is each's own
+    lines = judge.report(rows, GUARDS, GUARDS, {}, settings, set(shapes[:30]), apart)
     loo = [line for line in lines if "leave-one-out" in line]
     assert len(loo) == 1 and loo[0].startswith("best_tf32: leave-one-out, the 1 nearest")
     assert all(f"{w} " in loo[0] for w in WEIGHTINGS) and loo[0].endswith("the fit's is inverse_distance")
@@ -716,9 +718,8 @@ def test_auto_weighting_takes_each_dispatchers_better_leave_one_out_figure(tmp_p
     with pytest.raises(ConfigError, match="auto.*resolved per dispatcher"):
         fit.weighting(settings, "best_tf32")
     plain = {**SETTINGS, "model": "nearest", "weighting": "inverse_distance"}
-    assert judge.resolved([], GUARDS, plain) is plain
-    monkeypatch.setattr(judge, "leave_one_out", lambda rows, guards, s, drawn=None: apart)
-    chosen = judge.resolved([], GUARDS, settings)["weighting"]
+    assert judge.resolved(plain, apart) is plain
+    chosen = judge.resolved(settings, apart)["weighting"]
     assert chosen["min_decides"] == "inverse_distance" and chosen["tie"] == "equal"
 
     near, far, query = (64, 64, 64), (1024, 1024, 1024), (100, 100, 100)

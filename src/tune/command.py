@@ -84,10 +84,11 @@ def drawn_shapes(rows: list[dict]) -> set[tuple[int, int, int]]:
 
 
 def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
-              tuned_path: Path | None = None) -> tuple[list[dict], dict, dict]:
+              tuned_path: Path | None = None) -> tuple[list[dict], dict, dict, dict]:
     """(the evidence rows, the dispatch fitted from them, the fit settings used: `fit.weighting:
-    auto` resolved per dispatcher, judge.resolved): `csv_path` fitted under `settings` and
-    written into conf/tuned/<gpu>.yaml (or tuned_path; an existing file keeps its header)."""
+    auto` resolved per dispatcher, judge.resolved; the leave-one-out figures it chose from):
+    `csv_path` fitted under `settings` and written into conf/tuned/<gpu>.yaml (or tuned_path;
+    an existing file keeps its header)."""
     from src.job.tuned import tuned_file
     from src.job.training import read
     from src.tune import fit, judge
@@ -97,13 +98,13 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
-    fit_settings = judge.resolved(rows, guards(settings), settings.get("fit") or {},
-                                  drawn_shapes(rows))
+    apart = judge.leave_one_out(rows, guards(settings), settings.get("fit") or {}, drawn_shapes(rows))
+    fit_settings = judge.resolved(settings.get("fit") or {}, apart)
     dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings,
                        reserved(settings))
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
               fit.nearest_model(cited, guards(settings), fit_settings))
-    return rows, dispatch, fit_settings
+    return rows, dispatch, fit_settings, apart
 
 
 def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None = None) -> dict:
@@ -112,10 +113,10 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     from src.tune import fit, judge
     from src.tune.plan import reserved
 
-    rows, dispatch, fit_settings = write_fit(gpu_spec, settings, csv_path, tuned_path)
+    rows, dispatch, fit_settings, apart = write_fit(gpu_spec, settings, csv_path, tuned_path)
     auto = (settings.get("fit") or {}).get("weighting") == fit.AUTO
     for line in judge.report(rows, guards(settings), guards(settings, outside_reserved=False),
-                             reserved(settings), fit_settings, drawn_shapes(rows), auto):
+                             reserved(settings), fit_settings, drawn_shapes(rows), apart, auto):
         print(line, flush=True)
     return dispatch
 
@@ -125,7 +126,7 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
     (judge.agreement, `reproduce.tolerance` of conf/tuning/dispatch.yaml); 1 if a choice differs
     beyond it."""
     from src.job.training import read
-    from src.tune import judge
+    from src.tune import fit, judge
     from src.tune.plan import reserved
 
     for path in (csv_path, other):
@@ -133,7 +134,10 @@ def compare(settings: dict, csv_path: Path, other: Path) -> int:
             raise ConfigError(f"--against compares two evidence files; {path} is not one.")
     tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
     rows = read(csv_path)  # `fit.weighting: auto` as this run's fit resolves it, for both runs
-    fit_settings = judge.resolved(rows, guards(settings), settings.get("fit") or {}, drawn_shapes(rows))
+    fit_settings = settings.get("fit") or {}
+    if fit_settings.get("weighting") == fit.AUTO:
+        fit_settings = judge.resolved(fit_settings, judge.leave_one_out(
+            rows, guards(settings), fit_settings, drawn_shapes(rows)))
     reports = judge.agreement(rows, read(other), guards(settings), fit_settings, tolerance,
                               guards(settings, outside_reserved=False), reserved(settings))
     for dispatcher, r in reports.items():

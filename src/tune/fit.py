@@ -342,10 +342,8 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) 
     if not uses_nearest(settings):
         return None
     value = settings.get("weighting", "equal")
-    written = dict(value) if isinstance(value, dict) else weighting(settings)
-    if isinstance(written, dict):
-        for dispatcher in written:
-            weighting(settings, dispatcher)
+    written = ({d: weighting(settings, d) for d in value} if isinstance(value, dict)
+               else weighting(settings))
     return {"evidence": evidence, "count": neighbours(settings), "weighting": written,
             "guards": {k: v for k, v in sorted(guards.items()) if v}}
 

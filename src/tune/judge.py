@@ -122,7 +122,8 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
 def leave_one_out(rows: list[dict], guards: dict[str, str | None], settings: dict,
                   drawn: set[tuple[int, int, int]] | None = None) -> dict[str, dict[str, dict]]:
     """{weighting: {dispatcher: figures}}: the nearest model left one shape out at a time
-    (`nearest_cross_validated`, folds=None) under each of src/job/training.WEIGHTINGS."""
+    (`nearest_cross_validated`, folds=None) under each of src/job/training.WEIGHTINGS (what
+    `resolved` chooses from and `report` prints; `settings`' own weighting is not read)."""
     count = neighbours(settings)
     return {w: nearest_cross_validated(rows, guards, settings, folds=None, count=count,
                                        drawn=drawn, weights=w) for w in training.WEIGHTINGS}
@@ -146,13 +147,11 @@ def chosen_weightings(apart: dict[str, dict[str, dict]], tie: float) -> dict[str
     return out
 
 
-def resolved(rows: list[dict], guards: dict[str, str | None], settings: dict,
-             drawn: set[tuple[int, int, int]] | None = None) -> dict:
-    """The fit settings with `weighting: auto` resolved per dispatcher (`chosen_weightings`, its
-    `weighting_tie`, default 0.01); other settings as they are."""
+def resolved(settings: dict, apart: dict[str, dict[str, dict]]) -> dict:
+    """The fit settings with `weighting: auto` resolved per dispatcher from `leave_one_out`'s
+    figures (`chosen_weightings`, its `weighting_tie`, default 0.01); other settings as they are."""
     if settings.get("weighting") != AUTO:
         return settings
-    apart = leave_one_out(rows, guards, {**settings, "weighting": "equal"}, drawn)
     return {**settings, "weighting": chosen_weightings(apart, float(settings.get("weighting_tie", 0.01)))}
 
 
@@ -207,9 +206,11 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
 
 def report(rows: list[dict], kernel_guards: dict[str, str | None],
            tree_guards: dict[str, str | None], regions: dict[str, str], fit_settings: dict,
-           drawn: set[tuple[int, int, int]], auto: bool = False) -> list[str]:
+           drawn: set[tuple[int, int, int]], apart: dict[str, dict[str, dict]],
+           auto: bool = False) -> list[str]:
     """What `sgemm-lab tune` prints after a fit: the tree's and the nearest model's
-    cross-validation (the random draws `drawn` alone too) and the ceiling of the candidates.
+    cross-validation (the random draws `drawn` alone too), the nearest model left one shape out
+    under each weighting (`apart`: `leave_one_out`'s) and the ceiling of the candidates.
     `fit_settings` as the fit used them (`resolved`); `auto`: its weighting was chosen so."""
     lines = []
     for dispatcher, cv in cross_validated(rows, tree_guards, fit_settings, regions=regions).items():
@@ -229,7 +230,6 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                          f"held-out set): geomean {d['geomean']:.3f}x, min {d['min']:.3f}x at "
                          f"{d['min_shape']}")
     count = neighbours(fit_settings)
-    apart = leave_one_out(rows, kernel_guards, fit_settings, drawn)
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
         figures = []
         for w, cvs in apart.items():

@@ -45,6 +45,7 @@ class KernelSpec:
     tensor_maps: tuple[TensorMapSpec, ...] = ()  # TMA descriptors passed after C (tensor_maps.py)
     prepass: "Prepass | None" = None  # a kernel launched before the entry, on the same arguments
     input_precision: str | None = None  # Triton peers only: tl.dot's input_precision
+    resident_ctas: int = 1            # blocks an SM holds at once (launch.resident_ctas): the dispatch's wave fill
 
     @property
     def threads(self) -> int:
@@ -195,6 +196,7 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         arch=cfg.get("arch"),
         tensor_maps=tensor_maps,
         prepass=_prepass(launch.get("prepass"), names, name, {**params, **derived}),
+        resident_ctas=max(1, int(_evaluate(launch.get("resident_ctas", 1), names, name))),
     )
 
 

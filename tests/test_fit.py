@@ -592,7 +592,7 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
     csv_path = evidence.write(synthetic_rows(), tmp_path / "e.csv")
     tuned = tmp_path / "t.yaml"
     nearest = fit.nearest_model(str(csv_path), GUARDS, {**SETTINGS, "model": "nearest"})
-    assert nearest == {"evidence": str(csv_path), "count": 4, "weighting": "equal",
+    assert nearest == {"evidence": str(csv_path), "count": 4, "weighting": "equal", "waves": 0.0,
                        "guards": {"gemm_ffma_skinny": "min(m, n) <= 32"}}
     fit.write(tuned, fit.fit(training.read(csv_path), GUARDS, SETTINGS), "e.csv", nearest)
     written = OmegaConf.to_container(OmegaConf.load(tuned))
@@ -900,3 +900,92 @@ def test_a_tie_at_the_neighbours_goes_to_the_better_at_the_nearest_shapes_of_the
 def row_of(params: str, shape: tuple[int, int, int], ratio: float) -> dict:
     return {"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": params, "m": shape[0],
             "n": shape[1], "k": shape[2], "status": "ok", "ratio_best": ratio}
+
+
+def test_wave_fill_scales_each_neighbours_ratio_and_auto_takes_the_better_power(tmp_path, monkeypatch):
+    """`fit.waves`: each neighbour's ratio times (the candidate's wave fill at the query / at the
+    neighbour) ** waves. SYNTHETIC: the big tiles run 0.9 at both neighbours of 100^3 with their
+    last round of waves half empty there (fill 0.5) and full at the query; the small ones run 1.0,
+    full everywhere. Unscaled, the small tiles win (1.0 against 0.9); at waves 0.5 the big ones
+    score 0.9 * 2 ** 0.5 = 1.273, by hand. At a training shape its own measurements decide, and a
+    fill unknown anywhere (a tile that does not build there) leaves the ratios as measured. The
+    fill itself is the launch's: blocks over the rounds of SMs x resident blocks (by hand from the
+    kernel configs' grid and `launch.resident_ctas`). `auto` takes each dispatcher's better power
+    at the draws (0 on a tie), the tuned file carries the mapping, and the runner scales by its
+    dispatcher's entry and says so in the rule; `auto` unresolved, a negative power (fit or tuned
+    file) and bad options are ConfigErrors naming the rule."""
+    import yaml
+
+    import src.job.dispatch as d
+    from src.job.config import kernel_config
+    from src.job.gpu import limits_from_spec
+    from src.job.spec import build_spec
+
+    assert training.wave_fill(132, 1, 132) == 1.0
+    assert training.wave_fill(133, 1, 132) == 133 / 264
+    assert training.wave_fill(264, 2, 132) == 1.0 and training.wave_fill(100, 2, 132) == 100 / 264
+
+    near, far, query = (64, 64, 64), (1024, 1024, 1024), (100, 100, 100)
+    rows = [{"dispatcher": dispatcher, "precision": "tf32", "kernel": "gemm_tf32", "params": p,
+             "m": s[0], "n": s[1], "k": s[2], "status": "ok", "ratio_best": v}
+            for dispatcher in ("best_fp32", "best_tf32")
+            for p, v in ((BIG, 0.9), (SMALL, 1.0)) for s in (near, far)]
+    tab = training.table(rows, "best_tf32")
+    anything = lambda c, s: True  # noqa: E731
+    fills = {BIG: {near: 0.5, far: 0.5, query: 1.0}, SMALL: {near: 1.0, far: 1.0, query: 1.0}}
+    fill = lambda c, s: fills[c.params][s]  # noqa: E731
+    plain = training.nearest_choice(tab, query, tab.shapes, 2, anything, "equal", fill, 0.0)
+    scaled = training.nearest_choice(tab, query, tab.shapes, 2, anything, "equal", fill, 0.5)
+    assert plain[0].params == SMALL and abs(plain[2] - 1.0) < 1e-12
+    assert scaled[0].params == BIG and abs(scaled[2] - 0.9 * 2 ** 0.5) < 1e-12
+    assert training.nearest_choice(tab, far, tab.shapes, 2, anything, "equal", fill, 0.5)[0].params == SMALL
+    unknown = lambda c, s: None if c.params == BIG and s == query else fill(c, s)  # noqa: E731
+    assert training.nearest_choice(tab, query, tab.shapes, 2, anything, "equal", unknown, 0.5)[0].params == SMALL
+
+    limits = limits_from_spec("h200")
+    params = {"bm": 128, "bn": 128, "fit": 1}
+    spec = build_spec({**kernel_config("gemm_tf32"), "precision": "tf32",
+                       "params": {**kernel_config("gemm_tf32")["params"], **params}},
+                      Problem(1000, 3000, 512, 1.0, 1.0), limits)
+    assert spec.resident_ctas == 1 and math.prod(spec.grid) == 8 * 24
+    got = d.wave_fills("h200", "tf32")(training.Candidate("gemm_tf32", json.dumps(params, sort_keys=True)),
+                                       (1000, 3000, 512))
+    assert got == 192 / (2 * 132)
+    ffma = build_spec({**kernel_config("gemm_ffma"), "precision": "fp32"}, Problem(1000, 1000, 1000, 1.0, 1.0), limits)
+    assert ffma.resident_ctas == min(ffma.params["blocks_per_sm"], 2048 // ffma.threads,
+                                     (limits["max_smem_per_block"] + 1024) // (ffma.dynamic_smem_bytes + 1024))
+
+    def figures(geomean, low, drawn):
+        return {"geomean": geomean, "min": low, "drawn": {"geomean": drawn[0], "min": drawn[1]}}
+
+    powers = {0.0: {"best_fp32": figures(1.64, 0.71, (1.565, 0.711)), "best_tf32": figures(1.16, 0.63, (1.223, 0.628))},
+              0.25: {"best_fp32": figures(1.67, 0.86, (1.599, 0.877)), "best_tf32": figures(1.17, 0.64, (1.226, 0.637))},
+              0.5: {"best_fp32": figures(1.67, 0.58, (1.602, 0.579)), "best_tf32": figures(1.18, 0.65, (1.252, 0.651))}}
+    # FP32: 0.5's geomean ties 0.25's within 1% and its min is lower; TF32: 0.25 ties 0, 0.5 is ahead
+    assert judge.chosen_weightings(powers, 0.01, plain=0.0) == {"best_fp32": 0.25, "best_tf32": 0.5}
+    settings = {**SETTINGS, "model": "nearest", "weighting": "equal", "waves": "auto"}
+    with pytest.raises(ConfigError, match="fit.waves.*auto.*resolved per dispatcher"):
+        fit.waves(settings, "best_tf32")
+    chosen = judge.resolved(settings, {}, powers)
+    assert chosen["waves"] == {"best_fp32": 0.25, "best_tf32": 0.5}
+    assert judge.resolved(settings, {})["waves"] == "auto"  # nothing to choose from yet
+    with pytest.raises(ConfigError, match="fit.waves: -1 is not a number >= 0"):
+        fit.waves({**settings, "waves": -1})
+    with pytest.raises(ConfigError, match="fit.waves_options"):
+        fit.waves_options({"waves_options": [0, "half"]})
+
+    csv_path = evidence.write(rows, tmp_path / "e.csv")
+    model = fit.nearest_model(str(csv_path), GUARDS, chosen)
+    tuned = tmp_path / "tuned.yaml"
+    fit.write(tuned, {}, str(csv_path), {**model, "count": 2, "guards": {}})
+    written = yaml.safe_load(tuned.read_text())["nearest"]
+    assert written["waves"] == {"best_fp32": 0.25, "best_tf32": 0.5}
+    monkeypatch.setattr(d, "wave_fills", lambda gpu, precision: fill)
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "waves": {"best_tf32": 0.5}}})
+    got = dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-waves", Problem(*query, 0.5, 3.0))
+    assert json.dumps(got.params, sort_keys=True) == BIG and "wave fill here against there to the power 0.5" in got.rule
+    got = dispatch.choose({"name": "best_fp32", "default": "17_flagship"}, "synthetic-waves", Problem(*query, 0.5, 3.0))
+    assert json.dumps(got.params, sort_keys=True) == SMALL and "wave fill" not in got.rule
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "waves": -0.5}})
+    with pytest.raises(ConfigError, match="waves -0.5 is not a number >= 0"):
+        dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-waves", Problem(*query, 0.5, 3.0))

@@ -28,11 +28,14 @@ guard (src/job/training.nearest_choice); the rules below it hold only where no c
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 from src.errors import ConfigError
+from src.job import gpu as gpu_mod
 from src.job import training
 from src.job.config import kernel_config, tuned_config
 from src.job.problem import Problem
@@ -67,9 +70,10 @@ def _table(path: str, mtime: float, dispatcher: str):
 
 
 def _model(gpu_spec: str, name: str, problem: Problem):
-    """(where, the evidence path as written, its file, count, weighting, runs) of the tuned
-    file's `nearest:` model for dispatcher `name`, or None where it has none; `runs(candidate,
-    shape)` is the candidate's guard at the problem."""
+    """(where, the evidence path as written, its file, count, weighting, runs, waves, fill) of
+    the tuned file's `nearest:` model for dispatcher `name`, or None where it has none;
+    `runs(candidate, shape)` is the candidate's guard at the problem, `fill` its wave fill
+    (`wave_fills`; None where `waves` is 0)."""
     model = (tuned_config(gpu_spec) or {}).get("nearest")
     if not model:
         return None
@@ -86,13 +90,21 @@ def _model(gpu_spec: str, name: str, problem: Problem):
         weighting = weighting.get(name, "equal")
     weighting = str(weighting)
     training.weighting_of(weighting, where)
+    waves = model.get("waves", 0)  # a file from before the key: no wave-fill scaling
+    if isinstance(waves, dict):  # one per dispatcher (fit.waves: auto)
+        waves = waves.get(name, 0)
+    if isinstance(waves, bool) or not isinstance(waves, (int, float)) or waves < 0:
+        raise ConfigError(f"{where}: waves {waves!r} is not a number >= 0 (rule: the power of the "
+                          f"wave-fill ratio each neighbour's ratio is scaled by; 0: none).")
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
     def runs(candidate, _shape) -> bool:
         guard = guards.get(candidate.kernel)
         return not guard or first_rule([{"when": guard}], names, f"{where}.guards") is not None
 
-    return where, evidence, path, int(model.get("count", 4)), weighting, runs
+    fill = wave_fills(gpu_spec, str(kernel_config(name)["precision"])) if waves else None
+    return (where, evidence, path, int(model.get("count", 4)), weighting, runs,
+            float(waves) if fill is not None else 0.0, fill)
 
 
 def ranked(gpu_spec: str, name: str, problem: Problem,
@@ -103,10 +115,10 @@ def ranked(gpu_spec: str, name: str, problem: Problem,
     model = _model(gpu_spec, name, problem)
     if model is None:
         return []
-    _, _, path, count, weighting, runs = model
+    _, _, path, count, weighting, runs, waves, fill = model
     tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting)[0]
+    return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves)[0]
 
 
 def builds(candidate: training.Candidate, precision: str, problem: Problem,
@@ -118,6 +130,34 @@ def builds(candidate: training.Candidate, precision: str, problem: Problem,
                                      json.loads(candidate.params), problem, limits), KernelSpec)
 
 
+@lru_cache(maxsize=None)
+def _precision_config(kernel: str, precision: str) -> dict:
+    return {**kernel_config(kernel), "precision": precision}
+
+
+@lru_cache(maxsize=300_000)
+def _fill(kernel: str, params: str, precision: str, shape: tuple[int, int, int],
+          gpu_spec: str) -> float | None:
+    limits = gpu_mod.limits_from_spec(gpu_spec)
+    spec = candidate_spec(_precision_config(kernel, precision), json.loads(params),
+                          Problem(*shape, 1.0, 1.0), limits)
+    if not isinstance(spec, KernelSpec) or not spec.grid:
+        return None
+    return training.wave_fill(math.prod(spec.grid), spec.resident_ctas, limits["sms"])
+
+
+def wave_fills(gpu_spec: str, precision: str) -> Callable[[training.Candidate, tuple], float | None] | None:
+    """fill(candidate, shape): the share of its launch's rounds of waves the candidate's blocks
+    keep busy at that shape on `gpu_spec`'s SMs (training.wave_fill over its grid and
+    `launch.resident_ctas`), None where it does not build there; what the nearest model's `waves`
+    scales a neighbour's ratio by. None for a spec without a datasheet (conf/gpu/): no SM count,
+    no scaling."""
+    if gpu_spec not in gpu_mod.known_specs():
+        return None
+    return lambda candidate, shape: _fill(candidate.kernel, candidate.params, precision,
+                                          tuple(shape), gpu_spec)
+
+
 def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = None,
             limits: dict[str, int] | None = None) -> DispatchChoice | None:
     """The nearest-neighbour model's choice (the tuned file's `nearest:`), or None where the file
@@ -127,10 +167,10 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
     model = _model(gpu_spec, name, problem)
     if model is None:
         return None
-    where, evidence, path, count, weighting, runs = model
+    where, evidence, path, count, weighting, runs, waves, fill = model
     tab = _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    order, near = training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting)
+    order, near = training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves)
     passed = 0
     for candidate, geomean in order:
         if limits is None or builds(candidate, str(precision), problem, limits):
@@ -144,7 +184,9 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
     else:
         why = (f"{where}: the best of the {len(near)} nearest training shapes "
                f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
-               f"{geomean:.3f}x the stronger cuBLAS there (geomean, {weighting} weights)")
+               f"{geomean:.3f}x the stronger cuBLAS there (geomean, {weighting} weights"
+               + (f", each scaled by its wave fill here against there to the power {waves:g})"
+                  if waves else ")"))
     if passed:
         why += (f"; its #{passed + 1}: the {passed} ranked above it do not build at "
                 f"{problem.m}x{problem.n}x{problem.k} (their tile or size rules)")

@@ -190,15 +190,33 @@ def _mean_log(values: list, weights: list[float]) -> float | None:
     return sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights)
 
 
+def wave_fill(ctas: int, resident_ctas: int, sms: int) -> float:
+    """The share of the rounds of waves a launch of `ctas` blocks keeps busy on `sms` SMs that hold
+    `resident_ctas` each: 1.0 when the last round is full, 0.51 for one block past a round."""
+    slots = sms * max(1, resident_ctas)
+    return ctas / (-(-ctas // slots) * slots)
+
+
+def _corrected(values: list, fills: list, here: float | None, waves: float) -> list:
+    """Each neighbour's ratio scaled by (the candidate's wave fill here / there) ** `waves`: a
+    neighbour whose last round was part-empty undersells a shape where the same tile fills it."""
+    if not waves or here is None or any(f is None for f in fills) or any(v is None for v in values):
+        return values
+    return [v * (here / f) ** waves for v, f in zip(values, fills)]
+
+
 def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: int,
                    runs: Callable[[Candidate, tuple], bool],
-                   weighting: str = "equal") -> tuple[list[tuple[Candidate, float]], list]:
+                   weighting: str = "equal", fill: Callable[[Candidate, tuple], float | None] | None = None,
+                   waves: float = 0.0) -> tuple[list[tuple[Candidate, float]], list]:
     """([(candidate, its weighted geomean ratio there)], the neighbours): every candidate
     measured at all of the `count` shapes of `among` nearest to `shape` (log2 distance, ties by
     the shape) for which `runs(candidate, shape)` holds (its size rules and where it was
     measured), best weighted mean of log ratios first (`weighting`, a key of WEIGHTINGS). A shape
     of `among` itself is its own only neighbour: what was measured there is the evidence (the
-    suites' shapes are training shapes).
+    suites' shapes are training shapes). With `fill` (a candidate's `wave_fill` at a shape) and
+    `waves` > 0, each neighbour's ratio is first scaled by the fill here against there to that
+    power (`_corrected`): the neighbours' tile counts fill their waves otherwise than the query's.
 
     Ties (candidates that build one launch at every neighbour, e.g. `unaligned_rows` 1 and 2
     where the rows are aligned) go to the better at the `count` nearest shapes of the query's
@@ -214,7 +232,10 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
     for order, c in enumerate(tab.candidates):
         if not near or not runs(c, shape):
             continue
-        there = _mean_log([tab.ratio.get((s, c)) for s in near], weights)
+        values = [tab.ratio.get((s, c)) for s in near]
+        if waves and fill is not None and near != [shape]:
+            values = _corrected(values, [fill(c, s) for s in near], fill(c, shape), waves)
+        there = _mean_log(values, weights)
         if there is None:
             continue
         alike_there = _mean_log([tab.ratio.get((s, c)) for s in alike], [1.0] * len(alike))
@@ -224,9 +245,10 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
 
 def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,
                    runs: Callable[[Candidate, tuple], bool],
-                   weighting: str = "equal") -> tuple[Candidate, list, float] | None:
+                   weighting: str = "equal", fill: Callable[[Candidate, tuple], float | None] | None = None,
+                   waves: float = 0.0) -> tuple[Candidate, list, float] | None:
     """(candidate, its neighbours, its weighted geomean ratio there): the first of
     `nearest_ranked`, the candidate the nearest-neighbour model chooses; None if no candidate
     is measured at all the neighbours and runs at the shape."""
-    ranked, near = nearest_ranked(tab, shape, among, count, runs, weighting)
+    ranked, near = nearest_ranked(tab, shape, among, count, runs, weighting, fill, waves)
     return (ranked[0][0], near, ranked[0][1]) if ranked else None

@@ -85,8 +85,8 @@ def drawn_shapes(rows: list[dict]) -> set[tuple[int, int, int]]:
 
 def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
               tuned_path: Path | None = None) -> tuple[list[dict], dict, dict, dict]:
-    """(the evidence rows, the dispatch fitted from them, the fit settings used: `fit.weighting:
-    auto` resolved per dispatcher, judge.resolved; the leave-one-out figures it chose from):
+    """(the evidence rows, the dispatch fitted from them, the fit settings used: `auto` resolved
+    per dispatcher, judge.resolved; the leave-one-out figures, the powers' under `"waves"`):
     `csv_path` fitted under `settings` and written into conf/tuned/<gpu>.yaml (or tuned_path;
     an existing file keeps its header)."""
     from src.job.tuned import tuned_file
@@ -98,10 +98,12 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
-    apart = judge.leave_one_out(rows, guards(settings), settings.get("fit") or {}, drawn_shapes(rows))
+    apart = judge.leave_one_out(rows, guards(settings), settings.get("fit") or {}, drawn := drawn_shapes(rows))
     fit_settings = judge.resolved(settings.get("fit") or {}, apart)
-    dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings,
-                       reserved(settings))
+    if fit_settings.get("waves") == fit.AUTO:  # chosen under each dispatcher's resolved weighting
+        apart["waves"] = judge.waves_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
+        fit_settings = judge.resolved(fit_settings, apart, apart["waves"])
+    dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings, reserved(settings))
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
               fit.nearest_model(cited, guards(settings), fit_settings))
     return rows, dispatch, fit_settings, apart
@@ -116,7 +118,8 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     rows, dispatch, fit_settings, apart = write_fit(gpu_spec, settings, csv_path, tuned_path)
     auto = (settings.get("fit") or {}).get("weighting") == fit.AUTO
     for line in judge.report(rows, guards(settings), guards(settings, outside_reserved=False),
-                             reserved(settings), fit_settings, drawn_shapes(rows), apart, auto):
+                             reserved(settings), fit_settings, drawn_shapes(rows), apart, auto,
+                             gpu_spec):
         print(line, flush=True)
     return dispatch
 

@@ -33,9 +33,9 @@ import json
 import math
 from dataclasses import dataclass
 
-from src.errors import ConfigError
-from src.job import training
 from src.job.training import Candidate, Table, table  # noqa: F401 (the fit's vocabulary)
+from src.tune.nearest import (AUTO, nearest_model, neighbours, uses_nearest,  # noqa: F401
+                             waves, waves_options, weighting)  # (the nearest model's settings)
 
 ALIGNED = "n % 4 == 0 and k % 4 == 0"
 UNALIGNED = "n % 4 != 0 or k % 4 != 0"
@@ -305,49 +305,6 @@ HEADER = ("Per-shape dispatch written by `sgemm-lab tune` (src/tune/fit.py) from
           "qualifies. Re-fit: sgemm-lab tune --fit-only.")
 
 
-def uses_nearest(settings: dict) -> bool:
-    """Whether the fit writes the nearest-neighbour model (`fit.model: nearest`) before the tree."""
-    return str(settings.get("model", "tree")) == "nearest"
-
-
-def neighbours(settings: dict) -> int:
-    """The training shapes the nearest-neighbour model counts (`fit.neighbours`, default 4)."""
-    return int(settings.get("neighbours", 4))
-
-
-AUTO = "auto"  # fit.weighting: per dispatcher, the weighting its leave-one-out figures favour
-
-
-def weighting(settings: dict, dispatcher: str | None = None) -> str:
-    """How the nearest-neighbour model weighs `dispatcher`'s neighbours (`fit.weighting`, default
-    `equal`; src/job/training.WEIGHTINGS): one name for every dispatcher, or a mapping from
-    dispatcher to name (what `auto` resolves to: src/tune/judge.chosen_weightings); an unknown
-    name, or `auto` left unresolved, is a ConfigError naming the rule."""
-    where = "conf/tuning/dispatch.yaml: fit.weighting"
-    value = settings.get("weighting", "equal")
-    if isinstance(value, dict):
-        where, value = f"{where}.{dispatcher}", value.get(dispatcher, "equal")
-    name = str(value)
-    if name == AUTO:
-        raise ConfigError(f"{where}: `auto` is resolved per dispatcher from the evidence before "
-                          f"the fit uses it (rule: src/tune/judge.chosen_weightings runs first).")
-    training.weighting_of(name, where)
-    return name
-
-
-def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:
-    """The tuned file's `nearest:` section (src/job/dispatch.py) where `fit.model` is `nearest`:
-    the evidence file, the neighbours counted and how they are weighed, and each candidate
-    kernel's guard (its size rules and where it was measured); None for the tree alone."""
-    if not uses_nearest(settings):
-        return None
-    value = settings.get("weighting", "equal")
-    written = ({d: weighting(settings, d) for d in value} if isinstance(value, dict)
-               else weighting(settings))
-    return {"evidence": evidence, "count": neighbours(settings), "weighting": written,
-            "guards": {k: v for k, v in sorted(guards.items()) if v}}
-
-
 def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> None:
     """Replace the file's `dispatch:` lists with `dispatch`, and its `nearest:` section with
     `nearest` (removed where None); the rest, comments included, stays; a new file gets a
@@ -385,8 +342,12 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
         if isinstance(weighs, dict):  # per dispatcher (fit.weighting: auto)
             weighs = CommentedMap(sorted(weighs.items()))
             weighs.fa.set_flow_style()
+        powers = nearest.get("waves", 0)
+        if isinstance(powers, dict):  # per dispatcher (fit.waves: auto)
+            powers = CommentedMap(sorted(powers.items()))
+            powers.fa.set_flow_style()
         data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), ("count", nearest["count"]),
-                                        ("weighting", weighs), ("guards", guards)])
+                                        ("weighting", weighs), ("waves", powers), ("guards", guards)])
     if not had and not new:  # once: a re-fit replaces the lists and leaves the comment as it is
         data.yaml_set_comment_before_after_key("dispatch", before=HEADER.format(evidence=evidence))
     path.parent.mkdir(parents=True, exist_ok=True)

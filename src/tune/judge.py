@@ -11,8 +11,8 @@ import json
 import math
 
 from src.job import training
-from src.tune.fit import (AUTO, Candidate, Fitter, holds, neighbours, rules_for, table, uses_nearest,
-                          weighting)
+from src.tune.fit import Candidate, Fitter, holds, rules_for, table
+from src.tune.nearest import AUTO, neighbours, uses_nearest, waves, waves_options, weighting
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -81,18 +81,31 @@ def _summary(figures: list[tuple[float | None, tuple]], shapes: int) -> dict:
 
 
 def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
-                   count: int, weights: str = "equal") -> Candidate | None:
+                   count: int, weights: str = "equal", fill=None, power: float = 0.0) -> Candidate | None:
     """The candidate the nearest-neighbour model (src/job/training.nearest_choice) takes at
     `shape` from the shapes `among`, each candidate's guard as the fit's (`fitter.inside`), its
-    neighbours weighed by `weights` (src/job/training.WEIGHTINGS)."""
-    found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside, weights)
+    neighbours weighed by `weights` (src/job/training.WEIGHTINGS) and, with `fill`, their ratios
+    scaled by the wave fill here against there to the `power`."""
+    found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside, weights, fill, power)
     return None if found is None else found[0]
+
+
+def _fill_for(rows: list[dict], dispatcher: str, gpu_spec: str | None, power: float):
+    """The wave fill of `dispatcher`'s candidates on `gpu_spec` (src/job/dispatch.wave_fills, in
+    the precision its evidence rows name), or None where no power is asked or no GPU named."""
+    if not power or gpu_spec is None:
+        return None
+    from src.job.dispatch import wave_fills
+
+    precision = next(str(r["precision"]) for r in rows if r["dispatcher"] == dispatcher)
+    return wave_fills(gpu_spec, precision)
 
 
 def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
                             folds: int | None = 5, count: int = 4,
                             drawn: set[tuple[int, int, int]] | None = None,
-                            weights: str | None = None) -> dict[str, dict]:
+                            weights: str | None = None, gpu_spec: str | None = None,
+                            power: float | None = None) -> dict[str, dict]:
     """The other model, judged on the same folds as `cross_validated`: each left-out shape runs
     `nearest_choice` over the other folds' shapes. Printed beside the tree's figures so that the
     choice of model stays a measured one (docs/tuning.md). With `drawn` (the training set's random
@@ -100,20 +113,24 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
     products where the library is far ahead, so the whole set's geomean overstates what the
     held-out set, all random draws, will read. `folds=None` leaves one shape out at a time (the
     model then sees every other shape, as at a held-out shape); `weights` overrides the
-    settings' `fit.weighting`."""
+    settings' `fit.weighting`, `power` its `fit.waves` (the wave fills are `gpu_spec`'s; without
+    one, no scaling)."""
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         weighs = weights or weighting(settings, dispatcher)
+        scale = power if power is not None else waves(settings, dispatcher)
+        fill = _fill_for(rows, dispatcher, gpu_spec, scale)
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
         held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
         figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            choice = nearest_choice(fitter, shape, among, count, weighs)
+            choice = nearest_choice(fitter, shape, among, count, weighs, fill, scale)
             figures.append((whole.ratio.get((shape, choice)), shape))
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weighs,
+                               "waves": scale if fill is not None else 0.0,
                                **_summary(figures, len(whole.shapes))}
             out[dispatcher].update(_drawn_summary(figures, drawn))
     return out
@@ -122,22 +139,33 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
 def leave_one_out(rows: list[dict], guards: dict[str, str | None], settings: dict,
                   drawn: set[tuple[int, int, int]] | None = None) -> dict[str, dict[str, dict]]:
     """{weighting: {dispatcher: figures}}: the nearest model left one shape out at a time
-    (`nearest_cross_validated`, folds=None) under each of src/job/training.WEIGHTINGS (what
-    `resolved` chooses from and `report` prints; `settings`' own weighting is not read)."""
+    (`nearest_cross_validated`, folds=None) under each of src/job/training.WEIGHTINGS, no wave-fill
+    scaling (what `resolved` chooses from and `report` prints; `settings`' own weighting and
+    waves are not read)."""
     count = neighbours(settings)
     return {w: nearest_cross_validated(rows, guards, settings, folds=None, count=count,
-                                       drawn=drawn, weights=w) for w in training.WEIGHTINGS}
+                                       drawn=drawn, weights=w, power=0.0) for w in training.WEIGHTINGS}
 
 
-def chosen_weightings(apart: dict[str, dict[str, dict]], tie: float) -> dict[str, str]:
+def waves_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
+                drawn: set[tuple[int, int, int]] | None, gpu_spec: str) -> dict[float, dict[str, dict]]:
+    """{power: {dispatcher: figures}}: the nearest model left one shape out at a time under each
+    of `fit.waves_options`, each dispatcher's neighbours weighed as `settings` (its weighting
+    resolved) says; what `fit.waves: auto` chooses from."""
+    count = neighbours(settings)
+    return {p: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
+                                       gpu_spec=gpu_spec, power=p) for p in waves_options(settings)}
+
+
+def chosen_weightings(apart: dict, tie: float, plain="equal") -> dict:
     """{dispatcher: weighting} that `fit.weighting: auto` takes from `leave_one_out`'s figures,
     at the random draws where there are any (the held-out set's distribution): the higher
     geomean; geomeans within `tie` (relative) of each other, the higher min; minima that close
-    too, `equal`, the plainer model."""
+    too, `plain`, the plainer model (`equal`; for `waves_apart`'s powers, 0)."""
     out = {}
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
         figures = {w: cvs[dispatcher].get("drawn") or cvs[dispatcher] for w, cvs in apart.items()}
-        best = "equal"
+        best = plain
         for w, f in figures.items():
             held = figures[best]
             if f["geomean"] > held["geomean"] * (1 + tie) or (
@@ -147,12 +175,17 @@ def chosen_weightings(apart: dict[str, dict[str, dict]], tie: float) -> dict[str
     return out
 
 
-def resolved(settings: dict, apart: dict[str, dict[str, dict]]) -> dict:
+def resolved(settings: dict, apart: dict[str, dict[str, dict]],
+             powers: dict[float, dict[str, dict]] | None = None) -> dict:
     """The fit settings with `weighting: auto` resolved per dispatcher from `leave_one_out`'s
-    figures (`chosen_weightings`, its `weighting_tie`, default 0.01); other settings as they are."""
-    if settings.get("weighting") != AUTO:
-        return settings
-    return {**settings, "weighting": chosen_weightings(apart, float(settings.get("weighting_tie", 0.01)))}
+    figures (`chosen_weightings`, its `weighting_tie`, default 0.01), and `waves: auto` from
+    `waves_apart`'s (`powers`, the same rule, 0 the plainer); other settings as they are."""
+    tie = float(settings.get("weighting_tie", 0.01))
+    if settings.get("weighting") == AUTO:
+        settings = {**settings, "weighting": chosen_weightings(apart, tie)}
+    if settings.get("waves") == AUTO and powers is not None:
+        settings = {**settings, "waves": chosen_weightings(powers, tie, plain=min(powers))}
+    return settings
 
 
 def choice_at(rules: list[dict], shape: tuple[int, int, int]) -> Candidate | None:
@@ -207,11 +240,12 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
 def report(rows: list[dict], kernel_guards: dict[str, str | None],
            tree_guards: dict[str, str | None], regions: dict[str, str], fit_settings: dict,
            drawn: set[tuple[int, int, int]], apart: dict[str, dict[str, dict]],
-           auto: bool = False) -> list[str]:
+           auto: bool = False, gpu_spec: str | None = None) -> list[str]:
     """What `sgemm-lab tune` prints after a fit: the tree's and the nearest model's
     cross-validation (the random draws `drawn` alone too), the nearest model left one shape out
     under each weighting (`apart`: `leave_one_out`'s) and the ceiling of the candidates.
-    `fit_settings` as the fit used them (`resolved`); `auto`: its weighting was chosen so."""
+    `fit_settings` as the fit used them (`resolved`); `auto`: its weighting was chosen so;
+    `gpu_spec`: whose wave fills the nearest model's `waves` scales by (none: no scaling)."""
     lines = []
     for dispatcher, cv in cross_validated(rows, tree_guards, fit_settings, regions=regions).items():
         lines.append(f"{dispatcher}: on training shapes left out of the fit ({cv['folds']} folds), "
@@ -219,9 +253,12 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                      f"the stronger cuBLAS; {cv['unmeasured']} of {cv['shapes']} shapes chose a "
                      f"candidate not measured there")
     for dispatcher, cv in nearest_cross_validated(
-            rows, kernel_guards, fit_settings, count=neighbours(fit_settings), drawn=drawn).items():
+            rows, kernel_guards, fit_settings, count=neighbours(fit_settings), drawn=drawn,
+            gpu_spec=gpu_spec).items():
         lines.append(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead "
-                     f"({cv['weighting']} weights, the same folds), geomean {cv['geomean']:.3f}x, "
+                     f"({cv['weighting']} weights" + (f", wave fill to the power {cv['waves']:g}"
+                                                       if cv["waves"] else "")
+                     + f", the same folds), geomean {cv['geomean']:.3f}x, "
                      f"min {cv['min']:.3f}x at {cv['min_shape']}; {cv['unmeasured']} of "
                      f"{cv['shapes']} shapes without a choice measured there")
         if "drawn" in cv:  # what the held-out set (random draws, no suite shapes) is comparable to
@@ -230,6 +267,8 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                          f"held-out set): geomean {d['geomean']:.3f}x, min {d['min']:.3f}x at "
                          f"{d['min_shape']}")
     count = neighbours(fit_settings)
+    powers = apart.get("waves") or {}
+    apart = {w: cvs for w, cvs in apart.items() if w != "waves"}
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
         figures = []
         for w, cvs in apart.items():
@@ -242,6 +281,17 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                      + f"; the fit's is {weighting(fit_settings, dispatcher)}"
                      + (" (auto: the better at the random draws, geomean first)"
                         if auto else ""))
+    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in powers.values())) if powers else ()):
+        figures = []
+        for p, cvs in powers.items():
+            cv = cvs[dispatcher]
+            d = cv.get("drawn")
+            figures.append(f"{p:g} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
+                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
+        lines.append(f"{dispatcher}: leave-one-out, each neighbour's ratio scaled by the wave fill "
+                     f"here against there to a power (geomean / min): " + ", ".join(figures)
+                     + f"; the fit's is {waves(fit_settings, dispatcher):g} (auto: the better at "
+                     f"the random draws, geomean first)")
     for dispatcher, top in ceiling(rows, drawn=drawn).items():
         lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
                      f"dispatch over these candidates does better there), geomean "

@@ -1,0 +1,84 @@
+"""The nearest-neighbour model's settings (`fit:` of conf/tuning/dispatch.yaml) and the tuned
+file's `nearest:` section written from them (src/job/dispatch.py reads it at run time): whether
+the fit writes the model, how many neighbours it counts, how it weighs them and how far it scales
+each neighbour's ratio by the candidate's wave fill there. src/tune/fit.py writes the section;
+src/tune/judge.py resolves `auto` from the evidence."""
+
+from __future__ import annotations
+
+from src.errors import ConfigError
+from src.job import training
+
+
+def uses_nearest(settings: dict) -> bool:
+    """Whether the fit writes the nearest-neighbour model (`fit.model: nearest`) before the tree."""
+    return str(settings.get("model", "tree")) == "nearest"
+
+
+def neighbours(settings: dict) -> int:
+    """The training shapes the nearest-neighbour model counts (`fit.neighbours`, default 4)."""
+    return int(settings.get("neighbours", 4))
+
+
+AUTO = "auto"  # fit.weighting: per dispatcher, the weighting its leave-one-out figures favour
+
+
+def weighting(settings: dict, dispatcher: str | None = None) -> str:
+    """How the nearest-neighbour model weighs `dispatcher`'s neighbours (`fit.weighting`, default
+    `equal`; src/job/training.WEIGHTINGS): one name for every dispatcher, or a mapping from
+    dispatcher to name (what `auto` resolves to: src/tune/judge.chosen_weightings); an unknown
+    name, or `auto` left unresolved, is a ConfigError naming the rule."""
+    where = "conf/tuning/dispatch.yaml: fit.weighting"
+    value = settings.get("weighting", "equal")
+    if isinstance(value, dict):
+        where, value = f"{where}.{dispatcher}", value.get(dispatcher, "equal")
+    name = str(value)
+    if name == AUTO:
+        raise ConfigError(f"{where}: `auto` is resolved per dispatcher from the evidence before "
+                          f"the fit uses it (rule: src/tune/judge.chosen_weightings runs first).")
+    training.weighting_of(name, where)
+    return name
+
+
+def waves(settings: dict, dispatcher: str | None = None) -> float:
+    """The power of the wave-fill ratio the nearest model scales each neighbour's ratio by
+    (`fit.waves`, default 0: none; src/job/training.nearest_ranked): one number for every
+    dispatcher, or a mapping from dispatcher to number (what `auto` resolves to:
+    src/tune/judge.resolved); anything else, or `auto` left unresolved, is a ConfigError naming
+    the rule."""
+    where = "conf/tuning/dispatch.yaml: fit.waves"
+    value = settings.get("waves", 0)
+    if isinstance(value, dict):
+        where, value = f"{where}.{dispatcher}", value.get(dispatcher, 0)
+    if value == AUTO:
+        raise ConfigError(f"{where}: `auto` is resolved per dispatcher from the evidence before "
+                          f"the fit uses it (rule: src/tune/judge.resolved runs first).")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{where}: {value!r} is not a number >= 0 or auto (rule: the power of the "
+                          f"wave-fill ratio, here against there, each neighbour's ratio is scaled by).")
+    return float(value)
+
+
+def waves_options(settings: dict) -> list[float]:
+    """What `fit.waves: auto` chooses among (`fit.waves_options`, default [0])."""
+    options = settings.get("waves_options", [0])
+    if not isinstance(options, list) or not options or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in options):
+        raise ConfigError(f"conf/tuning/dispatch.yaml: fit.waves_options {options!r} is not a list "
+                          f"of numbers >= 0 (rule: the powers `fit.waves: auto` chooses among).")
+    return [float(v) for v in options]
+
+
+def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:
+    """The tuned file's `nearest:` section (src/job/dispatch.py) where `fit.model` is `nearest`:
+    the evidence file, the neighbours counted and how they are weighed, and each candidate
+    kernel's guard (its size rules and where it was measured); None for the tree alone."""
+    if not uses_nearest(settings):
+        return None
+    value = settings.get("weighting", "equal")
+    written = ({d: weighting(settings, d) for d in value} if isinstance(value, dict)
+               else weighting(settings))
+    power = settings.get("waves", 0)
+    powers = ({d: waves(settings, d) for d in power} if isinstance(power, dict) else waves(settings))
+    return {"evidence": evidence, "count": neighbours(settings), "weighting": written,
+            "waves": powers, "guards": {k: v for k, v in sorted(guards.items()) if v}}

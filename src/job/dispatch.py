@@ -135,10 +135,15 @@ def _precision_config(kernel: str, precision: str) -> dict:
     return {**kernel_config(kernel), "precision": precision}
 
 
+@lru_cache(maxsize=None)
+def _limits(gpu_spec: str) -> dict[str, int]:
+    return gpu_mod.limits_from_spec(gpu_spec)
+
+
 @lru_cache(maxsize=300_000)
 def _fill(kernel: str, params: str, precision: str, shape: tuple[int, int, int],
           gpu_spec: str) -> float | None:
-    limits = gpu_mod.limits_from_spec(gpu_spec)
+    limits = _limits(gpu_spec)
     spec = candidate_spec(_precision_config(kernel, precision), json.loads(params),
                           Problem(*shape, 1.0, 1.0), limits)
     if not isinstance(spec, KernelSpec) or not spec.grid:

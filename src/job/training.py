@@ -233,7 +233,7 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
         if not near or not runs(c, shape):
             continue
         values = [tab.ratio.get((s, c)) for s in near]
-        if waves and fill is not None and near != [shape]:
+        if waves and fill is not None and near != [shape] and None not in values:
             values = _corrected(values, [fill(c, s) for s in near], fill(c, shape), waves)
         there = _mean_log(values, weights)
         if there is None:

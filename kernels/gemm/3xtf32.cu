@@ -172,10 +172,11 @@ __device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
 }
 
 // The block: a tile's K slice (all of K when SLICES == 1), then the cluster's slices added up.
+// LAST_TILES: the launch runs the last tiles (a split tail's, k_slices.cuh).
 // The three tensor maps in the roles' order: role 0 A_big, A_small, B; role 1 A, B_big^T,
 // B_small^T (the producer loads them in this order into each stage).
 template <bool A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT,
-          int PROMOTE, int SLICES, int PRODUCTS = 3, int STREAM = 0>
+          int PROMOTE, int SLICES, int PRODUCTS = 3, int STREAM = 0, bool LAST_TILES = false>
 __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, const float* A,
                                           const float* B, float beta, float* C,
                                           const TensorMap* tmap_0,
@@ -194,7 +195,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
   u64* empty = full + STAGES;
 
   // This block's tile and K slice (k_slices.cuh).
-  const SliceOfTile work = slice_of_tile<BM, BN, R::BK, GROUP_M, SLICES>(M, N, K);
+  const SliceOfTile work = slice_of_tile<BM, BN, R::BK, GROUP_M, SLICES, LAST_TILES>(M, N, K);
 
   if (threadIdx.x == 0) {
     if constexpr (STREAM)
@@ -254,6 +255,16 @@ __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONS
       M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
 }
 
+// ... or the split tail (`split_tail`): the tiles past the last full wave of a launch of the
+// first ones (gemm_3xtf32, a grid of whole waves), a cluster of SLICES blocks each.
+template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
+          int SLICES, int STREAM>
+__global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)
+    __cluster_dims__(SLICES, 1, 1) gemm_3xtf32_tail(GEMM_3XTF32_ARGS) {
+  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM, true>(
+      M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
+}
+
 // gemm_tf32_swapped: TF32 (one product a step, A rounded to TF32 in registers, B^T rounded by the
 // pre-pass) in role 1's block, for few columns: they are wgmma's N side (any multiple of 8 with a
 // fitted tile), where gemm_tf32 spends a 64-column consumer warpgroup. The pre-pass and the maps
@@ -276,5 +287,13 @@ template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, in
 __global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
     __cluster_dims__(SLICES, 1, 1) gemm_tf32_swapped_cluster(GEMM_TF32_SWAPPED_ARGS) {
   run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1, STREAM>(
+      M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_1);
+}
+
+// ... or the split tail (`split_tail`), as gemm_3xtf32_tail.
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
+__global__ void __launch_bounds__(128 * (1 + Roles<true, BM, BN, 1>::CONSUMERS), 1)
+    __cluster_dims__(SLICES, 1, 1) gemm_tf32_swapped_tail(GEMM_TF32_SWAPPED_ARGS) {
+  run_block<true, BM, BN, STAGES, GROUP_M, IN_FLIGHT, 0, SLICES, 1, STREAM, true>(
       M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_1);
 }

@@ -119,8 +119,9 @@ __device__ __forceinline__ void produce_k_slice(unsigned char* a_tiles, unsigned
 }
 
 // The block: a tile's K slice (the whole K range when SLICES == 1), as in 20, then the cluster's
-// slices added up.
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
+// slices added up. LAST_TILES: the launch runs the last tiles (a split tail's, k_slices.cuh).
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM,
+          bool LAST_TILES = false>
 __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, const float* A,
                                           const float* B, float beta, float* C,
                                           const TensorMap* tmap_a, const TensorMap* tmap_b) {
@@ -142,7 +143,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
   u64* empty = full + STAGES;
 
   // This block's tile and K slice (k_slices.cuh).
-  const SliceOfTile work = slice_of_tile<BM, BN, BK, GROUP_M, SLICES>(M, N, K);
+  const SliceOfTile work = slice_of_tile<BM, BN, BK, GROUP_M, SLICES, LAST_TILES>(M, N, K);
   const int m0 = work.m0, n0 = work.n0, slice = work.slice, kt0 = work.kt0, k_tiles = work.k_tiles;
 
   if (threadIdx.x == 0) {
@@ -264,4 +265,17 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICE
                                        const __grid_constant__ TensorMap tmap_b) {
   run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM>(M, N, K, alpha, A, B, beta, C,
                                                                 &tmap_a, &tmap_b);
+}
+
+// ... or the split tail (`split_tail`): the tiles past the last full wave of a launch of the
+// first ones (the kernel above, a grid of whole waves), a cluster of SLICES blocks each, so that
+// they fill one wave of SMs for 1 / SLICES of a round instead of a few SMs for a whole one.
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
+__global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICES, 1, 1)
+    gemm_tf32_tail(int M, int N, int K, float alpha, const float* __restrict__ A,
+                   const float* __restrict__ B, float beta, float* __restrict__ C,
+                   float* __restrict__ workspace, const __grid_constant__ TensorMap tmap_a,
+                   const __grid_constant__ TensorMap tmap_b) {
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM, true>(M, N, K, alpha, A, B, beta,
+                                                                      C, &tmap_a, &tmap_b);
 }

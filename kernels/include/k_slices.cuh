@@ -11,15 +11,19 @@
 // Where a block works: a tile's K slices are consecutive blocks (one cluster), the tiles in 20's
 // grouped order (GROUP_M block rows walked together); slice `slice` of the tile at (m0, n0)
 // runs k tiles kt0 .. kt0 + k_tiles - 1 (the last slices may be shorter, or empty: a zero
-// partial). With SLICES == 1 it is the whole K range of one tile.
+// partial). With SLICES == 1 it is the whole K range of one tile. A launch runs the first
+// gridDim.x / SLICES tiles of that order, or with LAST_TILES the last ones: the tail launch of a
+// split tail (`split_tail`), the tiles a launch of the first ones leaves past its last full wave,
+// their K sliced so that they fill one wave instead of idling most of the SMs for a whole round.
 struct SliceOfTile {
   int m0, n0, slice, kt0, k_tiles;
 };
-template <int BM, int BN, int BK, int GROUP_M, int SLICES>
+template <int BM, int BN, int BK, int GROUP_M, int SLICES, bool LAST_TILES = false>
 __device__ __forceinline__ SliceOfTile slice_of_tile(int M, int N, int K) {
   SliceOfTile w;
   const int tiles_m = CEIL_DIV(M, BM), tiles_n = CEIL_DIV(N, BN);
-  const int tile = blockIdx.x / SLICES;
+  int tile = blockIdx.x / SLICES;
+  if constexpr (LAST_TILES) tile += tiles_m * tiles_n - (int)gridDim.x / SLICES;
   w.slice = blockIdx.x % SLICES;
   const int group_tiles = GROUP_M * tiles_n;
   const int first_m = (tile / group_tiles) * GROUP_M;

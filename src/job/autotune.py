@@ -182,8 +182,9 @@ def _params(job: PreparedJob) -> dict:
 
 
 def _identity(job: PreparedJob) -> str:
+    tail = [[job.spec.tail.entry, list(job.spec.tail.grid)]] if job.spec.tail else []
     return json.dumps([job.spec.name, job.spec.entry, job.source_sha256, list(job.spec.grid),
-                       list(job.spec.block)], sort_keys=True, default=str)
+                       list(job.spec.block), *tail], sort_keys=True, default=str)
 
 
 def key(prepared: PreparedJob, dispatcher: str, jobs: list[PreparedJob]) -> dict:

@@ -96,6 +96,8 @@ def key(prepared) -> Key:
             "workspace_bytes": spec.workspace_bytes, "compute_type": spec.compute_type,
             "arch": spec.arch, "tensor_maps": [asdict(tm) for tm in spec.tensor_maps],
             "compiler": _compiler(spec),
+            # a split tail's launch (named only where there is one: other keys stay as they were)
+            **({"tail": [spec.tail.entry, list(spec.tail.grid)]} if spec.tail else {}),
         },
         "problem": {"m": problem.m, "n": problem.n, "k": problem.k, "alpha": problem.alpha,
                     "beta": problem.beta},

@@ -35,8 +35,7 @@ from src.job.cubin_store import cubin_entry, store_cubin
 from src.job.directives import include_of, logical_lines
 from src.job.gpu import device_arch
 from src.job.spec import KernelSpec
-from src.paths import KERNELS_DIR
-from src.paths import kernel_file
+from src.paths import KERNELS_DIR, kernel_file
 
 NVRTC_OPTIONS = ("-std=c++17",)
 # What CuPy's RawModule adds to them (17's device lambdas need the execution-space default), then
@@ -117,13 +116,14 @@ class NvrtcKernel:
     kernel leaves its tickets zeroed for the next launch. A kernel whose config lists
     `launch.tensor_maps` takes one TMA descriptor per entry after that, encoded for the arrays
     of the launch (and kept for the next launch on the same arrays). A `launch.prepass` entry
-    (`prepass`, its loaded function) runs first, on the arguments up to the workspace.
+    (`prepass`, its loaded function) runs first, on the arguments up to the workspace; a
+    `launch.tail` entry (`tail`) last, on all of them (a split tail's last tiles).
     """
 
-    def __init__(self, spec: KernelSpec, function, report: ResourceReport, prepass=None):
+    def __init__(self, spec: KernelSpec, function, report: ResourceReport, prepass=None, tail=None):
         self.spec = spec
         self.function = function
-        self.prepass = prepass
+        self.prepass, self.tail = prepass, tail
         self.report = report
         self.workspace = None
         self._maps: dict[tuple, tuple] = {}
@@ -151,11 +151,14 @@ class NvrtcKernel:
         try:
             if self.prepass is not None:
                 self.prepass(self.spec.prepass.grid, self.spec.prepass.block, args[:9])
-            self.function(self.spec.grid, self.spec.block, args,
-                          shared_mem=self.spec.dynamic_smem_bytes)
+            smem = self.spec.dynamic_smem_bytes
+            self.function(self.spec.grid, self.spec.block, args, shared_mem=smem)
+            if self.tail is not None:  # a split tail: the last tiles, after the main launch's
+                self.tail(self.spec.tail.grid, self.spec.block, args, shared_mem=smem)
         except Exception as exc:  # CUDADriverError: invalid configuration, out of resources, ...
             raise LaunchFailed(
-                f"launch of kernel {self.spec.name} ({self.spec.entry}, grid={self.spec.grid}, "
+                f"launch of kernel {self.spec.name} ({self.spec.entry}, grid={self.spec.grid}, " + (
+                    f"then {self.spec.tail.entry}, grid={self.spec.tail.grid}, " if self.spec.tail else "") +
                 f"block={self.spec.block}, dynamic smem={self.spec.dynamic_smem_bytes} B) failed: {exc}"
             ) from exc
 
@@ -324,7 +327,8 @@ def compile_kernel(spec: KernelSpec, cache_dir: Path | str = DEFAULT_CACHE_DIR):
             f"Use smaller tiles or fewer threads."
         )
     prepass = _built(spec, spec.prepass.entry, cache_dir, 0)[0] if spec.prepass else None
-    return NvrtcKernel(spec, function, report, prepass)
+    tail = _built(spec, spec.tail.entry, cache_dir, spec.dynamic_smem_bytes)[0] if spec.tail else None
+    return NvrtcKernel(spec, function, report, prepass, tail)
 
 
 def _built(spec: KernelSpec, entry: str, cache_dir, dynamic_smem_bytes: int):
@@ -394,6 +398,3 @@ def nvrtc_ptx(source_text: str, entry: str, compute_capability: str) -> str:
     finally:
         nvrtc.destroyProgram(program)
     return (ptx.decode() if isinstance(ptx, bytes) else ptx).rstrip("\0")
-
-
-# --- offline (no GPU): nvcc + ptxas report --------------------------------------------------

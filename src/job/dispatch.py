@@ -148,7 +148,8 @@ def _fill(kernel: str, params: str, precision: str, shape: tuple[int, int, int],
                           Problem(*shape, 1.0, 1.0), limits)
     if not isinstance(spec, KernelSpec) or not spec.grid:
         return None
-    return training.wave_fill(math.prod(spec.grid), spec.resident_ctas, limits["sms"])
+    tail = (math.prod(spec.tail.grid), spec.tail.slices) if spec.tail else ()
+    return training.wave_fill(math.prod(spec.grid), spec.resident_ctas, limits["sms"], *tail)
 
 
 def wave_fills(gpu_spec: str, precision: str) -> Callable[[training.Candidate, tuple], float | None] | None:

@@ -39,7 +39,9 @@ def compile_offline(spec: KernelSpec, arch: str = "sm_90", cubin: Path | None = 
         unit.write_text(expand_source(spec.source)
                         + f"\nstatic auto* const sgemm_lab_entry = &{spec.entry};\n"
                         + (f"static auto* const sgemm_lab_prepass = &{spec.prepass.entry};\n"
-                           if spec.prepass else ""))
+                           if spec.prepass else "")
+                        + (f"static auto* const sgemm_lab_tail = &{spec.tail.entry};\n"
+                           if spec.tail else ""))
         out = cubin if cubin is not None else Path(tmp) / "unit.cubin"
         cmd = [nvcc, *NVRTC_OPTIONS, "-ftz=true", "-cubin", *nvcc_arch_options(arch), "-Xptxas", "-v",
                "-diag-suppress", "177", "-o", str(out), str(unit)]

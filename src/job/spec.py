@@ -44,6 +44,7 @@ class KernelSpec:
     arch: str | None = None           # a fixed target (e.g. sm_90a for wgmma); None: the device's
     tensor_maps: tuple[TensorMapSpec, ...] = ()  # TMA descriptors passed after C (tensor_maps.py)
     prepass: "Prepass | None" = None  # a kernel launched before the entry, on the same arguments
+    tail: "Tail | None" = None        # a kernel launched after the entry, on the same arguments (a split tail)
     input_precision: str | None = None  # Triton peers only: tl.dot's input_precision
     resident_ctas: int = 1            # blocks an SM holds at once (launch.resident_ctas): the dispatch's wave fill
 
@@ -65,6 +66,18 @@ class Prepass:
     entry: str
     grid: tuple[int, ...]
     block: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Tail:
+    """launch.tail: a second entry of the same source launched after the main one, with its
+    block, dynamic shared memory and arguments (a split tail: the tiles past the main launch's
+    last full wave, K sliced across a cluster: `slices` blocks a tile). A tail whose grid
+    evaluates to 0 blocks at a shape is not launched (the spec's `tail` is None)."""
+
+    entry: str
+    grid: tuple[int, ...]
+    slices: int = 1
 
 
 def _names_in(expr: str) -> list[str]:
@@ -196,6 +209,7 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         arch=cfg.get("arch"),
         tensor_maps=tensor_maps,
         prepass=_prepass(launch.get("prepass"), names, name, {**params, **derived}),
+        tail=_tail(launch.get("tail"), names, name, {**params, **derived}),
         resident_ctas=max(1, int(_evaluate(launch.get("resident_ctas", 1), names, name))),
     )
 
@@ -243,3 +257,18 @@ def _prepass(cfg: dict | None, names: dict, name: str, values: dict) -> Prepass 
     if 0 in grid:
         return None  # a pre-pass with nothing to do at this shape (25: rows already aligned)
     return Prepass(entry=str(cfg["entry"]).format(**values), grid=grid, block=block)
+
+
+def _tail(cfg: dict | None, names: dict, name: str, values: dict) -> Tail | None:
+    if not cfg:
+        return None
+    grid = tuple(int(_evaluate(e, names, name)) for e in cfg.get("grid", ()))
+    if not grid or "entry" not in cfg:
+        raise ConfigError(f"kernel {name}: launch.tail needs an entry and a grid.")
+    if 0 in grid:
+        return None  # no tail at this shape (the tiles fill whole waves, or it is not split)
+    slices = int(_evaluate(cfg.get("slices", 1), names, name))
+    if slices < 1:
+        raise ConfigError(f"kernel {name}: launch.tail.slices is {slices} at this shape (rule: the "
+                          f"tail's blocks per tile, at least 1).")
+    return Tail(entry=str(cfg["entry"]).format(**values), grid=grid, slices=slices)

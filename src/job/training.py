@@ -190,11 +190,14 @@ def _mean_log(values: list, weights: list[float]) -> float | None:
     return sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights)
 
 
-def wave_fill(ctas: int, resident_ctas: int, sms: int) -> float:
+def wave_fill(ctas: int, resident_ctas: int, sms: int, tail_ctas: int = 0, tail_slices: int = 1) -> float:
     """The share of the rounds of waves a launch of `ctas` blocks keeps busy on `sms` SMs that hold
-    `resident_ctas` each: 1.0 when the last round is full, 0.51 for one block past a round."""
+    `resident_ctas` each: 1.0 when the last round is full, 0.51 for one block past a round. With
+    a split tail (`tail_ctas` blocks after it, `tail_slices` a tile), a tail block's round counts
+    1 / tail_slices of a whole tile's: the tiles' work over the rounds both launches take."""
     slots = sms * max(1, resident_ctas)
-    return ctas / (-(-ctas // slots) * slots)
+    rounds = -(-ctas // slots) + (-(-tail_ctas // slots)) / tail_slices
+    return (ctas + tail_ctas / tail_slices) / (rounds * slots)
 
 
 def _corrected(values: list, fills: list, here: float | None, waves: float) -> list:

@@ -133,7 +133,7 @@ def identity(spec, cache_dir: Path | None = None) -> str:
     names, the architecture and nvcc's version: a second evidence file's rows reuse it."""
     launch = (spec.grid, spec.block, spec.dynamic_smem_bytes, spec.workspace_bytes, spec.arch,
               spec.tensor_maps, spec.prepass.grid if spec.prepass else None,
-              spec.prepass.block if spec.prepass else None)
+              spec.prepass.block if spec.prepass else None) + ((spec.tail.grid,) if spec.tail else ())
     return hashlib.sha256((_code(spec, cache_dir) + repr(launch)).encode()).hexdigest()
 
 
@@ -143,14 +143,17 @@ def _code(spec, cache_dir: Path | None) -> str:
 
     arch = spec.arch or "sm_90"
     prepass = spec.prepass.entry if spec.prepass else None
+    tail = [spec.tail.entry] if spec.tail else []  # named only where there is one (keys stay)
     key = hashlib.sha256(json.dumps([IDENTITY_SCHEME, expand_source(spec.source), spec.entry,
-                                     prepass, arch, _nvcc_version()]).encode()).hexdigest()
+                                     prepass, arch, _nvcc_version(), *tail]).encode()).hexdigest()
     memo = None if cache_dir is None else Path(cache_dir) / "identities" / key
     if memo is not None and memo.is_file():
         return memo.read_text()
     roles = {"entry": spec.entry.split("<")[0]}
     if prepass is not None:
         roles["prepass"] = prepass.split("<")[0]
+    if tail:
+        roles["tail"] = tail[0].split("<")[0]
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "candidate.cubin"
         compile_offline(spec, arch, cubin=cubin)

@@ -137,7 +137,7 @@ def kernel_identity(spec: KernelSpec) -> str:
     measurement cache's key holds the same, src/job/cache.py); the parameters' names are not part
     of it."""
     return repr((spec.entry, spec.grid, spec.block, spec.dynamic_smem_bytes, spec.workspace_bytes,
-                 spec.arch, spec.tensor_maps, spec.prepass))
+                 spec.arch, spec.tensor_maps, spec.prepass) + ((spec.tail,) if spec.tail else ()))
 
 
 def prune(kernel_cfg: dict, candidates: list[dict], problem: Problem, limits: dict) -> Pruning:

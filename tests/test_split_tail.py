@@ -188,7 +188,9 @@ def test_split_tail_alpha_beta(compose, kernel, shape, params):
     from src.job.pipeline import run_job
 
     m, n, k = shape
-    params = {**params, "split_tail": 1}
+    # every parameter pinned to the planned launch's, so the kernel's defaults in conf/ (not the
+    # test's candidate) cannot turn its tail into a K-sliced main launch
+    params = spec_of(kernel, shape, **params, split_tail=1).params
     record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
                              *[f"kernel.params.{p}={v}" for p, v in params.items()], "bench=quick"),
                      explicit_params=set(params))

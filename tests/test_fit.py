@@ -969,6 +969,12 @@ def test_wave_fill_scales_each_neighbours_ratio_and_auto_takes_the_better_power(
     chosen = judge.resolved(settings, {}, powers)
     assert chosen["waves"] == {"best_fp32": 0.25, "best_tf32": 0.5}
     assert judge.resolved(settings, {})["waves"] == "auto"  # nothing to choose from yet
+    # a mapping: a dispatcher's given power kept, its `auto` chosen, one not named none (0)
+    assert fit.waves_auto({"waves": {"best_fp32": 0, "best_tf32": "auto"}}) and not fit.waves_auto(chosen)
+    partly = judge.resolved({**settings, "waves": {"best_fp32": 0, "best_tf32": "auto"}}, {}, powers)
+    assert partly["waves"] == {"best_fp32": 0, "best_tf32": 0.5} and partly["waves_chosen"] == ["best_tf32"]
+    assert judge.resolved({**settings, "waves": {"best_fp32": "auto"}}, {}, powers)["waves"] == {"best_fp32": 0.25}
+    assert fit.waves({"waves": {"best_fp32": "auto"}}, "best_tf32") == 0.0
     with pytest.raises(ConfigError, match="fit.waves: -1 is not a number >= 0"):
         fit.waves({**settings, "waves": -1})
     with pytest.raises(ConfigError, match="fit.waves_options"):

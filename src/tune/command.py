@@ -100,7 +100,7 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
     apart = judge.leave_one_out(rows, guards(settings), settings.get("fit") or {}, drawn := drawn_shapes(rows))
     fit_settings = judge.resolved(settings.get("fit") or {}, apart)
-    if fit_settings.get("waves") == fit.AUTO:  # chosen under each dispatcher's resolved weighting
+    if fit.waves_auto(fit_settings):  # chosen under each dispatcher's resolved weighting
         apart["waves"] = judge.waves_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
         fit_settings = judge.resolved(fit_settings, apart, apart["waves"])
     dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings, reserved(settings))

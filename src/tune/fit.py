@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from src.job.training import Candidate, Table, table  # noqa: F401 (the fit's vocabulary)
 from src.tune.nearest import (AUTO, nearest_model, neighbours, uses_nearest,  # noqa: F401
-                             waves, waves_options, weighting)  # (the nearest model's settings)
+                             waves, waves_auto, waves_options, weighting)  # (the nearest model's settings)
 
 ALIGNED = "n % 4 == 0 and k % 4 == 0"
 UNALIGNED = "n % 4 != 0 or k % 4 != 0"

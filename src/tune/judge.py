@@ -12,7 +12,7 @@ import math
 
 from src.job import training
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
-from src.tune.nearest import AUTO, neighbours, uses_nearest, waves, waves_options, weighting
+from src.tune.nearest import AUTO, neighbours, uses_nearest, waves, waves_auto, waves_options, weighting
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -183,8 +183,13 @@ def resolved(settings: dict, apart: dict[str, dict[str, dict]],
     tie = float(settings.get("weighting_tie", 0.01))
     if settings.get("weighting") == AUTO:
         settings = {**settings, "weighting": chosen_weightings(apart, tie)}
-    if settings.get("waves") == AUTO and powers is not None:
-        settings = {**settings, "waves": chosen_weightings(powers, tie, plain=min(powers))}
+    if waves_auto(settings) and powers is not None:
+        chosen = chosen_weightings(powers, tie, plain=min(powers))
+        given = settings["waves"]  # auto, or {dispatcher: power or auto} (one not named: 0)
+        settings = {**settings, "waves": chosen if given == AUTO else
+                    {d: chosen.get(d, 0.0) if v == AUTO else v for d, v in given.items()},
+                    "waves_chosen": sorted(chosen if given == AUTO else
+                                           (d for d, v in given.items() if v == AUTO))}
     return settings
 
 
@@ -290,8 +295,10 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                 f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
         lines.append(f"{dispatcher}: leave-one-out, each neighbour's ratio scaled by the wave fill "
                      f"here against there to a power (geomean / min): " + ", ".join(figures)
-                     + f"; the fit's is {waves(fit_settings, dispatcher):g} (auto: the better at "
-                     f"the random draws, geomean first)")
+                     + f"; the fit's is {waves(fit_settings, dispatcher):g} " + (
+                         "(auto: the better at the random draws, geomean first)"
+                         if dispatcher in fit_settings.get("waves_chosen", [dispatcher])
+                         else "(given: conf/tuning/dispatch.yaml fit.waves)"))
     for dispatcher, top in ceiling(rows, drawn=drawn).items():
         lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
                      f"dispatch over these candidates does better there), geomean "

@@ -59,6 +59,13 @@ def waves(settings: dict, dispatcher: str | None = None) -> float:
     return float(value)
 
 
+def waves_auto(settings: dict) -> bool:
+    """Whether `fit.waves` leaves any dispatcher's power to `auto` (all of them, or those a
+    mapping names `auto`): then src/tune/judge.resolved chooses it from the evidence."""
+    value = settings.get("waves", 0)
+    return value == AUTO or isinstance(value, dict) and AUTO in value.values()
+
+
 def waves_options(settings: dict) -> list[float]:
     """What `fit.waves: auto` chooses among (`fit.waves_options`, default [0])."""
     options = settings.get("waves_options", [0])

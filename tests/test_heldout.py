@@ -41,3 +41,29 @@ def test_a_gpu_set_refuses_another_gpus_heldout_runs(tmp_path):
     with pytest.raises(ValueError, match=r"into results/h200/: it holds jobs measured on h100_sxm"):
         heldout.publish(as_dispatched(tmp_path), out, "h200")
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_runs_timed_otherwise_than_their_protocol_are_not_published(tmp_path):
+    """Recorded H200 held-out rows (2026-12-02) measured without the CUDA extras' wheels: CUPTI's
+    bindings missing, so CUDA events stood in for the `cupti` clock, and nvmath-python missing, so
+    `bench.best_cublas` ran no cuBLASLt. The guard names both and nothing is written; the same
+    rows with the protocol met pass, and so does the published set as it stands."""
+    from pathlib import Path
+
+    from src.records.collect import protocol_shortfalls, runs_refusal
+
+    recorded = Path(__file__).parent / "data" / "heldout_h200_without_cuda_extras.csv"
+    out = tmp_path / "h200"
+    with pytest.raises(ValueError, match=r"3 job\(s\) were timed by events where the protocol asks "
+                                         r"cupti.*3 job\(s\) asked for the stronger cuBLAS"):
+        heldout.publish(recorded, out, "h200")
+    assert not out.exists() or not any(out.iterdir())
+    rows = pd.read_csv(recorded, dtype=str, keep_default_na=False)
+    assert len(rows) == 3 and set(rows.timer) == {"events"} and not any(rows.cublaslt_gflops)
+    met = rows.assign(timer="cupti", cublaslt_gflops="1000.0")
+    assert protocol_shortfalls(met.to_dict("records")) == []
+    failed = rows.assign(status="launch_failed")  # a failed job has no figures to fall short
+    assert protocol_shortfalls(failed.to_dict("records")) == []
+    assert len(protocol_shortfalls(rows.assign(timer="cupti").to_dict("records"))) == 1
+    published = Path(__file__).parents[1] / "results" / "h200" / "heldout_runs.csv"
+    assert runs_refusal("h200", published) is None

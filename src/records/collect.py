@@ -9,7 +9,8 @@ or `<file>:<line>` for a JSONL source) and `size` (the size label). Nested field
 `device` and `bench` spread into `device.<key>` and `bench.<key>` columns (`bench.tolerance.fp32`).
 A failed job keeps its status and error and has empty figures, exactly as in its record.
 `read_runs` and `records_from_runs` read the file back for the table and plots steps;
-`runs_refusal` says why a runs file may not enter a GPU's published set (jobs of another GPU).
+`runs_refusal` says why a runs file may not enter a GPU's published set (jobs of another GPU, or
+timed otherwise than their protocol asked: `protocol_shortfalls`).
 """
 
 from __future__ import annotations
@@ -120,14 +121,47 @@ def read_runs(path: Path) -> pd.DataFrame:
 
 
 def runs_refusal(spec: str, runs_csv: Path) -> str | None:
-    """Why the collected runs may not enter `spec`'s set: jobs that name another GPU spec."""
+    """Why the collected runs may not enter `spec`'s set: jobs that name another GPU spec, or
+    jobs timed otherwise than their protocol asked (`protocol_shortfalls`)."""
     with runs_csv.open(newline="") as f:
-        specs = {row.get("gpu_spec") or "" for row in csv.DictReader(f)}
-    others = sorted(specs - {spec, "", "unknown"})  # empty / unknown: refused before any GPU
-    if not others:
-        return None
-    return (f"refusing to publish {runs_csv} into results/{spec}/: it holds jobs measured on "
-            f"{', '.join(others)} ({SET_RULE}).")
+        rows = list(csv.DictReader(f))
+    others = sorted({row.get("gpu_spec") or "" for row in rows} - {spec, "", "unknown"})
+    if others:  # empty / unknown: refused before any GPU
+        return (f"refusing to publish {runs_csv} into results/{spec}/: it holds jobs measured on "
+                f"{', '.join(others)} ({SET_RULE}).")
+    shortfalls = protocol_shortfalls(rows)
+    if shortfalls:
+        return (f"refusing to publish {runs_csv} into results/{spec}/: " + "; ".join(shortfalls)
+                + f" ({PROTOCOL_RULE}). Send the project's optional CUDA packages with the run "
+                f"(cupti-python, nvmath-python: pyproject's `cuda13` extra) and measure again.")
+    return None
+
+
+PROTOCOL_RULE = "rule: a published figure was timed by the clock and against the baselines its protocol names"
+
+
+def protocol_shortfalls(rows: list[dict]) -> list[str]:
+    """What the measured jobs (status ok) of collected runs lack of the protocol each names: the
+    clock it asked for (`bench.timer`; CUDA events stand in when CUPTI's bindings are missing)
+    and, with `bench.best_cublas`, the autotuned cuBLASLt baseline (empty when nvmath-python is
+    missing or refuses): each a line naming how many jobs and the first shapes."""
+    def shapes(bad):
+        return ", ".join(f"{r.get('m')}x{r.get('n')}x{r.get('k')}" for r in bad[:3]) + (
+            ", ..." if len(bad) > 3 else "")
+
+    measured = [r for r in rows if r.get("status") == "ok"]
+    clock = [r for r in measured if r.get("bench.timer") and r.get("timer")
+             and r["timer"] != r["bench.timer"]]
+    baseline = [r for r in measured if str(r.get("bench.best_cublas", "")).lower() == "true"
+                and r.get("backend") != "cublas" and not r.get("cublaslt_gflops")]  # (cuBLAS's own rows compare to none)
+    out = []
+    if clock:
+        out.append(f"{len(clock)} job(s) were timed by {clock[0]['timer']} where the protocol asks "
+                   f"{clock[0]['bench.timer']} ({shapes(clock)})")
+    if baseline:
+        out.append(f"{len(baseline)} job(s) asked for the stronger cuBLAS (bench.best_cublas) "
+                   f"but cuBLASLt autotuned did not run ({shapes(baseline)})")
+    return out
 
 
 def _missing(value) -> bool:

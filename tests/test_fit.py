@@ -293,6 +293,15 @@ def test_evidence_rows_from_a_sweep_give_every_built_candidate_a_row(tmp_path):
             {c: by_params[r["same_as"]][c] for c in training.SAME_AS_COPIES}
         assert by_params[r["params"]]["gflops"] == r["gflops"] and by_params[r["params"]]["status"] == "ok"
     assert back == training.read(evidence.write(back, tmp_path / "again.csv"))
+    # a record timed otherwise than its protocol asked (CUDA events for cupti, no cuBLASLt under
+    # bench.best_cublas) stops the tune before its sweep's rows enter the evidence
+    Record(kernel=sweep.kernel, precision="fp32", backend="nvrtc", m=8, n=4096, k=4096,
+           alpha=0.5, beta=3.0, params=pruning.valid[0][1].params, gflops=1000.0, timer="events",
+           bench={"timer": "cupti", "best_cublas": True}, pct_of_best_cublas=150.0,
+           pct_of_cublas=150.0).write(tmp_path / sweep.name / "99_job")
+    with pytest.raises(ConfigError, match=r"were timed by events where the protocol asks cupti.*"
+                                          r"asked for the stronger cuBLAS.*not written into the evidence"):
+        evidence.sweep_rows(sweep, tmp_path, "h100_sxm", settings)
 
 
 def test_a_tunes_evidence_so_far_keeps_the_earlier_rows_it_has_not_measured_again():

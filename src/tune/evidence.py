@@ -27,6 +27,7 @@ from pathlib import Path
 
 from src.errors import ConfigError
 from src.job.training import row_order, twin_change
+from src.records.collect import PROTOCOL_RULE, protocol_shortfalls, record_row
 from src.records.record import Record, load_records
 from src.tune.space import params_key
 
@@ -71,6 +72,11 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
     from src.tune import space as tune
 
     records = load_records(sweep_dir / sweep.name) if (sweep_dir / sweep.name).is_dir() else []
+    shortfalls = protocol_shortfalls([record_row(r, "") for r in records])
+    if shortfalls:  # a ratio to a weaker baseline, or another clock's, would mislead the fit
+        raise ConfigError(f"sweep {sweep.name}: " + "; ".join(shortfalls) + f" ({PROTOCOL_RULE}). "
+                          f"Its rows are not written into the evidence; send cupti-python and "
+                          f"nvmath-python with the run (pyproject's `cuda13` extra) and tune again.")
     measured = {}
     rows = []
     for record in records:

@@ -902,3 +902,58 @@ def test_a_new_twin_of_a_kept_twin_names_the_row_that_holds_the_figures(tmp_path
     evidence.write(kept + new, tmp_path / "e.csv")   # accepted: every twin names a written row
     back = {r["params"]: r for r in read_evidence(tmp_path / "e.csv")}
     assert back[tune.params_key(c)]["same_as"] == tune.params_key(a)
+
+
+def test_a_long_sweep_runs_in_parts_and_a_cut_loses_one_part_at_most(tmp_path, monkeypatch):
+    """`sweep_max_jobs`: a sweep of more jobs runs as parts of whole shapes, none over the cap
+    unless one shape alone is, together its shapes, jobs and held pairs exactly; a tune cut in a
+    sweep's second part keeps its first part's rows in the evidence, and `--missing` measures the
+    rest only, ending with the uninterrupted run's evidence and fit byte for byte."""
+    from src.cli import main as cli
+    from src.tune.sweeps import parts
+
+    settings = plan_mod.load_settings()
+    count = settings["screen"]["shapes"]
+    planned = plan_mod.build("h100_sxm", distribution.stratified(distribution.training(), count), settings)
+    big = max(planned.sweeps, key=lambda s: s.jobs)
+    cap = big.jobs // 3
+    cut = parts([big], cap)
+    assert len(cut) >= 3 and [p.name for p in cut] == [f"{big.dispatcher}_{big.kernel}_part{i}"
+                                                         for i in range(1, len(cut) + 1)]
+    assert all(p.jobs <= cap or len(p.shapes) == 1 for p in cut)
+    assert [s for p in cut for s in p.shapes] == big.shapes and sum(p.jobs for p in cut) == big.jobs
+    assert sorted(s.label for p in cut for s in p.covered) == sorted(s.label for s in big.covered)
+    assert {k: v for p in cut for k, v in p.held.items()} == big.held
+    assert parts([big], None) == [big] and parts([big], big.jobs) == [big]
+
+    common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
+              "--tuned", str(tmp_path / "t.yaml")]
+    capped = {**settings, "sweep_max_jobs": cap}
+    monkeypatch.setattr(plan_mod, "load_settings", lambda *a, **k: dict(capped))
+    whole_measured: list = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, whole_measured))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "whole")]) == 0
+    whole, tuned = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
+    (tmp_path / "e.csv").unlink()
+    (tmp_path / "t.yaml").unlink()
+
+    before: list = []
+    inner = stand_in_sweeps({}, before)
+
+    def cut_short(sweeps, *rest, **kw):  # the big sweep's second part never finishes
+        if any(s.name == f"{big.name}_part2" for s in sweeps):
+            raise KeyboardInterrupt
+        return inner(sweeps, *rest, **kw)
+
+    monkeypatch.setattr(command, "run_sweeps", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        cli(common + ["--sweep-dir", str(tmp_path / "cut")])
+    saved = read_evidence(tmp_path / "e.csv")
+    first_part = {s.label for s in cut[0].shapes}
+    assert {r["shape"] for r in saved if (r["dispatcher"], r["kernel"]) == (big.dispatcher, big.kernel)
+            } == first_part  # the first part's rows, kept
+    after: list = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, after))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "resumed"), "--missing"]) == 0
+    assert (tmp_path / "e.csv").read_text() == whole and (tmp_path / "t.yaml").read_text() == tuned
+    assert sorted(before + after) == sorted(whole_measured)

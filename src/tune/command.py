@@ -26,7 +26,7 @@ from pathlib import Path
 from src.errors import ConfigError, LabError
 from src.job.training import evidence_path, read as read_evidence
 from src.paths import ROOT
-from src.tune.sweeps import run_sweeps
+from src.tune.sweeps import parts, run_sweeps
 
 SWEEP_DIR = ROOT / "sweeps" / "tuning"
 
@@ -260,13 +260,13 @@ def missing_evidence(plan, settings: dict, csv_path: Path) -> tuple[list[dict], 
     return [r for r in rows if r.get("source_sha256") == today[r["kernel"]]], dict(stale)
 
 
-def screen_done(plan, sweep_dir: Path) -> bool:
+def screen_done(plan, sweep_dir: Path, max_jobs: int | None = None) -> bool:
     """Whether the sweep directory holds a record of every stage-1 job (a finished screen)."""
     from src.records.record import load_records
 
     return bool(plan.rest) and all(
         not s.jobs or (sweep_dir / s.name).is_dir() and len(load_records(sweep_dir / s.name)) >= s.jobs
-        for s in plan.sweeps)
+        for s in parts(plan.sweeps, max_jobs))
 
 
 def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: list[dict],
@@ -283,7 +283,7 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
         with the new ones in place), so that a run cut short loses no finished sweep and
         `--missing` resumes it."""
         failed = 0
-        for sweep in sweeps:
+        for sweep in parts(sweeps, settings.get("sweep_max_jobs")):
             failed += run_sweeps([sweep], settings, args.sweep_dir, args.overrides, gpu_spec)
             rows.extend(rows_of([sweep], args.sweep_dir, gpu_spec, settings, kept))
             if sweep.jobs:
@@ -388,8 +388,8 @@ def main(argv: list[str]) -> int:
             plan = plan.only(only)
             print(f"keeping {len(kept)} rows of the other candidates from {csv_path}", flush=True)
         if args.dry_run:
-            if screen_done(plan, args.sweep_dir):  # stage 1 has run: stage 2 is known
-                rows = rows_of(plan.sweeps, args.sweep_dir, gpu_spec, settings, kept)
+            if screen_done(plan, args.sweep_dir, cap := settings.get("sweep_max_jobs")):  # stage 2 known
+                rows = rows_of(parts(plan.sweeps, cap), args.sweep_dir, gpu_spec, settings, kept)
                 plan = screened(plan, settings, rows + kept, only,
                                 rescreen=any(r["stage"] == 2 for r in kept))
             print(plan.describe(per_job, gpus), flush=True)

@@ -67,6 +67,7 @@ class Sweep:
     candidates: list[dict] | None = None             # stage 2's or 3's survivors (None: the whole grid)
     tag: str = ""                                    # tells a stage's sweeps of one kernel apart
     held: dict[str, list[str]] = field(default_factory=dict)  # {shape: params keys} the evidence holds: not measured
+    jobs_at: dict[str, int] = field(default_factory=dict)    # {shape: its jobs}, of `shapes`
 
     @property
     def name(self) -> str:
@@ -233,7 +234,8 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
             held_here = sorted(k for k in keys if k in mine.get(shape.label, ()))
             if len(held_here) < len(keys):
                 sweep.shapes.append(shape)
-                sweep.jobs += len(keys) - len(held_here)
+                sweep.jobs += (jobs := len(keys) - len(held_here))
+                sweep.jobs_at[shape.label] = jobs
                 if held_here:
                     sweep.held[shape.label] = held_here
         else:

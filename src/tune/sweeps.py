@@ -43,6 +43,38 @@ def finished_before(target: Path, fingerprint: dict) -> bool:
         return False
 
 
+def parts(sweeps, max_jobs: int | None) -> list:
+    """Each sweep of more than `max_jobs` jobs cut into parts of at most that many (whole shapes
+    in order; a shape of more jobs is a part alone), each its own sweep (`<name>_part<i>`, its
+    stage's tag last), so that a run cut short (a time limit, a preemption) keeps every finished
+    part: a sweep's records become evidence rows when it ends. The shapes where the evidence holds
+    every candidate (no job) go with the first part. None or 0: every sweep whole."""
+    from dataclasses import replace
+
+    out = []
+    for sweep in sweeps:
+        if not max_jobs or sweep.jobs <= max_jobs:
+            out.append(sweep)
+            continue
+        groups, count = [[]], 0
+        for shape in sweep.shapes:
+            here = sweep.jobs_at[shape.label]
+            if groups[-1] and count + here > max_jobs:
+                groups.append([])
+                count = 0
+            groups[-1].append(shape)
+            count += here
+        idle = [s for s in sweep.covered if s.label not in sweep.jobs_at]
+        for i, group in enumerate(groups, 1):
+            labels = [s.label for s in group]
+            out.append(replace(sweep, shapes=group, covered=group + (idle if i == 1 else []),
+                               jobs=sum(sweep.jobs_at[label] for label in labels),
+                               jobs_at={label: sweep.jobs_at[label] for label in labels},
+                               held={k: v for k, v in sweep.held.items() if k in labels},
+                               tag=f"_part{i}{sweep.tag}"))
+    return out
+
+
 def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
                gpu_spec: str | None = None) -> int:
     """Each sweep as its own `python -m src.run` (Hydra runs one app a process); the count of

@@ -17,6 +17,7 @@ from src.job.problem import Problem
 from src.job.spec import KernelSpec, build_spec
 from src.paths import KERNELS_DIR
 from src.paths import CHAPTERS_DIR, INCLUDE_DIR, LIBRARY_DIR
+from tests import fake_cupy
 from tests.conftest import CONF_DIR, SHAPE_LIMITED, chapter_shapes
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")
@@ -659,9 +660,6 @@ def test_a_pre_pass_is_loaded_without_the_main_entrys_shared_memory_opt_in(monke
     no dynamic memory. Raising the pre-pass's limit to the main entry's is over the block's
     227 KiB and the driver refuses it (an invalid argument on an H200). A stand-in driver that
     refuses the same keeps the rule: each entry is loaded for its own launches."""
-    import sys
-    import types
-
     from src.job import compile as compile_mod
 
     limit = limits_from_spec("h200")["max_smem_per_block"]
@@ -688,22 +686,7 @@ def test_a_pre_pass_is_loaded_without_the_main_entrys_shared_memory_opt_in(monke
                 raised[self.name] = value
             object.__setattr__(self, key, value)
 
-    class RawModule:
-        def __init__(self, path):
-            self.path = path
-
-        def get_function(self, name):
-            return Function(name)
-
-    fake = types.ModuleType("cupy")
-    fake.RawModule = RawModule
-    fake.cuda = types.SimpleNamespace(driver=types.SimpleNamespace(CUDADriverError=RuntimeError),
-                                      memory=types.SimpleNamespace(OutOfMemoryError=MemoryError))
-    fake.uint8, fake.zeros = "uint8", lambda size, dtype: bytearray(size)  # the workspace
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(compile_mod, "_loaded", {})
-    monkeypatch.setattr(compile_mod, "build_cubin", lambda text, entry, arch, cache_dir, name:
-                        compile_mod.Cubin(entry, entry, arch, 0.0, "0" * 64))
+    fake_cupy.install(monkeypatch, Function)
     kernel = compile_mod.compile_kernel(spec)
     assert raised == {spec.entry: 230528}  # the pre-pass keeps its default limit
     assert kernel.report.dynamic_smem_bytes == 230528 and kernel.prepass.name == spec.prepass.entry

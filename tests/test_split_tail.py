@@ -114,10 +114,9 @@ def test_the_runner_launches_the_tail_after_the_main_entry_on_the_same_arguments
     """compile_kernel loads the tail entry with the main entry's shared memory opt-in; a launch
     runs the pre-pass (none here: aligned rows), the main entry over its whole waves, then the
     tail over its grid, each with the block, shared memory and arguments of the main one."""
-    import sys
     import types
 
-    from src.job import compile as compile_mod
+    from tests import fake_cupy
 
     spec = spec_of("gemm_tf32", (1177, 7168, 1792), split_tail=1, bm=256, fit=2, min_slice_k=256)
     calls, raised = [], {}
@@ -136,15 +135,7 @@ def test_the_runner_launches_the_tail_after_the_main_entry_on_the_same_arguments
         def __call__(self, grid, block, args, shared_mem=0):
             calls.append((self.name, grid, block, args, shared_mem))
 
-    fake = types.ModuleType("cupy")
-    fake.RawModule = lambda path: types.SimpleNamespace(get_function=Function)
-    fake.cuda = types.SimpleNamespace(driver=types.SimpleNamespace(CUDADriverError=RuntimeError),
-                                      memory=types.SimpleNamespace(OutOfMemoryError=MemoryError))
-    fake.uint8, fake.zeros = "uint8", lambda size, dtype: bytearray(size)  # the workspace
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(compile_mod, "_loaded", {})
-    monkeypatch.setattr(compile_mod, "build_cubin", lambda text, entry, arch, cache_dir, name:
-                        compile_mod.Cubin(entry, entry, arch, 0.0, "0" * 64))
+    compile_mod = fake_cupy.install(monkeypatch, Function)
     kernel = compile_mod.compile_kernel(spec)
     assert raised == {spec.entry: spec.dynamic_smem_bytes, spec.tail.entry: spec.dynamic_smem_bytes}
     monkeypatch.setattr(kernel, "_tensor_maps", lambda a, b: ("map_a", "map_b"))

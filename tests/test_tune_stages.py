@@ -524,6 +524,20 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     assert "same training shapes and screen" in capsys.readouterr().err
 
 
+def _uninterrupted(common: list[str], tmp_path, monkeypatch) -> tuple[str, str, list]:
+    """An uninterrupted tune's evidence and fit (their text) and what it measured; the two files
+    are then removed, for a cut-short run to write them again."""
+    from src.cli import main as cli
+
+    measured: list = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, measured))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "whole")]) == 0
+    texts = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
+    (tmp_path / "e.csv").unlink()
+    (tmp_path / "t.yaml").unlink()
+    return *texts, measured
+
+
 def test_a_tune_cut_short_keeps_its_finished_sweeps_and_missing_resumes_it(tmp_path, monkeypatch):
     """The evidence file is saved after each sweep: a first tune interrupted in stage 2 (Ctrl-C,
     a time limit) leaves the rows of every finished sweep and no fit; `--missing` then measures
@@ -535,12 +549,7 @@ def test_a_tune_cut_short_keeps_its_finished_sweeps_and_missing_resumes_it(tmp_p
     count = plan_mod.load_settings()["screen"]["shapes"]
     common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
               "--tuned", str(tmp_path / "t.yaml")]
-    whole_measured: list = []
-    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, whole_measured))
-    assert cli(common + ["--sweep-dir", str(tmp_path / "whole")]) == 0
-    whole, tuned = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
-    (tmp_path / "e.csv").unlink()
-    (tmp_path / "t.yaml").unlink()
+    whole, tuned, whole_measured = _uninterrupted(common, tmp_path, monkeypatch)
 
     before: list = []
     inner, stage_2 = stand_in_sweeps({}, before), []
@@ -930,12 +939,7 @@ def test_a_long_sweep_runs_in_parts_and_a_cut_loses_one_part_at_most(tmp_path, m
               "--tuned", str(tmp_path / "t.yaml")]
     capped = {**settings, "sweep_max_jobs": cap}
     monkeypatch.setattr(plan_mod, "load_settings", lambda *a, **k: dict(capped))
-    whole_measured: list = []
-    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, whole_measured))
-    assert cli(common + ["--sweep-dir", str(tmp_path / "whole")]) == 0
-    whole, tuned = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
-    (tmp_path / "e.csv").unlink()
-    (tmp_path / "t.yaml").unlink()
+    whole, tuned, whole_measured = _uninterrupted(common, tmp_path, monkeypatch)
 
     before: list = []
     inner = stand_in_sweeps({}, before)

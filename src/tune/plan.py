@@ -60,14 +60,18 @@ class Sweep:
     space: dict[str, list]
     shapes: list = field(default_factory=list)       # distribution.Shape: those with jobs to run
     covered: list = field(default_factory=list)      # every shape where a candidate builds (held ones too)
-    jobs: int = 0                                    # candidates to measure, summed over shapes
     skipped: Counter = field(default_factory=Counter)  # shapes where nothing builds, per rule
     fallback: bool = False
     stage: int = 1
     candidates: list[dict] | None = None             # stage 2's or 3's survivors (None: the whole grid)
     tag: str = ""                                    # tells a stage's sweeps of one kernel apart
     held: dict[str, list[str]] = field(default_factory=dict)  # {shape: params keys} the evidence holds: not measured
-    jobs_at: dict[str, int] = field(default_factory=dict)    # {shape: its jobs}, of `shapes`
+    jobs_at: dict[str, int] = field(default_factory=dict)    # {shape: candidates to measure there}, of `shapes`
+
+    @property
+    def jobs(self) -> int:
+        """Candidates to measure, summed over its shapes."""
+        return sum(self.jobs_at.values())
 
     @property
     def name(self) -> str:
@@ -234,8 +238,7 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
             held_here = sorted(k for k in keys if k in mine.get(shape.label, ()))
             if len(held_here) < len(keys):
                 sweep.shapes.append(shape)
-                sweep.jobs += (jobs := len(keys) - len(held_here))
-                sweep.jobs_at[shape.label] = jobs
+                sweep.jobs_at[shape.label] = len(keys) - len(held_here)
                 if held_here:
                     sweep.held[shape.label] = held_here
         else:

@@ -68,7 +68,6 @@ def parts(sweeps, max_jobs: int | None) -> list:
         for i, group in enumerate(groups, 1):
             labels = [s.label for s in group]
             out.append(replace(sweep, shapes=group, covered=group + (idle if i == 1 else []),
-                               jobs=sum(sweep.jobs_at[label] for label in labels),
                                jobs_at={label: sweep.jobs_at[label] for label in labels},
                                held={k: v for k, v in sweep.held.items() if k in labels},
                                tag=f"_part{i}{sweep.tag}"))

@@ -686,7 +686,7 @@ def test_a_pre_pass_is_loaded_without_the_main_entrys_shared_memory_opt_in(monke
                 raised[self.name] = value
             object.__setattr__(self, key, value)
 
-    fake_cupy.install(monkeypatch, Function)
+    fake_cupy.install_loader(monkeypatch, Function)
     kernel = compile_mod.compile_kernel(spec)
     assert raised == {spec.entry: 230528}  # the pre-pass keeps its default limit
     assert kernel.report.dynamic_smem_bytes == 230528 and kernel.prepass.name == spec.prepass.entry

@@ -135,7 +135,7 @@ def test_the_runner_launches_the_tail_after_the_main_entry_on_the_same_arguments
         def __call__(self, grid, block, args, shared_mem=0):
             calls.append((self.name, grid, block, args, shared_mem))
 
-    compile_mod = fake_cupy.install(monkeypatch, Function)
+    compile_mod = fake_cupy.install_loader(monkeypatch, Function)
     kernel = compile_mod.compile_kernel(spec)
     assert raised == {spec.entry: spec.dynamic_smem_bytes, spec.tail.entry: spec.dynamic_smem_bytes}
     monkeypatch.setattr(kernel, "_tensor_maps", lambda a, b: ("map_a", "map_b"))

@@ -61,6 +61,43 @@ def test_pruning_counts_each_candidate_once_under_the_rule_it_breaks():
     assert tune.params_key(choice) in valid
 
 
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (67, 3579, 2991), (1536, 1536, 1536),
+                                   (16, 8192, 8192)])
+def test_the_pruner_gives_prunes_verdict_and_asks_each_candidate_once(shape, monkeypatch):
+    # the tuning plan's pruner (its verdicts kept for the run) against prune itself: the same
+    # candidates kept in the same order, the same twins, the same counts under each rule
+    kernel = {**kernel_cfg("gemm_tf32"), "precision": "tf32"}
+    candidates = tune.grid(tune.Settings.from_cfg(tune_cfg("gemm_tf32")).space)
+    problem = Problem(*shape, 0.5, 3.0)
+    pruning = tune.prune(kernel, candidates, problem, H100)
+    monkeypatch.setattr(tune.Pruner, "_memo", {})
+    asked = []
+    real_check = tune.check
+    monkeypatch.setattr(tune, "check", lambda *a: asked.append(a[1]) or real_check(*a))
+    pruner = tune.Pruner(kernel, candidates, H100)
+    outline = pruner.at(problem)
+    assert [pruner.keys[i] for i in outline.valid] == [tune.params_key(p) for p, _ in pruning.valid]
+    assert pruner.same_as(outline) == pruning.same_as
+    assert dict(outline.pruned) == dict(pruning.pruned)
+    assert outline.pruned[0][0] == pruning.pruned.most_common(1)[0][0]
+    assert len(asked) == len(candidates)
+    # a second plan of the same sweep, and a sweep of a subset (the screen's survivors), ask none
+    again = tune.Pruner(kernel, candidates, H100).at(problem)
+    survivors = [candidates[i] for i in outline.valid[::3]]
+    subset = tune.Pruner(kernel, survivors, H100)
+    assert again == outline and len(asked) == len(candidates)
+    assert [subset.keys[i] for i in subset.at(problem).valid] == [tune.params_key(p) for p in survivors]
+    assert len(asked) == len(candidates)
+    # an edited config (a tighter shared-memory rule) or other limits (fewer SMs) are asked again
+    tighter = {**kernel, "constraints": kernel["constraints"] + [
+        {"rule": "smem_bytes <= 100000", "why": "a test's tighter ring"}]}
+    edited = tune.Pruner(tighter, candidates, H100).at(problem)
+    assert len(asked) == 2 * len(candidates)
+    assert "smem_bytes <= 100000" in dict(edited.pruned)
+    tune.Pruner(kernel, candidates, {**H100, "sms": 100}).at(problem)
+    assert len(asked) == 3 * len(candidates)
+
+
 @pytest.mark.parametrize("block,needle", [
     ({}, "needs tune.space"),
     ({"space": {"bm": []}}, "needs tune.space"),

@@ -87,10 +87,10 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
              if (r["dispatcher"], r["kernel"]) == (sweep.dispatcher, sweep.kernel)}
     cfg = plan.candidate_config(sweep.kernel, sweep.precision)
     limits = limits_from_spec(gpu_spec)
+    pruner = tune.Pruner(cfg, sweep.candidate_list(), limits)
     for shape in sweep.covered:
-        pruning = tune.prune(cfg, sweep.candidate_list(), Problem(*shape.dims, settings["alpha"],
-                                                                   settings["beta"]), limits)
-        for dup, first in pruning.same_as.items():
+        outline = pruner.at(Problem(*shape.dims, settings["alpha"], settings["beta"]))
+        for dup, first in pruner.same_as(outline).items():
             dup, first = (json.dumps(json.loads(p), sort_keys=True) for p in (dup, first))
             source = measured.get((shape.label, first)) or known.get((shape.label, first))
             if source is not None and (shape.label, dup) not in known:

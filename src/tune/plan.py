@@ -225,16 +225,16 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
     runnable = set()
     where = measured_where(settings).get(kernel)
     mine = (held or {}).get((dispatcher, kernel), {})
+    pruner = tune.Pruner(cfg, listed, limits)  # kept verdicts: the plan is rebuilt in one run
     for shape in shapes:
         if where and not holds(where, shape.dims):
             sweep.skipped[f"measured_where: {where}"] += 1
             continue
-        pruning = tune.prune(cfg, listed, Problem(*shape.dims, settings["alpha"],
-                                                  settings["beta"]), limits)
-        if pruning.valid:
+        outline = pruner.at(Problem(*shape.dims, settings["alpha"], settings["beta"]))
+        if outline.valid:
             runnable.add(shape.dims)
             sweep.covered.append(shape)
-            keys = [tune.params_key(p) for p, _ in pruning.valid]
+            keys = [pruner.keys[i] for i in outline.valid]
             held_here = sorted(k for k in keys if k in mine.get(shape.label, ()))
             if len(held_here) < len(keys):
                 sweep.shapes.append(shape)
@@ -242,7 +242,7 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
                 if held_here:
                     sweep.held[shape.label] = held_here
         else:
-            sweep.skipped[pruning.pruned.most_common(1)[0][0]] += 1
+            sweep.skipped[outline.pruned[0][0]] += 1
     return sweep, runnable
 
 

@@ -15,6 +15,7 @@ records back here for the summary and the write-back.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 from collections import Counter
@@ -158,6 +159,66 @@ def prune(kernel_cfg: dict, candidates: list[dict], problem: Problem, limits: di
         else:
             result.pruned[verdict] += 1
     return result
+
+
+@dataclass(frozen=True)
+class Outline:
+    """`prune`'s verdict at one problem without the specs (what a tuning plan uses of it):
+    indices into the Pruner's candidates, in their order."""
+
+    valid: tuple[int, ...]
+    same_as: tuple[tuple[int, int], ...]   # (a twin, the first candidate that builds its launch)
+    pruned: tuple[tuple[str, int], ...]    # (rule, candidates it pruned), most common first
+
+
+class Pruner:
+    """`prune` of one candidate list for one kernel config and GPU, at many problems. Each
+    candidate's verdict at a problem (the rule it breaks, or a digest of the kernel and launch it
+    builds) is kept for the process: `sgemm-lab tune` plans the same sweeps several times in one
+    run (the budget's plan, the evidence's, the screen's, each saved part's), and building every
+    candidate's spec at every training shape took most of a minute each time."""
+
+    _memo: dict[tuple, str | bytes] = {}
+    MEMO_LIMIT = 2_000_000  # verdicts kept at most (about 150 bytes each); then start again
+
+    def __init__(self, kernel_cfg: dict, candidates: list[dict], limits: dict):
+        self.kernel_cfg, self.candidates, self.limits = kernel_cfg, candidates, limits
+        self.keys = [params_key(c) for c in candidates]
+        # the config and limits as they are now: an edited config is another pruner's verdicts
+        self._base = (json.dumps(kernel_cfg, sort_keys=True, default=str),
+                      json.dumps(limits, sort_keys=True, default=str))
+
+    def _verdict(self, params: dict, key: str, problem: Problem) -> str | bytes:
+        memo_key = (self._base, problem.m, problem.n, problem.k, problem.alpha, problem.beta, key)
+        verdict = self._memo.get(memo_key)
+        if verdict is None:
+            spec = check(self.kernel_cfg, params, problem, self.limits)
+            verdict = (hashlib.blake2b(kernel_identity(spec).encode(), digest_size=16).digest()
+                       if isinstance(spec, KernelSpec) else spec)
+            if len(self._memo) >= self.MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[memo_key] = verdict
+        return verdict
+
+    def at(self, problem: Problem) -> Outline:
+        """As `prune` at `problem`: the first candidate of each kernel and launch kept, the
+        others its twins (SAME_KERNEL), the rest counted under the rule each breaks."""
+        valid, same_as, pruned, first = [], [], Counter(), {}
+        for i, (params, key) in enumerate(zip(self.candidates, self.keys)):
+            verdict = self._verdict(params, key, problem)
+            if isinstance(verdict, str):
+                pruned[verdict] += 1
+            elif verdict in first:
+                pruned[SAME_KERNEL] += 1
+                same_as.append((i, first[verdict]))
+            else:
+                first[verdict] = i
+                valid.append(i)
+        return Outline(tuple(valid), tuple(same_as), tuple(pruned.most_common()))
+
+    def same_as(self, outline: Outline) -> dict[str, str]:
+        """{a twin's params key: the first's}, as Pruning.same_as."""
+        return {self.keys[d]: self.keys[f] for d, f in outline.same_as}
 
 
 def overrides_for(params: dict) -> list[str]:

@@ -538,42 +538,60 @@ def _uninterrupted(common: list[str], tmp_path, monkeypatch) -> tuple[str, str, 
     return *texts, measured
 
 
+def _cut_short(common: list[str], tmp_path, monkeypatch, stops) -> tuple[list, list]:
+    """A tune interrupted (KeyboardInterrupt, as Ctrl-C or a time limit) before the first batch
+    of sweeps for which `stops(sweeps)` holds: the evidence file it left and what it measured."""
+    from src.cli import main as cli
+
+    before: list = []
+    inner = stand_in_sweeps({}, before)
+
+    def cut(sweeps, *rest, **kw):
+        if stops(sweeps):
+            raise KeyboardInterrupt
+        return inner(sweeps, *rest, **kw)
+
+    monkeypatch.setattr(command, "run_sweeps", cut)
+    with pytest.raises(KeyboardInterrupt):
+        cli(common + ["--sweep-dir", str(tmp_path / "cut")])
+    return read_evidence(tmp_path / "e.csv"), before
+
+
+def _resumed(common: list[str], tmp_path, monkeypatch, whole: str, tuned: str) -> list:
+    """`--missing` after a cut-short tune: it ends with the uninterrupted run's evidence and fit,
+    byte for byte; what it measured."""
+    from src.cli import main as cli
+
+    after: list = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, after))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "resumed"), "--missing"]) == 0
+    assert (tmp_path / "e.csv").read_text() == whole and (tmp_path / "t.yaml").read_text() == tuned
+    return after
+
+
 def test_a_tune_cut_short_keeps_its_finished_sweeps_and_missing_resumes_it(tmp_path, monkeypatch):
     """The evidence file is saved after each sweep: a first tune interrupted in stage 2 (Ctrl-C,
     a time limit) leaves the rows of every finished sweep and no fit; `--missing` then measures
     only the unfinished sweeps' candidates (at shapes the file does not hold yet too), so the two
     runs measure together exactly what an uninterrupted run measures, and the evidence and the
     fit come out as its, byte for byte."""
-    from src.cli import main as cli
-
     count = plan_mod.load_settings()["screen"]["shapes"]
     common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
               "--tuned", str(tmp_path / "t.yaml")]
     whole, tuned, whole_measured = _uninterrupted(common, tmp_path, monkeypatch)
 
-    before: list = []
-    inner, stage_2 = stand_in_sweeps({}, before), []
+    stage_2: list = []
 
-    def cut(sweeps, *rest, **kw):  # the third stage-2 sweep with jobs is never finished
-        for sweep in sweeps:
-            if sweep.jobs and sweep.name.endswith("stage2"):
-                stage_2.append(sweep.name)
-                if len(stage_2) == 3:
-                    raise KeyboardInterrupt
-        return inner(sweeps, *rest, **kw)
+    def third_stage_2(sweeps) -> bool:  # the third stage-2 sweep with jobs is never finished
+        stage_2.extend(s.name for s in sweeps if s.jobs and s.name.endswith("stage2"))
+        return len(stage_2) >= 3
 
-    monkeypatch.setattr(command, "run_sweeps", cut)
-    with pytest.raises(KeyboardInterrupt):
-        cli(common + ["--sweep-dir", str(tmp_path / "cut")])
-    saved = read_evidence(tmp_path / "e.csv")
+    saved, before = _cut_short(common, tmp_path, monkeypatch, third_stage_2)
     assert not (tmp_path / "t.yaml").exists()
     held = {(r["dispatcher"], r["kernel"], r["shape"], r["params"]) for r in saved if not r["same_as"]}
     assert held == set(before) and before  # every finished sweep's rows, and only those
 
-    after: list = []
-    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, after))
-    assert cli(common + ["--sweep-dir", str(tmp_path / "resumed"), "--missing"]) == 0
-    assert (tmp_path / "e.csv").read_text() == whole and (tmp_path / "t.yaml").read_text() == tuned
+    after = _resumed(common, tmp_path, monkeypatch, whole, tuned)
     assert after and not held & set(after)  # nothing measured twice
     assert sorted(before + after) == sorted(whole_measured)
 
@@ -918,7 +936,6 @@ def test_a_long_sweep_runs_in_parts_and_a_cut_loses_one_part_at_most(tmp_path, m
     unless one shape alone is, together its shapes, jobs and held pairs exactly; a tune cut in a
     sweep's second part keeps its first part's rows in the evidence, and `--missing` measures the
     rest only, ending with the uninterrupted run's evidence and fit byte for byte."""
-    from src.cli import main as cli
     from src.tune.sweeps import parts
 
     settings = plan_mod.load_settings()
@@ -941,23 +958,11 @@ def test_a_long_sweep_runs_in_parts_and_a_cut_loses_one_part_at_most(tmp_path, m
     monkeypatch.setattr(plan_mod, "load_settings", lambda *a, **k: dict(capped))
     whole, tuned, whole_measured = _uninterrupted(common, tmp_path, monkeypatch)
 
-    before: list = []
-    inner = stand_in_sweeps({}, before)
-
-    def cut_short(sweeps, *rest, **kw):  # the big sweep's second part never finishes
-        if any(s.name == f"{big.name}_part2" for s in sweeps):
-            raise KeyboardInterrupt
-        return inner(sweeps, *rest, **kw)
-
-    monkeypatch.setattr(command, "run_sweeps", cut_short)
-    with pytest.raises(KeyboardInterrupt):
-        cli(common + ["--sweep-dir", str(tmp_path / "cut")])
-    saved = read_evidence(tmp_path / "e.csv")
+    # the big sweep's second part never finishes
+    saved, before = _cut_short(common, tmp_path, monkeypatch,
+                               lambda sweeps: any(s.name == f"{big.name}_part2" for s in sweeps))
     first_part = {s.label for s in cut[0].shapes}
     assert {r["shape"] for r in saved if (r["dispatcher"], r["kernel"]) == (big.dispatcher, big.kernel)
             } == first_part  # the first part's rows, kept
-    after: list = []
-    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, after))
-    assert cli(common + ["--sweep-dir", str(tmp_path / "resumed"), "--missing"]) == 0
-    assert (tmp_path / "e.csv").read_text() == whole and (tmp_path / "t.yaml").read_text() == tuned
+    after = _resumed(common, tmp_path, monkeypatch, whole, tuned)
     assert sorted(before + after) == sorted(whole_measured)

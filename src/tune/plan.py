@@ -242,7 +242,7 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
                 if held_here:
                     sweep.held[shape.label] = held_here
         else:
-            sweep.skipped[outline.pruned[0][0]] += 1
+            sweep.skipped[outline.pruned.most_common(1)[0][0]] += 1
     return sweep, runnable
 
 

@@ -141,41 +141,53 @@ def kernel_identity(spec: KernelSpec) -> str:
                  spec.arch, spec.tensor_maps, spec.prepass) + ((spec.tail,) if spec.tail else ()))
 
 
-def prune(kernel_cfg: dict, candidates: list[dict], problem: Problem, limits: dict) -> Pruning:
-    """Each candidate checked against the kernel's rules at this problem; of those that build the
-    same kernel and launch, the first is kept and the others counted under SAME_KERNEL."""
-    result = Pruning()
-    first: dict[str, str] = {}
-    for params in candidates:
-        verdict = check(kernel_cfg, params, problem, limits)
-        if isinstance(verdict, KernelSpec):
-            identity = kernel_identity(verdict)
-            if identity in first:
-                result.pruned[SAME_KERNEL] += 1
-                result.same_as[params_key(params)] = first[identity]
-                continue
-            first[identity] = params_key(params)
-            result.valid.append((params, verdict))
-        else:
-            result.pruned[verdict] += 1
-    return result
+def built(spec: KernelSpec) -> bytes:
+    """A 16-byte digest of what the candidate builds (`kernel_identity`)."""
+    return hashlib.blake2b(kernel_identity(spec).encode(), digest_size=16).digest()
 
 
 @dataclass(frozen=True)
 class Outline:
-    """`prune`'s verdict at one problem without the specs (what a tuning plan uses of it):
-    indices into the Pruner's candidates, in their order."""
+    """The pruning of a candidate list at one problem, without the specs: indices into the
+    list, in its order."""
 
     valid: tuple[int, ...]
     same_as: tuple[tuple[int, int], ...]   # (a twin, the first candidate that builds its launch)
-    pruned: tuple[tuple[str, int], ...]    # (rule, candidates it pruned), most common first
+    pruned: Counter                        # candidates per rule broken, SAME_KERNEL for the twins
+
+
+def outline(verdicts) -> Outline:
+    """Each candidate's verdict in order (the rule it breaks, or `built`'s digest) -> the first
+    candidate of each kernel and launch kept, the others its twins (SAME_KERNEL), the rest
+    counted under the rule each breaks."""
+    valid, same_as, pruned, first = [], [], Counter(), {}
+    for i, verdict in enumerate(verdicts):
+        if isinstance(verdict, str):
+            pruned[verdict] += 1
+        elif verdict in first:
+            pruned[SAME_KERNEL] += 1
+            same_as.append((i, first[verdict]))
+        else:
+            first[verdict] = i
+            valid.append(i)
+    return Outline(tuple(valid), tuple(same_as), pruned)
+
+
+def prune(kernel_cfg: dict, candidates: list[dict], problem: Problem, limits: dict) -> Pruning:
+    """Each candidate checked against the kernel's rules at this problem; of those that build the
+    same kernel and launch, the first is kept and the others counted under SAME_KERNEL."""
+    specs = [check(kernel_cfg, params, problem, limits) for params in candidates]
+    kept = outline(built(s) if isinstance(s, KernelSpec) else s for s in specs)
+    return Pruning(valid=[(candidates[i], specs[i]) for i in kept.valid], pruned=kept.pruned,
+                   same_as={params_key(candidates[d]): params_key(candidates[f])
+                            for d, f in kept.same_as})
 
 
 class Pruner:
-    """`prune` of one candidate list for one kernel config and GPU, at many problems. Each
-    candidate's verdict at a problem (the rule it breaks, or a digest of the kernel and launch it
-    builds) is kept for the process: `sgemm-lab tune` plans the same sweeps several times in one
-    run (the budget's plan, the evidence's, the screen's, each saved part's), and building every
+    """`prune` of one candidate list for one kernel config and GPU, at many problems, without the
+    specs. Each candidate's verdict at a problem (the rule it breaks, or `built`'s digest) is kept
+    for the process: `sgemm-lab tune` plans the same sweeps several times in one run (the
+    budget's plan, the evidence's, the screen's, each saved part's), and building every
     candidate's spec at every training shape took most of a minute each time."""
 
     _memo: dict[tuple, str | bytes] = {}
@@ -193,32 +205,19 @@ class Pruner:
         verdict = self._memo.get(memo_key)
         if verdict is None:
             spec = check(self.kernel_cfg, params, problem, self.limits)
-            verdict = (hashlib.blake2b(kernel_identity(spec).encode(), digest_size=16).digest()
-                       if isinstance(spec, KernelSpec) else spec)
+            verdict = built(spec) if isinstance(spec, KernelSpec) else spec
             if len(self._memo) >= self.MEMO_LIMIT:
                 self._memo.clear()
             self._memo[memo_key] = verdict
         return verdict
 
     def at(self, problem: Problem) -> Outline:
-        """As `prune` at `problem`: the first candidate of each kernel and launch kept, the
-        others its twins (SAME_KERNEL), the rest counted under the rule each breaks."""
-        valid, same_as, pruned, first = [], [], Counter(), {}
-        for i, (params, key) in enumerate(zip(self.candidates, self.keys)):
-            verdict = self._verdict(params, key, problem)
-            if isinstance(verdict, str):
-                pruned[verdict] += 1
-            elif verdict in first:
-                pruned[SAME_KERNEL] += 1
-                same_as.append((i, first[verdict]))
-            else:
-                first[verdict] = i
-                valid.append(i)
-        return Outline(tuple(valid), tuple(same_as), tuple(pruned.most_common()))
+        """`prune`'s outline at `problem`."""
+        return outline(self._verdict(p, k, problem) for p, k in zip(self.candidates, self.keys))
 
-    def same_as(self, outline: Outline) -> dict[str, str]:
+    def same_as(self, kept: Outline) -> dict[str, str]:
         """{a twin's params key: the first's}, as Pruning.same_as."""
-        return {self.keys[d]: self.keys[f] for d, f in outline.same_as}
+        return {self.keys[d]: self.keys[f] for d, f in kept.same_as}
 
 
 def overrides_for(params: dict) -> list[str]:

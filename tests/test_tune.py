@@ -208,10 +208,12 @@ def test_a_tuning_sweep_prunes_runs_and_summarizes(tmp_path, tracking_uri):
     assert tags["tune_strategy"] == "grid"
 
 
-def test_a_tuning_sweep_over_listed_candidates_measures_only_those(tmp_path):
-    """`++tune.candidates=[...]` (stage 2 of `sgemm-lab tune`), on a pretend H100 with stand-in
-    workers: the listed candidates that build are the jobs, one that breaks a rule is pruned,
-    and nothing else of the space is measured."""
+@pytest.mark.parametrize("in_file", [False, True])
+def test_a_tuning_sweep_over_listed_candidates_measures_only_those(tmp_path, in_file):
+    """`++tune.candidates=[...]`, or the same list in `++tune.candidates_file` (as the stages of
+    `sgemm-lab tune` pass it), on a pretend H100 with stand-in workers: the listed candidates
+    that build are the jobs, one that breaks a rule is pruned, and nothing else of the space is
+    measured."""
     settings = tune.Settings.from_cfg(tune_cfg("10_warptiling"))
     kernel = kernel_cfg("10_warptiling")
     pruning = tune.prune(kernel, tune.grid(settings.space), Problem(256, 256, 256, 1.0, 0.0), H100)
@@ -220,9 +222,12 @@ def test_a_tuning_sweep_over_listed_candidates_measures_only_those(tmp_path):
                   if isinstance(tune.check(kernel, c, Problem(256, 256, 256, 1.0, 0.0), H100), str))
     listed = "[" + ",".join("{" + ",".join(f"{k}:{v}" for k, v in c.items()) + "}"
                             for c in valid + [broken]) + "]"
+    given = f"++tune.candidates={listed}"
+    if in_file:
+        (tmp_path / "listed.json").write_text(json.dumps(valid + [broken]))
+        given = f"++tune.candidates_file={tmp_path / 'listed.json'}"
     proc = run_on_fake_gpu(tmp_path, "-m", "+tune=10_warptiling", "size=256", "bench=quick",
-                           f"++tune.candidates={listed}", f"cache_dir={tmp_path}/cache",
-                           "mlflow.enabled=false")
+                           given, f"cache_dir={tmp_path}/cache", "mlflow.enabled=false")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "sweep" / "tune_summary.json").read_text())[0]
     records = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/record.json")]

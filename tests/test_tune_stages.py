@@ -243,14 +243,11 @@ def test_stage_two_measures_the_survivors_and_the_whole_grid_only_where_none_bui
         [shape for shape in staged.rest if fit.holds(outside, shape.dims)]
     assert not any(n.startswith("best_tf32") and n.endswith("_all") for n in by_name)
     assert staged.jobs < plan_mod.build("h100_sxm", shapes, cfg).jobs
-    # the survivors reach the sweeper as one list override Hydra parses back to them
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    arg = next(a for a in survivors.overrides(cfg, command.SWEEP_DIR)
-               if a.startswith("++tune.candidates="))
-    parsed = OverridesParser.create().parse_overrides([arg])[0]
-    assert parsed.value() == [tf32[1], big] and not parsed.is_sweep_override()
-    assert "resume=false" not in " ".join(survivors.overrides(cfg, command.SWEEP_DIR))
+    # the survivors reach the sweeper in their file (run_sweeps writes it), named by one override
+    args = survivors.overrides(cfg, command.SWEEP_DIR)
+    assert f"++tune.candidates_file={survivors.file(command.SWEEP_DIR, 'candidates')}" in args
+    assert not any(a.startswith("++tune.candidates=") for a in args)
+    assert "resume=false" not in " ".join(args)
 
 
 def test_the_fit_chooses_only_what_stage_two_measured():
@@ -771,6 +768,66 @@ def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(
     grid.write_text(grid.read_text() + "\n# edited\n")
     monkeypatch.setattr(paths, "CONF_DIR", conf)
     assert runs(gpu="h200") == [names[1]]
+
+
+def test_a_listed_sweep_passes_its_candidates_in_a_file_and_reruns_when_they_change(tmp_path,
+                                                                                     monkeypatch):
+    """A stage's listed candidates reach its sweeper as a JSON file (`tune.candidates_file`), not
+    on the command line: hundreds there cost every job's compose about a second (Hydra parses and
+    merges the list per job). The file holds the list in order; the sweeper's settings read it
+    back; the fingerprint holds the list, so a sweep with other candidates runs again."""
+    from dataclasses import replace
+
+    settings = plan_mod.load_settings()
+    plan = plan_mod.build("h100_sxm", distribution.training()[:3], settings)
+    whole = next(s for s in plan.sweeps if s.jobs)
+    listed = tune.grid(whole.space)[:5]
+    sweep, sweep_dir, commands = replace(whole, candidates=listed), tmp_path / "sw", []
+
+    def stand_in(args, cwd=None):
+        commands.append(args)
+        return sweeps.subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr(sweeps.subprocess, "run", stand_in)
+    assert command.run_sweeps([sweep], settings, sweep_dir, [], "h100_sxm") == 0
+    args = commands[-1]
+    assert not any(a.startswith("++tune.candidates=") for a in args)
+    given = [a.split("=", 1)[1] for a in args if a.startswith("++tune.candidates_file=")]
+    assert given == [str(sweep.file(sweep_dir, "candidates"))]
+    assert json.loads(sweep.file(sweep_dir, "candidates").read_text()) == listed
+    block = {**tune_block(whole.kernel), "candidates_file": given[0]}
+    assert tune.Settings.from_cfg(block).candidates == listed
+
+    commands.clear()
+    assert command.run_sweeps([sweep], settings, sweep_dir, [], "h100_sxm") == 0 and not commands
+    other = replace(whole, candidates=listed[1:])
+    assert command.run_sweeps([other], settings, sweep_dir, [], "h100_sxm") == 0 and commands
+    assert json.loads(other.file(sweep_dir, "candidates").read_text()) == listed[1:]
+
+
+def tune_block(kernel: str) -> dict:
+    from omegaconf import OmegaConf
+
+    from src.paths import CONF_DIR
+
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "tune" / f"{kernel}.yaml"))["tune"]
+
+
+@pytest.mark.parametrize("given,rule", [
+    ({"candidates": [{}]}, "tune.candidates is given too"),
+    ({}, "it holds a dict"),
+    (None, "FileNotFoundError"),
+])
+def test_a_bad_candidates_file_is_one_clear_error(tmp_path, given, rule):
+    from src.errors import InvalidParams
+
+    path = tmp_path / "candidates.json"
+    if given is not None:
+        path.write_text(json.dumps({"a": 1}))
+    block = {**tune_block("gemm_tf32"), **(given or {}), "candidates_file": str(path)}
+    with pytest.raises(InvalidParams, match="tune.candidates_file must name a JSON file") as err:
+        tune.Settings.from_cfg(block)
+    assert rule in str(err.value) and "a grid sweep's candidates are one list" in str(err.value)
 
 
 def test_the_second_screen_keeps_winners_the_nearest_models_choices_and_the_catch_all():

@@ -1,7 +1,8 @@
 """The tuning sweeper: `python -m src.run -m +tune=<kernel>` (conf/tune/) searches a kernel's
 tile parameters, exhaustively (`tune.strategy=grid`) or with Optuna's TPE (`tune.strategy=tpe
-tune.trials=N`) or over a list of candidates (`++tune.candidates=[{...},...]`, the second stage
-of `sgemm-lab tune`), and can write the best into conf/tuned/<gpu>.yaml (`tune.write_back=true`).
+tune.trials=N`) or over a list of candidates (`++tune.candidates=[{...},...]`, or a JSON file
+of one, `++tune.candidates_file=F`, as `sgemm-lab tune`'s stages pass them), and can write the
+best into conf/tuned/<gpu>.yaml (`tune.write_back=true`).
 
 Why our own sweeper, not hydra-optuna-sweeper: that plugin pins optuna < 3, which does not work
 with current SQLAlchemy (MLflow needs a current one), and it has no notion of candidates that

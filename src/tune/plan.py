@@ -81,9 +81,10 @@ class Sweep:
         """What the sweep measures at each of its shapes, before the constraints prune."""
         return list(self.candidates) if self.candidates is not None else tune.grid(self.space)
 
-    def held_file(self, sweep_dir: Path) -> Path:
-        """Where the sweep's `held` pairs are written for its tuning sweeper (`tune.held`)."""
-        return sweep_dir / f"{self.name}.held.json"
+    def file(self, sweep_dir: Path, what: str) -> Path:
+        """Where the sweep's `what` ("held" pairs, the listed "candidates") is written for its
+        tuning sweeper (`tune.held`, `tune.candidates_file`)."""
+        return sweep_dir / f"{self.name}.{what}.json"
 
     def overrides(self, settings: dict, sweep_dir: Path, extra: list[str] = ()) -> list[str]:
         """The command line of `python -m src.run` for this sweep."""
@@ -97,11 +98,9 @@ class Sweep:
             args += [f"tune.space.{k}=[{','.join(str(v) for v in values)}]"
                      for k, values in self.space.items()]
         if self.candidates is not None:
-            args.append("++tune.candidates=[" + ",".join(
-                "{" + ",".join(f"{k}:{v}" for k, v in c.items()) + "}" for c in self.candidates)
-                + "]")
+            args.append(f"++tune.candidates_file={self.file(sweep_dir, 'candidates')}")
         if self.held:
-            args.append(f"++tune.held={self.held_file(sweep_dir)}")
+            args.append(f"++tune.held={self.file(sweep_dir, 'held')}")
         return args + list(extra)
 
 

@@ -42,7 +42,8 @@ class Settings:
     compile_threads: int | None = None
     write_back: bool = False
     size_class: str = "True"         # the `when` the written-back entry gets
-    candidates: list[dict] | None = None  # grid: exactly these, in order (None: the whole space)
+    candidates: list[dict] | None = None  # grid: exactly these, in order (None: the whole space);
+                                          # from tune.candidates or tune.candidates_file (JSON)
     held: str | None = None          # grid: a JSON file {shape MxNxK: [params keys]} of candidates
                                      # measured already (`sgemm-lab tune --missing`): not measured
 
@@ -61,7 +62,7 @@ class Settings:
         if strategy == "tpe" and (not isinstance(trials, int) or trials <= 0):
             raise InvalidParams(f"tune.strategy=tpe needs tune.trials, the number of candidates "
                                 f"to measure (a positive integer), got {trials!r}.")
-        candidates = data.get("candidates")
+        candidates = _listed(data)
         if candidates is not None:
             candidates = [{str(k): v for k, v in dict(c).items()} for c in candidates]
             if not candidates or any(set(c) != set(space) for c in candidates):
@@ -80,6 +81,25 @@ class Settings:
                    compile_threads=data.get("compile_threads"),
                    write_back=bool(data.get("write_back", False)),
                    size_class=str(data.get("size_class", "True")))
+
+
+def _listed(data: dict) -> list | None:
+    """`tune.candidates`, or the JSON list in the file `tune.candidates_file` names (what
+    `sgemm-lab tune` passes: hundreds listed on the command line cost each job's compose about a
+    second); None for neither."""
+    listed, path = data.get("candidates"), data.get("candidates_file")
+    if path is None:
+        return listed
+    try:
+        loaded = None if listed is not None else json.loads(Path(str(path)).read_text())
+        why = "tune.candidates is given too" if listed is not None else f"it holds a {type(loaded).__name__}"
+    except (OSError, ValueError) as exc:
+        loaded, why = None, f"{type(exc).__name__}: {exc}"
+    if not isinstance(loaded, list):
+        raise InvalidParams(f"tune.candidates_file must name a JSON file of a list of candidates, "
+                            f"tune.candidates left out; got {path!r}: {why} (rule: a grid sweep's "
+                            f"candidates are one list, given once).")
+    return loaded
 
 
 def grid(space: dict[str, list]) -> list[dict]:

@@ -19,7 +19,8 @@ FINISHED = "finished.json"  # in a sweep's directory: what it ran with, written 
 
 def sweep_fingerprint(sweep, overrides: list[str], gpu_spec: str | None) -> dict:
     """What a finished sweep's records depend on besides the GPU's own figures: its command line
-    (`overrides`), the GPU spec, what it left to the evidence file (`held`), its kernel's source
+    (`overrides`), the GPU spec, what it left to the evidence file (`held`), the candidates it
+    lists (their file is named on the command line, not they), its kernel's source
     as NVRTC builds it, and the configs its jobs compose (the kernel's and its tune grid, the
     bench protocols, the GPU's datasheet)."""
     import hashlib
@@ -30,6 +31,7 @@ def sweep_fingerprint(sweep, overrides: list[str], gpu_spec: str | None) -> dict
     files = [CONF_DIR / "kernel" / f"{sweep.kernel}.yaml", CONF_DIR / "tune" / f"{sweep.kernel}.yaml",
              *sorted((CONF_DIR / "bench").glob("*.yaml")), CONF_DIR / "gpu" / f"{gpu_spec}.yaml"]
     return {"overrides": list(overrides), "gpu_spec": gpu_spec, "held": sweep.held,
+            "candidates": sweep.candidates,
             "source_sha256": evidence.source_sha256(sweep.kernel),
             "configs": {str(f.relative_to(CONF_DIR)): hashlib.sha256(f.read_bytes()).hexdigest()
                         for f in files if f.is_file()}}
@@ -96,9 +98,11 @@ def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
             continue
         if target.exists():
             shutil.rmtree(target)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
         if sweep.held:
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            write_atomically(sweep.held_file(sweep_dir), json.dumps(sweep.held, sort_keys=True))
+            write_atomically(sweep.file(sweep_dir, "held"), json.dumps(sweep.held, sort_keys=True))
+        if sweep.candidates is not None:
+            write_atomically(sweep.file(sweep_dir, "candidates"), json.dumps(sweep.candidates))
         args = [sys.executable, "-m", "src.run", *overrides]
         print(f"== {sweep.name}: {len(sweep.shapes)} shapes, {sweep.jobs} jobs", flush=True)
         if subprocess.run(args, cwd=ROOT).returncode != 0:

@@ -42,7 +42,7 @@ def test_heldout_is_disjoint_from_training_and_the_suites(dist, sets):
     assert not {s.dims for s in held} & suite
     # training: every suite shape, then the random draws, none repeated
     assert {s.dims for s in train if s.cls.startswith("suite:")} == suite
-    assert len(train) == len(suite) + dist.training_random + dist.training_added \
+    assert len(train) == len(suite) + dist.training_random + dist.training_added + len(dist.picked) \
         == len({s.dims for s in train})
 
 
@@ -50,7 +50,7 @@ def test_added_draws_extend_the_training_set_and_leave_the_first_draws_and_heldo
     """training.added: the shapes tuned on so far stay, in order; the added ones come last, flagged
     for the tuner's stage 3, from the same classes; the held-out set does not move."""
     _, held = sets
-    dist = dataclasses.replace(dist, training_added=48)
+    dist = dataclasses.replace(dist, training_added=48, picked=())  # the picked shapes come after
     train = dist_mod.training(dist)
     without = dist_mod.training(dataclasses.replace(dist, training_added=0))
     assert train[:len(without)] == without and not any(s.added for s in without)
@@ -64,6 +64,42 @@ def test_added_draws_extend_the_training_set_and_leave_the_first_draws_and_heldo
     assert dist_mod.heldout(dataclasses.replace(dist, training_added=0)) == held
 
 
+def test_picked_shapes_come_last_for_stage_three_and_move_no_draw(dist, sets):
+    """training.picked (the decode products): after the suites, the draws and the added draws,
+    flagged for stage 3 under their group's class, none a shape training holds otherwise; without
+    them the training set is the same shapes in the same order before them, and the held-out set
+    does not move. The screen's shapes are not among them, and they are no random draw
+    (the leave-one-out figures "at the draws" leave them out)."""
+    from src.tune import plan as plan_mod
+
+    train, held = sets
+    assert dist.picked and all(s.added and s.cls == "picked:decode" for s in dist.picked)
+    assert train[-len(dist.picked):] == list(dist.picked)
+    without = dataclasses.replace(dist, picked=())
+    assert dist_mod.training(without) == train[:-len(dist.picked)]
+    assert dist_mod.heldout(without) == held
+    assert any(min(s.m, s.n) <= 2 and s.n * s.k * 4 > 300e6 for s in dist.picked)
+    screen, _ = plan_mod.screening([s for s in train if not s.added], plan_mod.load_settings())
+    assert not {s.dims for s in screen} & {s.dims for s in dist.picked}
+    assert {s.dims for s in dist.picked} <= dist_mod.not_drawn(dist)
+
+
+@pytest.mark.parametrize("edit,rule", [
+    ("shapes: [1x6144x4096, ", "is already a training shape"),    # a suite's shape picked again
+    ("why: \"decode steps:", "needs a one-line `why` and `shapes`"),
+])
+def test_a_bad_picked_shape_is_refused_with_its_rule(tmp_path, edit, rule):
+    text = dist_mod.DISTRIBUTION_FILE.read_text()
+    bad = tmp_path / "distribution.yaml"
+    if edit.startswith("shapes"):
+        text = text.replace(edit, edit + "1x4096x4096, ")
+    else:
+        text = re.sub(r'(?m)^      why: "decode steps:.*$', '      why: ""', text)
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(rule)):
+        dist_mod.training(dist_mod.load(bad))
+
+
 def test_a_bad_added_count_is_refused_with_its_rule(tmp_path):
     text = dist_mod.DISTRIBUTION_FILE.read_text()
     bad = tmp_path / "distribution.yaml"
@@ -75,7 +111,7 @@ def test_a_bad_added_count_is_refused_with_its_rule(tmp_path):
 def test_every_class_is_drawn_within_its_bounds_and_rules(dist, sets):
     train, held = sets
     classes = {c.name: c for c in dist.classes}
-    drawn = [s for s in train + held if not s.cls.startswith("suite:")]
+    drawn = [s for s in train + held if not s.cls.startswith(("suite:", "picked:"))]
     assert {s.cls for s in held} == set(classes)
     for shape in drawn:
         cls = classes[shape.cls]
@@ -104,9 +140,11 @@ def test_weights_share_the_count_and_a_small_run_covers_every_class(dist, sets):
     assert sum(counts) == 64 and all(c > 0 for c in counts)
     total = sum(c.weight for c in dist.classes)
     assert all(abs(n - 64 * c.weight / total) < 1 for n, c in zip(counts, dist.classes))
-    classes = {s.cls for s in train}
+    classes = {s.cls for s in train if not s.added}   # the stage-3 shapes come after the others
     picked = dist_mod.stratified(train, len(classes))
     assert {s.cls for s in picked} == classes and len(picked) == len(classes)
+    ordinary = [s for s in train if not s.added]
+    assert {s.dims for s in dist_mod.stratified(train, len(ordinary))} == {s.dims for s in ordinary}
     assert dist_mod.stratified(train, None) == train
     assert dist_mod.stratified(train, 20) == dist_mod.stratified(train, 20)
 

@@ -77,10 +77,10 @@ def guards(settings: dict, outside_reserved: bool = True) -> dict[str, str | Non
 
 
 def drawn_shapes(rows: list[dict]) -> set[tuple[int, int, int]]:
-    """The training set's random draws among the evidence rows' shapes (not the suites')."""
-    from src.tune.distribution import suite_shapes
+    """The training set's random draws among the evidence rows' shapes (not the suites' or picked)."""
+    from src.tune.distribution import not_drawn
 
-    return {(r["m"], r["n"], r["k"]) for r in rows} - {s.dims for s in suite_shapes()}
+    return {(r["m"], r["n"], r["k"]) for r in rows} - not_drawn()
 
 
 def write_fit(gpu_spec: str, settings: dict, csv_path: Path,

@@ -33,6 +33,7 @@ SUITE_DIR = CONF_DIR / "suite"
 GENERATED_KEY = "generated_from"   # a suite file holding it is written here, not by hand
 SETS = ("training", "heldout")
 SUITE_CLASS_PREFIX = "suite:"      # a training shape from a hand-written suite: "suite:llm"
+PICKED_CLASS_PREFIX = "picked:"    # one of training.picked's shapes: "picked:decode"
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Distribution:
     max_flop: int
     source: str = "conf/shapes/distribution.yaml"
     training_added: int = 0
+    picked: tuple[Shape, ...] = ()   # training.picked: hand-picked shapes after the draws (stage 3)
 
 
 def _bad(rule: str) -> ConfigError:
@@ -126,7 +128,24 @@ def load(path: Path = DISTRIBUTION_FILE) -> Distribution:
     return Distribution(tuple(classes), int(data["training"]["seed"]),
                         int(data["training"]["random"]), int(data["heldout"]["seed"]),
                         int(data["heldout"]["count"]), int(limits["max_operand_elements"]),
-                        int(limits["max_flop"]), training_added=added)
+                        int(limits["max_flop"]), training_added=added,
+                        picked=_picked(data["training"].get("picked") or {}))
+
+
+def _picked(groups: dict) -> tuple[Shape, ...]:
+    """training.picked: {group: {why: one line, shapes: ["MxNxK", ...]}}, each shape a Shape of
+    class "picked:<group>", flagged `added` (the tuner's stage 3, after the screen and the draws)."""
+    from src.job.shapes import parse
+
+    out = []
+    for group, entry in groups.items():
+        why = str((entry or {}).get("why", "")).strip()
+        dims = [parse(str(text)) for text in (entry or {}).get("shapes") or []]
+        if not why or "\n" in why or not dims or None in dims:
+            raise _bad(f"training.picked.{group} needs a one-line `why` and `shapes`, a list of "
+                       f"MxNxK (rule: a shape tuned on by hand says what users run it for).")
+        out += [Shape(*d, cls=f"{PICKED_CLASS_PREFIX}{group}", added=True) for d in dims]
+    return tuple(out)
 
 
 def _log_uniform(rng: random.Random, low: int, high: int) -> int:
@@ -218,22 +237,34 @@ def suite_shapes(suite_dir: Path = SUITE_DIR) -> list[Shape]:
 def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
     """The suites' shapes, then `training.random` draws with `training.seed`, none repeated, then
     `training.added` more (flagged `added`): the draws of random + added that the first random
-    ones are not. Each class extends its own stream, so the first draws stay what they were."""
+    ones are not, then `training.picked`'s shapes (flagged `added` too). Each class extends its
+    own stream, so the first draws stay what they were; the picked shapes change no draw."""
     dist = dist or load()
     suite = suite_shapes(suite_dir)
     taken = {s.dims for s in suite}
     first = draw(dist, dist.training_random, dist.training_seed, taken)
-    if not dist.training_added:
-        return suite + first
-    both = draw(dist, dist.training_random + dist.training_added, dist.training_seed, taken)
-    kept = {s.dims for s in first}
-    if not kept <= {s.dims for s in both}:
-        raise _bad(f"training.added {dist.training_added} redraws some of the first "
-                   f"{dist.training_random} shapes (a draw of one class met another's) (rule: "
-                   f"added draws extend the training set, the shapes tuned on so far stay); "
-                   f"change training.added by a few.")
-    return suite + first + [Shape(*s.dims, cls=s.cls, added=True)
-                            for s in both if s.dims not in kept]
+    added: list[Shape] = []
+    if dist.training_added:
+        both = draw(dist, dist.training_random + dist.training_added, dist.training_seed, taken)
+        kept = {s.dims for s in first}
+        if not kept <= {s.dims for s in both}:
+            raise _bad(f"training.added {dist.training_added} redraws some of the first "
+                       f"{dist.training_random} shapes (a draw of one class met another's) (rule: "
+                       f"added draws extend the training set, the shapes tuned on so far stay); "
+                       f"change training.added by a few.")
+        added = [Shape(*s.dims, cls=s.cls, added=True) for s in both if s.dims not in kept]
+    seen = taken | {s.dims for s in first + added}
+    for shape in dist.picked:
+        if shape.dims in seen:
+            raise _bad(f"training.picked: {shape.label} is already a training shape (rule: a "
+                       f"picked shape adds one the suites and the draws do not hold).")
+        seen.add(shape.dims)
+    return suite + first + added + list(dist.picked)
+
+
+def not_drawn(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> set[tuple[int, int, int]]:
+    """The training shapes that are no random draw: the hand-written suites' and training.picked's."""
+    return {s.dims for s in suite_shapes(suite_dir)} | {s.dims for s in (dist or load()).picked}
 
 
 def heldout(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
@@ -251,19 +282,21 @@ def heldout(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> li
 
 def stratified(shapes: list[Shape], count: int | None) -> list[Shape]:
     """The first `count` shapes taken round-robin over the classes (in the order each class first
-    appears), so a small run still covers every class; all of them when count is None."""
+    appears), so a small run still covers every class; the stage-3 shapes (`added`: the added
+    draws, the picked shapes) only after all the others; all of them when count is None."""
     if count is None or count >= len(shapes):
         return list(shapes)
-    by_class: dict[str, list[Shape]] = {}
-    for shape in shapes:
-        by_class.setdefault(shape.cls, []).append(shape)
     picked: list[Shape] = []
-    depth = 0
-    while len(picked) < count:
-        for members in by_class.values():
-            if depth < len(members) and len(picked) < count:
-                picked.append(members[depth])
-        depth += 1
+    for part in ([s for s in shapes if not s.added], [s for s in shapes if s.added]):
+        by_class: dict[str, list[Shape]] = {}
+        for shape in part:
+            by_class.setdefault(shape.cls, []).append(shape)
+        depth = 0
+        while len(picked) < count and depth < max(map(len, by_class.values()), default=0):
+            for members in by_class.values():
+                if depth < len(members) and len(picked) < count:
+                    picked.append(members[depth])
+            depth += 1
     return picked
 
 
@@ -282,8 +315,9 @@ def suite_file_text(name: str, shapes: list[Shape], dist: Distribution) -> str:
               f"this file). Shape set `{name}`: {what}. Why: issue 39, a dispatch learned per GPU "
               f"and judged on shapes it never saw. Shapes per class: "
               + ", ".join(f"{cls} {n}" for cls, n in counts.items()) + "."
-              + (f" The last {sum(s.added for s in shapes)} are `training.added`'s draws (the "
-                 f"tuner's stage 3)." if any(s.added for s in shapes) else ""))
+              + (f" The last {sum(s.added for s in shapes)} are `training.added`'s draws"
+                 + (" and `training.picked`'s shapes" if dist.picked else "")
+                 + " (the tuner's stage 3)." if any(s.added for s in shapes) else ""))
     lines = [
         "# @package _global_",
         *textwrap.wrap(header, 98, initial_indent="# ", subsequent_indent="# "),

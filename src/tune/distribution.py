@@ -286,18 +286,16 @@ def stratified(shapes: list[Shape], count: int | None) -> list[Shape]:
     draws, the picked shapes) only after all the others; all of them when count is None."""
     if count is None or count >= len(shapes):
         return list(shapes)
-    picked: list[Shape] = []
-    for part in ([s for s in shapes if not s.added], [s for s in shapes if s.added]):
-        by_class: dict[str, list[Shape]] = {}
-        for shape in part:
-            by_class.setdefault(shape.cls, []).append(shape)
-        depth = 0
-        while len(picked) < count and depth < max(map(len, by_class.values()), default=0):
-            for members in by_class.values():
-                if depth < len(members) and len(picked) < count:
-                    picked.append(members[depth])
-            depth += 1
-    return picked
+    order = _round_robin([s for s in shapes if not s.added]) + _round_robin([s for s in shapes if s.added])
+    return order[:count]
+
+
+def _round_robin(shapes: list[Shape]) -> list[Shape]:
+    by_class: dict[str, list[Shape]] = {}
+    for shape in shapes:
+        by_class.setdefault(shape.cls, []).append(shape)
+    depth = max(map(len, by_class.values()), default=0)
+    return [members[i] for i in range(depth) for members in by_class.values() if i < len(members)]
 
 
 def suite_file_text(name: str, shapes: list[Shape], dist: Distribution) -> str:

@@ -23,7 +23,7 @@ from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.paths import ROOT
 from src.records.record import Record
-from src.tune import command, distribution, fit, screen, sweeps
+from src.tune import command, distribution, fit, partial, screen, sweeps
 from src.tune import plan as plan_mod
 from src.tune import space as tune
 
@@ -434,14 +434,14 @@ def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_pa
     rest = {s.label for s in plan.rest}
     moved = next(r["shape"] for r in rows if r["kernel"] == "gemm_tf32" and r["shape"] in rest)
     rewrite(lambda r: {**r, "stage": "1"} if r["shape"] == moved and r["kernel"] == "gemm_tf32" else r)
-    kept = command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_tf32"})
+    kept = partial.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_tf32"})
     assert kept and {r["kernel"] for r in kept} == {r["kernel"] for r in rows} - {"gemm_tf32"}
     with pytest.raises(ConfigError, match="same training shapes and screen"):
-        command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_ffma"})
+        partial.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_ffma"})
     # a screen shape that only the re-measured candidates hold is screened again, by them
     screen_shape = next(r["shape"] for r in rows if r["stage"] == "1" and r["shape"] != moved)
     holders = {r["kernel"] for r in rows if r["stage"] == "1" and r["shape"] == screen_shape}
-    kept = command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv",
+    kept = partial.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv",
                                  holders | {"gemm_tf32"})
     assert {r["kernel"] for r in kept} == {r["kernel"] for r in rows} - holders - {"gemm_tf32"}
     assert screen_shape not in {r["shape"] for r in kept if r["stage"] == 1}
@@ -453,10 +453,10 @@ def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_pa
              "same training shapes and screen")]:
         rewrite(change)
         with pytest.raises(ConfigError) as info:
-            command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_tf32"})
+            partial.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_tf32"})
         assert said in str(info.value) and "rule:" in str(info.value)
     with pytest.raises(ConfigError, match="gemm_nonesuch"):
-        command.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_nonesuch"})
+        partial.kept_evidence(plan, plan_mod.load_settings(), tmp_path / "e.csv", {"gemm_nonesuch"})
     assert evidence.source_sha256("gemm_tf32") != evidence.source_sha256("gemm_3xtf32")
     assert command.main(args + ["--kernels", "gemm_tf32"]) == 1  # the rule, said on stderr
 
@@ -478,11 +478,11 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     whole, tuned = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
     lines = read_evidence(tmp_path / "e.csv")  # a row per candidate, its twins' too
 
-    def missing_run(name: str) -> list:
+    def missing_run(name: str, more: tuple = ()) -> list:
         measured = []
         monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, measured))  # an empty cache
         capsys.readouterr()
-        assert cli(common + ["--sweep-dir", str(tmp_path / name), "--missing"]) == 0
+        assert cli(common + ["--sweep-dir", str(tmp_path / name), "--missing", *more]) == 0
         assert (tmp_path / "e.csv").read_text() == whole
         assert (tmp_path / "t.yaml").read_text() == tuned
         return measured
@@ -511,9 +511,25 @@ def test_missing_measures_only_the_candidates_the_evidence_lacks(tmp_path, monke
     measured = missing_run("stale")
     assert {k[1] for k in measured} == {"gemm_ffma_skinny"}
     assert len(measured) == sum(1 for r in lines if r["kernel"] == "gemm_ffma_skinny" and not r["same_as"])
-    # the rules: another evidence file's shapes, --kernels beside it
+    # with --kernels: another candidate's rows of another source would be dropped unmeasured
+    rewrite(lambda r: True, lambda r: {**r, "source_sha256": "0" * 64}
+            if r["kernel"] == "gemm_ffma_skinny" else r)
     assert command.main(common[1:] + ["--missing", "--kernels", "gemm_tf32"]) == 1
-    assert "two kinds of partial re-tune" in capsys.readouterr().err
+    assert "would drop the rows of gemm_ffma_skinny" in capsys.readouterr().err
+    # with --kernels: only the named candidates' missing jobs; the others' gaps stay gaps
+    rewrite(lambda r: r not in gone)
+    measured = missing_run("gaps, named", ["--kernels", "gemm_tf32"])
+    assert sorted(measured) == sorted(("best_tf32", "gemm_tf32", r["shape"], r["params"])
+                                      for r in gone if not r["same_as"])
+    rewrite(lambda r: r not in gone)
+    measured = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, measured))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "other"), "--missing", "--kernels",
+                         "gemm_3xtf32,gemm_ffma"]) == 0
+    assert measured == [] and len(read_evidence(tmp_path / "e.csv")) == len(lines) - len(gone)
+    assert command.main(common[1:] + ["--missing", "--kernels", "gemm_nonesuch"]) == 1
+    assert "gemm_nonesuch" in capsys.readouterr().err
+    # the rules: another evidence file's shapes
     last = lines[-1]["shape"]  # a shape this plan does not hold
     rewrite(lambda r: True, lambda r: {**r, "shape": "1x2x3", "m": 1, "n": 2, "k": 3}
             if r["shape"] == last else r)

@@ -10,6 +10,7 @@ results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/t
     sgemm-lab tune [--gpu SPEC] [--shapes N] [--budget SECONDS] [--protocol quick] [--dry-run]
     sgemm-lab tune --kernels gemm_tf32,gemm_3xtf32   # measure these again, keep the others' rows
     sgemm-lab tune --missing                         # measure only what the evidence lacks
+    sgemm-lab tune --missing --kernels gemm_ffma_skinny   # ... of these candidates only
     sgemm-lab tune --carry-over REV                  # REV's rows where today's builds the same
     sgemm-lab tune --fit-only --gpu h100_sxm
     sgemm-lab tune --gpu h100_sxm --against earlier.csv      # exit 1 if a choice differs
@@ -20,12 +21,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 from src.errors import ConfigError, LabError
 from src.job.training import evidence_path, read as read_evidence
 from src.paths import ROOT
+from src.tune.partial import candidates, kept_evidence, missing_evidence, named
 from src.tune.sweeps import parts, run_sweeps
 
 SWEEP_DIR = ROOT / "sweeps" / "tuning"
@@ -49,16 +50,6 @@ def visible_gpus() -> int:
         return max(1, len(sweep_gpus()))
     except Exception:  # no NVML here: the estimate assumes one
         return 1
-
-
-def candidates(settings: dict) -> set[str]:
-    """Every kernel the dispatch may choose: the dispatchers' candidates and the fallback."""
-    from src.tune.plan import dispatch_candidates
-
-    kernels = dispatch_candidates(settings)
-    if settings.get("fallback"):
-        kernels.add(settings["fallback"]["kernel"])
-    return kernels
 
 
 def guards(settings: dict, outside_reserved: bool = True) -> dict[str, str | None]:
@@ -204,62 +195,6 @@ def screened(plan, settings: dict, rows: list[dict], only: set[str] | None = Non
     return full if only is None else full.only(only)
 
 
-def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) -> list[dict]:
-    """A partial re-tune's rows of the other candidates, from `csv_path`: the candidates named
-    must be the dispatch's, and the file must hold the plan's training shapes with its screening
-    shapes as stage 1, and the kept candidates' sources as they are today
-    (evidence.kept_rows)."""
-    from src.tune import evidence
-
-    known = candidates(settings)
-    unknown = sorted(remeasured - known)
-    if unknown or not remeasured:
-        raise ConfigError(f"--kernels names {', '.join(unknown) or 'no kernel'}; it takes a comma "
-                          f"list of the dispatch's candidates ({', '.join(sorted(known))}) (rule: "
-                          f"a partial re-tune measures candidates of conf/tuning/dispatch.yaml).")
-    rows = earlier_evidence(plan, csv_path, "--kernels", remeasured)
-    return evidence.kept_rows(rows, remeasured)
-
-
-def earlier_evidence(plan, csv_path: Path, flag: str, remeasured: set[str] = frozenset(),
-                     partial: bool = False) -> list[dict]:
-    """The rows of `csv_path` that a partial re-tune (`flag`) extends: the file must hold the
-    plan's training shapes (`partial`: some of them, as a run cut short saved them), its
-    screening shapes as stage 1 (`partial`: the run measures the rest) and, but for the candidates
-    measured again (`remeasured`, whose rows are replaced), no other screen shape than those or a
-    kernel's own region's, so that its rows and the new ones make one screen."""
-    if not csv_path.is_file():
-        raise ConfigError(f"{flag} extends the evidence file {csv_path}, which does not exist "
-                          f"(rule: a partial re-tune extends an earlier run's evidence); run the "
-                          f"whole tune first.")
-    rows = read_evidence(csv_path)
-    planned = {s.label for s in plan.shapes}
-    screening_shapes = planned - {s.label for s in plan.rest + plan.added}
-    held = {r["shape"] for r in rows}
-    screened = {r["shape"] for r in rows if r["stage"] == 1}
-    first = {r["shape"] for r in rows if r["stage"] == 1 and r["kernel"] not in remeasured}
-    region = {s.label for shapes in plan.region.values() for s in shapes}  # a kernel's own screen
-    if not (held <= planned if partial else held == planned) or (plan.rest and not (
-            (partial or screening_shapes <= screened) and first <= screening_shapes | region)):
-        raise ConfigError(f"{csv_path} holds {len(held)} training shapes ({len(screened)} screened) "
-                          f"and this plan {len(planned)} ({len(screening_shapes)} screened) (rule: "
-                          f"a partial re-tune ({flag}) keeps rows measured over the same training "
-                          f"shapes and screen); pass the --shapes of that run, or run the whole tune.")
-    return rows
-
-
-def missing_evidence(plan, settings: dict, csv_path: Path) -> tuple[list[dict], dict]:
-    """`--missing`: (the rows of `csv_path` that stay, {kernel: rows left out}). A row stays while
-    its kernel's source is today's; a row of another source (or of none) is left out, and its
-    candidate is measured again wherever the plan has it (earlier_evidence's rules hold)."""
-    from src.tune import evidence
-
-    rows = earlier_evidence(plan, csv_path, "--missing", partial=True)
-    today = {k: evidence.source_sha256(k) for k in {r["kernel"] for r in rows}}
-    stale = Counter(r["kernel"] for r in rows if r.get("source_sha256") != today[r["kernel"]])
-    return [r for r in rows if r.get("source_sha256") == today[r["kernel"]]], dict(stale)
-
-
 def screen_done(plan, sweep_dir: Path, max_jobs: int | None = None) -> bool:
     """Whether the sweep directory holds a record of every stage-1 job (a finished screen)."""
     from src.records.record import load_records
@@ -336,7 +271,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sweep-dir", type=Path, default=SWEEP_DIR)
     parser.add_argument("--kernels", default=None,
                         help="comma list of candidates to measure again; the other candidates' "
-                             "rows are kept from the evidence file (their sources unchanged)")
+                             "rows are kept from the evidence file (their sources unchanged); "
+                             "with --missing: only these candidates' missing jobs")
     parser.add_argument("--carry-over", metavar="REV", default=None,
                         help="carry the evidence rows measured from REV's kernel sources over to "
                              "today's where each candidate builds the same code and launch; re-fit")
@@ -367,26 +303,24 @@ def main(argv: list[str]) -> int:
             dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
             print(f"fitted {sum(len(r) for r in dispatch.values())} rules from {csv_path}")
             return 0
-        if args.missing and args.kernels is not None:
-            raise ConfigError("--missing and --kernels are two kinds of partial re-tune (rule: "
-                              "--missing keeps every row of today's sources, --kernels measures "
-                              "the named candidates again); pass one.")
         gpus = visible_gpus()
         per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
         plan = plan_mod.within_budget(gpu_spec, distribution.training(), args.budget,
                                       args.shapes, per_job, gpus, settings)
         only, kept = None, []
+        if args.kernels is not None:
+            only = named(settings, args.kernels)
         if args.missing:  # the evidence's rows stay; the plan measures what they do not hold
-            kept, stale = missing_evidence(plan, settings, csv_path)
+            kept, stale = missing_evidence(plan, settings, csv_path, only)
             plan = plan_mod.build(gpu_spec, plan.shapes, settings, held=evidence.held_pairs(kept))
             print(f"keeping {len(kept)} rows of today's sources from {csv_path}"
                   + "".join(f"; {n} rows of {k} are of another source, measured again"
                             for k, n in sorted(stale.items())), flush=True)
-        if args.kernels is not None:  # a partial re-tune: the others' rows from the evidence
-            only = {k.strip() for k in args.kernels.split(",") if k.strip()}
+        elif only is not None:  # a partial re-tune: the others' rows from the evidence
             kept = kept_evidence(plan, settings, csv_path, only)
-            plan = plan.only(only)
             print(f"keeping {len(kept)} rows of the other candidates from {csv_path}", flush=True)
+        if only is not None:  # --kernels (with --missing: only those candidates' missing jobs)
+            plan = plan.only(only)
         if args.dry_run:
             if screen_done(plan, args.sweep_dir, cap := settings.get("sweep_max_jobs")):  # stage 2 known
                 rows = rows_of(parts(plan.sweeps, cap), args.sweep_dir, gpu_spec, settings, kept)

@@ -26,14 +26,19 @@ def kept_evidence(plan, settings: dict, csv_path: Path, remeasured: set[str]) ->
     (evidence.kept_rows)."""
     from src.tune import evidence
 
-    named(settings, ",".join(sorted(remeasured)))
+    checked(settings, remeasured)
     rows = earlier_evidence(plan, csv_path, "--kernels", remeasured)
     return evidence.kept_rows(rows, remeasured)
 
 
 def named(settings: dict, text: str) -> set[str]:
     """`--kernels`' comma list, each of them a candidate of the dispatch (or a ConfigError)."""
-    remeasured, known = {k.strip() for k in text.split(",") if k.strip()}, candidates(settings)
+    return checked(settings, {k.strip() for k in text.split(",") if k.strip()})
+
+
+def checked(settings: dict, remeasured: set[str]) -> set[str]:
+    """`remeasured`, if it names some kernels and each is a candidate of the dispatch."""
+    known = candidates(settings)
     unknown = sorted(remeasured - known)
     if unknown or not remeasured:
         raise ConfigError(f"--kernels names {', '.join(unknown) or 'no kernel'}; it takes a comma "

@@ -110,6 +110,49 @@ def test_the_wave_fill_counts_a_tail_round_as_its_share_of_a_tile():
     assert split == pytest.approx(280 / (2.25 * 132)) and whole == pytest.approx(280 / 396)
 
 
+def test_the_wave_fill_scales_a_ratio_only_between_launches_that_split_their_tail_alike():
+    """The nearest model scales a neighbour's ratio by the wave fill here against there only where
+    both launches split their tail or neither does (src/job/training._corrected): a split tail's
+    second launch and its slices' add-up cost what the fill does not count. SYNTHETIC: TAIL runs
+    0.9 at both neighbours with its last round half empty there (fill 0.5), PLAIN 1.0 with full
+    rounds. At the query TAIL fills its rounds: as one launch it scores 0.9 * 2 ** 0.5 = 1.273 and
+    wins; as a split tail against neighbours that measured one launch its 0.9 stands and PLAIN
+    wins; with neighbours that split their tail too, the scaling is back (1.273)."""
+    near, far, query = (64, 64, 64), (1024, 1024, 1024), (100, 100, 100)
+    tail, plain = '{"split_tail": 1}', '{"split_tail": 0}'
+    rows = [{"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": p, "m": s[0], "n": s[1],
+             "k": s[2], "status": "ok", "ratio_best": v}
+            for p, v in ((tail, 0.9), (plain, 1.0)) for s in (near, far)]
+    tab = training.table(rows, "best_tf32")
+    anything = lambda c, s: True  # noqa: E731
+
+    def chosen(query_fill, neighbour_fill):
+        def fill(c, s):
+            if c.params == plain:
+                return training.WaveFill(1.0)
+            return query_fill if s == query else neighbour_fill
+        choice = training.nearest_choice(tab, query, tab.shapes, 2, anything, "equal", fill, 0.5)
+        return choice[0].params, round(choice[2], 3)
+
+    assert chosen(training.WaveFill(1.0), training.WaveFill(0.5)) == (tail, 1.273)
+    assert chosen(1.0, 0.5) == (tail, 1.273)  # plain floats: fills of one launch each
+    assert chosen(training.WaveFill(1.0, True), training.WaveFill(0.5)) == (plain, 1.0)
+    assert chosen(training.WaveFill(1.0, True), training.WaveFill(0.5, True)) == (tail, 1.273)
+
+    # the fill says whether its launch splits the tail: gemm_tf32 at 1177 x 7168 x 1792
+    assert training.wave_fill(264, 1, 132, 64, 4).split_tail and not training.wave_fill(280, 1, 132).split_tail
+    from src.job import dispatch
+
+    fill = dispatch.wave_fills("h200", "tf32")
+    split, whole = (fill(training.Candidate("gemm_tf32", '{"bm": 256, "fit": 2, "min_slice_k": 256, '
+                                                         f'"split_tail": {v}}}'), (1177, 7168, 1792))
+                    for v in (1, 0))
+    assert split.split_tail and not whole.split_tail
+    # split_tail 1 where no tile is left past a wave: one launch, no tail
+    assert not fill(training.Candidate("gemm_tf32", '{"bm": 256, "fit": 2, "split_tail": 1}'),
+                    (1024, 1024, 1024)).split_tail
+
+
 def test_the_runner_launches_the_tail_after_the_main_entry_on_the_same_arguments(monkeypatch):
     """compile_kernel loads the tail entry with the main entry's shared memory opt-in; a launch
     runs the pre-pass (none here: aligned rows), the main entry over its whole waves, then the

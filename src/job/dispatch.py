@@ -155,8 +155,9 @@ def _fill(kernel: str, params: str, precision: str, shape: tuple[int, int, int],
 def wave_fills(gpu_spec: str, precision: str) -> Callable[[training.Candidate, tuple], float | None] | None:
     """fill(candidate, shape): the share of its launch's rounds of waves the candidate's blocks
     keep busy at that shape on `gpu_spec`'s SMs (training.wave_fill over its grid and
-    `launch.resident_ctas`), None where it does not build there; what the nearest model's `waves`
-    scales a neighbour's ratio by. None for a spec without a datasheet (conf/gpu/): no SM count,
+    `launch.resident_ctas`; a training.WaveFill, which also says whether the launch splits its
+    tail), None where it does not build there; what the nearest model's `waves` scales a
+    neighbour's ratio by. None for a spec without a datasheet (conf/gpu/): no SM count,
     no scaling."""
     if gpu_spec not in gpu_mod.known_specs():
         return None

@@ -190,22 +190,41 @@ def _mean_log(values: list, weights: list[float]) -> float | None:
     return sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights)
 
 
-def wave_fill(ctas: int, resident_ctas: int, sms: int, tail_ctas: int = 0, tail_slices: int = 1) -> float:
+class WaveFill(float):
+    """A launch's wave fill (`wave_fill`) that also says whether the launch splits its tail into a
+    second launch (`split_tail`); a plain float is a fill of one launch."""
+
+    def __new__(cls, share: float, split_tail: bool = False):
+        fill = super().__new__(cls, share)
+        fill.split_tail = split_tail
+        return fill
+
+
+def wave_fill(ctas: int, resident_ctas: int, sms: int, tail_ctas: int = 0, tail_slices: int = 1) -> WaveFill:
     """The share of the rounds of waves a launch of `ctas` blocks keeps busy on `sms` SMs that hold
     `resident_ctas` each: 1.0 when the last round is full, 0.51 for one block past a round. With
     a split tail (`tail_ctas` blocks after it, `tail_slices` a tile), a tail block's round counts
     1 / tail_slices of a whole tile's: the tiles' work over the rounds both launches take."""
     slots = sms * max(1, resident_ctas)
     rounds = -(-ctas // slots) + (-(-tail_ctas // slots)) / tail_slices
-    return (ctas + tail_ctas / tail_slices) / (rounds * slots)
+    return WaveFill((ctas + tail_ctas / tail_slices) / (rounds * slots), tail_ctas > 0)
+
+
+def _splits_tail(fill: float) -> bool:
+    return bool(getattr(fill, "split_tail", False))
 
 
 def _corrected(values: list, fills: list, here: float | None, waves: float) -> list:
     """Each neighbour's ratio scaled by (the candidate's wave fill here / there) ** `waves`: a
-    neighbour whose last round was part-empty undersells a shape where the same tile fills it."""
+    neighbour whose last round was part-empty undersells a shape where the same tile fills it.
+    Only between launches that both split their tail or both do not: across them a neighbour's
+    ratio is kept as measured, since the tail's own launch and its slices' add-up cost what the
+    fill does not count (H200, leave-one-out at the 120 draws with the split tail measured: TF32
+    1.254 -> 1.262; docs/tuning.md)."""
     if not waves or here is None or any(f is None for f in fills) or any(v is None for v in values):
         return values
-    return [v * (here / f) ** waves for v, f in zip(values, fills)]
+    return [v * (here / f) ** waves if _splits_tail(f) == _splits_tail(here) else v
+            for v, f in zip(values, fills)]
 
 
 def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: int,

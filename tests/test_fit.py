@@ -1004,3 +1004,53 @@ def test_wave_fill_scales_each_neighbours_ratio_and_auto_takes_the_better_power(
     monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "waves": -0.5}})
     with pytest.raises(ConfigError, match="waves -0.5 is not a number >= 0"):
         dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-waves", Problem(*query, 0.5, 3.0))
+
+
+def test_the_wave_fill_counts_the_blocks_clusters_place_at_once(monkeypatch):
+    """A cluster's blocks share one GPC, and the H100's and H200's 132 SMs sit unevenly in 8 GPCs:
+    the evidence's launches of 4- and 8-block clusters past 120 blocks were never the best at
+    their shape (docs/tuning.md). The datasheet's optional `cluster_blocks` says what clusters of
+    each size place at once; the wave fill counts rounds of that many blocks for a cluster launch
+    (its spec's `cluster`, the K slices) and its tail. By hand: gemm_tf32 at 40 x 2048 x 1664
+    with up to 8 slices is 16 tiles x 8 = 128 blocks, 128 / 132 of one round on 132 SMs, but two
+    rounds of 120 (128 / 240); 2-block clusters keep all 132. Without the key nothing changes;
+    a size or count out of range is a ConfigError naming the rule."""
+    from src.job import gpu
+    from src.job.config import kernel_config
+    from src.job.gpu import limits_from_spec
+    from src.job.spec import build_spec
+
+    assert training.wave_fill(128, 1, 132) == 128 / 132
+    assert training.wave_fill(128, 1, 132, slots=120) == 128 / 240
+    assert training.wave_fill(120, 1, 132, 12, 4, slots=120, tail_slots=120) == pytest.approx(123 / (1.25 * 120))
+
+    limits = limits_from_spec("h200")
+    cfg = kernel_config("gemm_tf32")
+    eight = {"bm": 128, "bn": 128, "fit": 2, "stages": 5, "min_slice_k": 32, "min_slices": 1, "split_k": 8}
+    spec = build_spec({**cfg, "precision": "tf32", "params": {**cfg["params"], **eight}},
+                      Problem(40, 2048, 1664, 0.5, 3.0), limits)
+    assert (spec.cluster, math.prod(spec.grid)) == (8, 128) and spec.entry.startswith("gemm_tf32_cluster<")
+    plain = build_spec({**cfg, "precision": "tf32", "params": {**cfg["params"], "bm": 256, "fit": 1}},
+                       Problem(4096, 4096, 4096, 0.5, 3.0), limits)
+    assert plain.cluster == 1
+
+    candidate = training.Candidate("gemm_tf32", json.dumps(eight, sort_keys=True))
+    two = training.Candidate("gemm_tf32", json.dumps({**eight, "split_k": 2}, sort_keys=True))
+    specs = gpu.known_specs()
+
+    def fills(cluster_blocks):
+        data = {**specs, "h200": {**specs["h200"], "cluster_blocks": cluster_blocks}}
+        monkeypatch.setattr(gpu, "known_specs", lambda: data)
+        dispatch._cluster_blocks.cache_clear()
+        dispatch._fill.cache_clear()
+        fill = dispatch.wave_fills("h200", "tf32")
+        return fill(candidate, (40, 2048, 1664)), fill(two, (40, 2048, 1664))
+
+    assert fills({}) == (128 / 132, 32 / 132)
+    assert fills({4: 120, 8: 120}) == (128 / 240, 32 / 132)
+    for bad in ({3: 120}, {8: 0}, {8: 133}, {"8": 120}):
+        with pytest.raises(ConfigError, match="cluster_blocks.*cuOccupancyMaxActiveClusters"):
+            fills(bad)
+    monkeypatch.undo()
+    dispatch._cluster_blocks.cache_clear()
+    dispatch._fill.cache_clear()

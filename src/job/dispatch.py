@@ -140,6 +140,11 @@ def _limits(gpu_spec: str) -> dict[str, int]:
     return gpu_mod.limits_from_spec(gpu_spec)
 
 
+@lru_cache(maxsize=None)
+def _cluster_blocks(gpu_spec: str) -> dict[int, int]:
+    return gpu_mod.cluster_blocks(gpu_spec)
+
+
 @lru_cache(maxsize=300_000)
 def _fill(kernel: str, params: str, precision: str, shape: tuple[int, int, int],
           gpu_spec: str) -> float | None:
@@ -148,8 +153,11 @@ def _fill(kernel: str, params: str, precision: str, shape: tuple[int, int, int],
                           Problem(*shape, 1.0, 1.0), limits)
     if not isinstance(spec, KernelSpec) or not spec.grid:
         return None
-    tail = (math.prod(spec.tail.grid), spec.tail.slices) if spec.tail else ()
-    return training.wave_fill(math.prod(spec.grid), spec.resident_ctas, limits["sms"], *tail)
+    held = _cluster_blocks(gpu_spec)  # one block an SM: what clusters of each size place at once
+    tail = (math.prod(spec.tail.grid), spec.tail.slices) if spec.tail else (0, 1)
+    return training.wave_fill(math.prod(spec.grid), spec.resident_ctas, limits["sms"], *tail,
+                              slots=held.get(spec.cluster) if spec.resident_ctas == 1 else None,
+                              tail_slots=held.get(tail[1]) if spec.resident_ctas == 1 else None)
 
 
 def wave_fills(gpu_spec: str, precision: str) -> Callable[[training.Candidate, tuple], float | None] | None:

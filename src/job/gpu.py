@@ -212,6 +212,26 @@ def limits_from_spec(spec_name: str) -> dict[str, int]:
     }
 
 
+def cluster_blocks(spec_name: str) -> dict[int, int]:
+    """{cluster size: blocks that clusters of that size place at once, one block an SM} from the
+    datasheet's optional `cluster_blocks` (cuOccupancyMaxActiveClusters x size: a cluster's blocks
+    share one GPC, so uneven GPCs hold fewer than SMs); {} where it names none. A size that is not
+    a power of two up to 16, or a count not between 1 and the SMs, is a ConfigError naming the rule."""
+    data = known_specs().get(spec_name) or {}
+    given = data.get("cluster_blocks") or {}
+    out = {}
+    for size, blocks in dict(given).items():
+        ok_size = isinstance(size, int) and not isinstance(size, bool) and size in (2, 4, 8, 16)
+        ok_blocks = isinstance(blocks, int) and not isinstance(blocks, bool) and 1 <= blocks <= int(data["sms"])
+        if not (ok_size and ok_blocks):
+            raise ConfigError(f"conf/gpu/{spec_name}.yaml: cluster_blocks {size!r}: {blocks!r} is not a "
+                              f"cluster size (2, 4, 8 or 16) with the blocks it places at once, 1 to "
+                              f"sms ({data['sms']}) (rule: measured as cuOccupancyMaxActiveClusters "
+                              f"times the size, one block an SM).")
+        out[size] = blocks
+    return out
+
+
 # --- clocks (NVML) --------------------------------------------------------------------------
 
 @lru_cache(maxsize=None)

@@ -47,6 +47,7 @@ class KernelSpec:
     tail: "Tail | None" = None        # a kernel launched after the entry, on the same arguments (a split tail)
     input_precision: str | None = None  # Triton peers only: tl.dot's input_precision
     resident_ctas: int = 1            # blocks an SM holds at once (launch.resident_ctas): the dispatch's wave fill
+    cluster: int = 1                  # blocks a cluster holds (launch.cluster): clusters place fewer blocks at once
 
     @property
     def threads(self) -> int:
@@ -211,6 +212,7 @@ def build_spec(kernel_cfg: DictConfig | dict, problem: Problem, limits: dict[str
         prepass=_prepass(launch.get("prepass"), names, name, {**params, **derived}),
         tail=_tail(launch.get("tail"), names, name, {**params, **derived}),
         resident_ctas=max(1, int(_evaluate(launch.get("resident_ctas", 1), names, name))),
+        cluster=max(1, int(_evaluate(launch.get("cluster", 1), names, name))),
     )
 
 

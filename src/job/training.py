@@ -200,13 +200,17 @@ class WaveFill(float):
         return fill
 
 
-def wave_fill(ctas: int, resident_ctas: int, sms: int, tail_ctas: int = 0, tail_slices: int = 1) -> WaveFill:
+def wave_fill(ctas: int, resident_ctas: int, sms: int, tail_ctas: int = 0, tail_slices: int = 1,
+              slots: int | None = None, tail_slots: int | None = None) -> WaveFill:
     """The share of the rounds of waves a launch of `ctas` blocks keeps busy on `sms` SMs that hold
     `resident_ctas` each: 1.0 when the last round is full, 0.51 for one block past a round. With
     a split tail (`tail_ctas` blocks after it, `tail_slices` a tile), a tail block's round counts
-    1 / tail_slices of a whole tile's: the tiles' work over the rounds both launches take."""
-    slots = sms * max(1, resident_ctas)
-    rounds = -(-ctas // slots) + (-(-tail_ctas // slots)) / tail_slices
+    1 / tail_slices of a whole tile's: the tiles' work over the rounds both launches take.
+    `slots` / `tail_slots`: the blocks a round holds where fewer than the SMs' (clusters:
+    src/job/gpu.cluster_blocks)."""
+    slots = slots or sms * max(1, resident_ctas)
+    tail_slots = tail_slots or sms * max(1, resident_ctas)
+    rounds = -(-ctas // slots) + (-(-tail_ctas // tail_slots)) / tail_slices
     return WaveFill((ctas + tail_ctas / tail_slices) / (rounds * slots), tail_ctas > 0)
 
 

@@ -153,11 +153,11 @@ def _fill(kernel: str, params: str, precision: str, shape: tuple[int, int, int],
                           Problem(*shape, 1.0, 1.0), limits)
     if not isinstance(spec, KernelSpec) or not spec.grid:
         return None
-    held = _cluster_blocks(gpu_spec)  # one block an SM: what clusters of each size place at once
+    # what clusters of each size place at once, measured at one block an SM
+    held = _cluster_blocks(gpu_spec) if spec.resident_ctas == 1 else {}
     tail = (math.prod(spec.tail.grid), spec.tail.slices) if spec.tail else (0, 1)
     return training.wave_fill(math.prod(spec.grid), spec.resident_ctas, limits["sms"], *tail,
-                              slots=held.get(spec.cluster) if spec.resident_ctas == 1 else None,
-                              tail_slots=held.get(tail[1]) if spec.resident_ctas == 1 else None)
+                              slots=held.get(spec.cluster), tail_slots=held.get(tail[1]))
 
 
 def wave_fills(gpu_spec: str, precision: str) -> Callable[[training.Candidate, tuple], float | None] | None:

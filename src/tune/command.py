@@ -19,6 +19,7 @@ results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/t
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -204,6 +205,19 @@ def screen_done(plan, sweep_dir: Path, max_jobs: int | None = None) -> bool:
         for s in parts(plan.sweeps, max_jobs))
 
 
+def cluster_check(gpu_spec: str) -> None:
+    """Say whether this card's clusters place what `gpu_spec`'s datasheet says (src/job/clusters.py:
+    the wave fill counts that figure), in a process of its own, so that this one holds no CUDA
+    context while the sweeps run. Only where a driver is; it never stops the tune."""
+    from src.job import gpu as gpu_mod
+
+    if not gpu_mod.driver_loadable():
+        return
+    proc = subprocess.run([sys.executable, "-m", "src.job.clusters", gpu_spec], cwd=ROOT,
+                          capture_output=True, text=True)
+    print((proc.stdout + proc.stderr).strip(), flush=True)
+
+
 def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: list[dict],
             only: set[str] | None, per_job: float, gpus: int) -> int:
     """Both stages' sweeps (stage 2 from the screen of stage 1's rows and the kept ones), the
@@ -225,6 +239,7 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
                 evidence.write(evidence.merged(earlier, rows), csv_path)
         return failed
 
+    cluster_check(gpu_spec)
     print(plan.describe(per_job, gpus), flush=True)
     started = time.perf_counter()
     failed = run(plan.sweeps)

@@ -68,7 +68,7 @@ def measured(gpu_spec: str, sizes=SIZES) -> dict[int, int]:
 
 def _check(err, *values):
     """The call's value, or a LabError naming the driver call's error."""
-    if int(err) != 0:
+    if getattr(err, "value", err) != 0:  # a CUresult (an enum), CUDA_SUCCESS 0
         raise LabError(f"the CUDA driver refused the cluster probe: {err}")
     return values[0] if values else None
 

@@ -30,15 +30,10 @@ def test_a_datasheet_that_differs_is_one_paragraph_naming_the_rule_and_the_line(
 def test_the_probe_is_a_launch_of_one_block_an_sm_in_clusters_of_each_size():
     """What the driver is asked about is the launch the wave fill counts: gemm_tf32's cluster
     entry, one block an SM, each size a cluster of that many K slices (built on the CPU)."""
-    from src.job.config import kernel_config
-    from src.job.problem import Problem
-    from src.job.spec import KernelSpec, candidate_spec
+    from src.job.spec import KernelSpec
 
-    limits = gpu_mod.limits_from_spec("h100_sxm")
-    config = {**kernel_config("gemm_tf32"), "precision": "tf32"}
     for size in clusters.SIZES:
-        spec = candidate_spec(config, {**clusters.PROBE_PARAMS, "split_k": size, "min_slices": size},
-                              Problem(*clusters.PROBE_SHAPE, 1.0, 1.0), limits)
+        spec = clusters.probe_spec("h100_sxm", size)
         assert isinstance(spec, KernelSpec), spec
         assert spec.cluster == size and spec.resident_ctas == 1
         assert spec.entry.startswith("gemm_tf32_cluster<")

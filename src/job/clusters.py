@@ -27,6 +27,19 @@ PROBE_SHAPE = (40, 2048, 1664)
 PROBE_PARAMS = {"bm": 128, "bn": 128, "fit": 2, "stages": 5, "min_slice_k": 32}
 
 
+def probe_spec(gpu_spec: str, size: int):
+    """The launch the driver is asked about: gemm_tf32's cluster entry at PROBE_SHAPE in clusters
+    of `size` K slices, one block an SM (a KernelSpec), or the rule it breaks on `gpu_spec`."""
+    from src.job import gpu as gpu_mod
+    from src.job.config import kernel_config
+    from src.job.problem import Problem
+    from src.job.spec import candidate_spec
+
+    return candidate_spec({**kernel_config("gemm_tf32"), "precision": "tf32"},
+                          {**PROBE_PARAMS, "split_k": size, "min_slices": size},
+                          Problem(*PROBE_SHAPE, 1.0, 1.0), gpu_mod.limits_from_spec(gpu_spec))
+
+
 def measured(gpu_spec: str, sizes=SIZES) -> dict[int, int]:
     """{cluster size: blocks that clusters of that size place at once} on the current device,
     for gemm_tf32's cluster launch at PROBE_SHAPE (cuOccupancyMaxActiveClusters x size). Needs a
@@ -34,19 +47,13 @@ def measured(gpu_spec: str, sizes=SIZES) -> dict[int, int]:
     import cupy as cp
     from cuda.bindings import driver
 
-    from src.job import gpu as gpu_mod
     from src.job.compile import DEFAULT_CACHE_DIR, build_cubin, expand_source
-    from src.job.config import kernel_config
-    from src.job.problem import Problem
-    from src.job.spec import KernelSpec, candidate_spec
+    from src.job.spec import KernelSpec
 
-    limits = gpu_mod.limits_from_spec(gpu_spec)
-    config = {**kernel_config("gemm_tf32"), "precision": "tf32"}
     cp.zeros(1)  # the device's primary context, current for the driver calls below
     out = {}
     for size in sizes:
-        params = {**PROBE_PARAMS, "split_k": size, "min_slices": size}
-        spec = candidate_spec(config, params, Problem(*PROBE_SHAPE, 1.0, 1.0), limits)
+        spec = probe_spec(gpu_spec, size)
         if not isinstance(spec, KernelSpec) or spec.cluster != size:
             raise LabError(f"the cluster probe does not build clusters of {size} on {gpu_spec}: "
                            f"{spec if isinstance(spec, str) else spec.cluster}")
@@ -78,9 +85,7 @@ def disagreement(gpu_spec: str, datasheet: dict[int, int], found: dict[int, int]
     """None where the datasheet gives each measured size the measured count (a size placing all
     `sms` blocks may go unsaid: the fill counts that anyway); else one paragraph naming the rule
     and the line to write."""
-    wrong = {size: blocks for size, blocks in found.items()
-             if datasheet.get(size, sms) != blocks}
-    if not wrong:
+    if all(datasheet.get(size, sms) == blocks for size, blocks in found.items()):
         return None
     line = "{" + ", ".join(f"{size}: {blocks}" for size, blocks in sorted(found.items())) + "}"
     said = "{" + ", ".join(f"{s}: {b}" for s, b in sorted(datasheet.items())) + "}" if datasheet else "nothing"

@@ -23,6 +23,9 @@
 // Everything else is shared: the stage ring, the producer (produce_split_k_tiles), the consumer's
 // K loop (consume_split_k_tiles), and K slices (SLICES > 1: the blocks of one cluster, each
 // block's FP32 total left in its idle stage ring and added up in K order, k_slices.cuh).
+// Short K with a large C (PREFETCH_C, gemm_3xtf32's derived `c_prefetched`; gemm_tf32_swapped
+// never): with beta != 0 the idle producer threads request the block's old C into L2 for the
+// epilogue (c_prefetch.cuh).
 //
 // Tile hierarchy: block tile BM x BN, k tiles of 32, STAGES stages of three tiles -> consumer
 // warpgroup 64 columns (role 0) or 64 rows (role 1) -> warp 16 of them -> thread tile. K slice: a
@@ -36,6 +39,8 @@
 #include "../include/cluster.cuh"
 #include "../include/k_slices.cuh"
 #include "../include/tf32_split.cuh"
+// prefetch_c_box: the old C requested into L2 by the idle producer threads (PREFETCH_C)
+#include "../include/c_prefetch.cuh"
 
 // Pre-pass of role 1: workspace = [B_big^T | B_small^T | A copy (only when K % 4 != 0 and
 // COPY_A: the producer does not stream A)], each row padded to k_pad = K rounded up to 4 floats
@@ -176,7 +181,8 @@ __device__ __forceinline__ void consume_a_in_registers(CONSUMER_ARGS) {
 // The three tensor maps in the roles' order: role 0 A_big, A_small, B; role 1 A, B_big^T,
 // B_small^T (the producer loads them in this order into each stage).
 template <bool A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT,
-          int PROMOTE, int SLICES, int PRODUCTS = 3, int STREAM = 0, bool LAST_TILES = false>
+          int PROMOTE, int SLICES, int PRODUCTS = 3, int STREAM = 0, bool LAST_TILES = false,
+          int PREFETCH_C = 0>
 __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, const float* A,
                                           const float* B, float beta, float* C,
                                           const TensorMap* tmap_0,
@@ -218,6 +224,15 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
             smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles,
             B, K, N);
     }
+    // PREFETCH_C: the producers done, this block's box of the old C requested into L2 for the
+    // epilogue (its share after the K slices: role 1's slices share columns, role 0's rows)
+    if (PREFETCH_C && beta != 0.0f) {
+      const int rows = A_IN_REGISTERS ? BM : BM / SLICES, cols = A_IN_REGISTERS ? BN / SLICES : BN;
+      const int row0 = work.m0 + (A_IN_REGISTERS ? 0 : work.slice * rows);
+      const int col0 = work.n0 + (A_IN_REGISTERS ? work.slice * cols : 0);
+      prefetch_c_box<128>(C, N, row0, min(M, row0 + rows), col0, min(N, col0 + cols),
+                          threadIdx.x);
+    }
     producers_meet_slice_barriers<SLICES>();
     return;
   }
@@ -239,29 +254,32 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
 // One block per tile (SLICES == 1)... STREAM: the register operand's rows unaligned (role 0: B's,
 // N % 4; role 1: A's, K % 4), copied by the producer (no copy of them in the pre-pass).
 template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
-          int SLICES, int STREAM>
+          int SLICES, int PREFETCH_C, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)
     gemm_3xtf32(GEMM_3XTF32_ARGS) {
-  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM>(
+  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM, false,
+            PREFETCH_C>(
       M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
 }
 
 // ... or a cluster of SLICES blocks per tile, one K slice each.
 template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
-          int SLICES, int STREAM>
+          int SLICES, int PREFETCH_C, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)
     __cluster_dims__(SLICES, 1, 1) gemm_3xtf32_cluster(GEMM_3XTF32_ARGS) {
-  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM>(
+  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM, false,
+            PREFETCH_C>(
       M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
 }
 
 // ... or the split tail (`split_tail`): the tiles past the last full wave of a launch of the
 // first ones (gemm_3xtf32, a grid of whole waves), a cluster of SLICES blocks each.
 template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
-          int SLICES, int STREAM>
+          int SLICES, int PREFETCH_C, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)
     __cluster_dims__(SLICES, 1, 1) gemm_3xtf32_tail(GEMM_3XTF32_ARGS) {
-  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM, true>(
+  run_block<A_IN_REGISTERS, BM, BN, STAGES, GROUP_M, IN_FLIGHT, PROMOTE, SLICES, 3, STREAM, true,
+            PREFETCH_C>(
       M, N, K, alpha, A, B, beta, C, &tmap_0, &tmap_1, &tmap_2);
 }
 

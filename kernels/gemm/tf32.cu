@@ -13,6 +13,9 @@
 // - Block tiles 64, 128 or 256 rows (wgmma m64nBMk8) x 64 or 128 columns; the tuned file picks
 //   them per shape. With `fit` 2 the rows are fitted to the shape, any multiple of 8 up to that
 //   size (wgmma_rows.cuh): 19 rows run in a 24-row tile, 1156 in ten of 120, not of 128.
+// - Short K with a large C (PREFETCH_C, the config's derived `c_prefetched`): with beta != 0 the
+//   producer threads left idle request the block's old C into L2 (c_prefetch.cuh), so that the
+//   epilogue, most of such a kernel's time, reads it from L2 rather than DRAM.
 // Tile hierarchy: block tile BM x BN, k tiles of 32 (one 128-byte swizzle row), STAGES stages in
 // the producer -> consumer ring -> consumer warpgroup BM x 64 (wgmma m64nBMk8 on C^T = B^T A^T)
 // -> warp 16 columns of C -> thread tile 2 columns x BM / 4 rows. K slice: a run of a tile's k
@@ -30,6 +33,8 @@
 #include "../include/k_slices.cuh"
 // copy_swizzled_rows: the unaligned operands' boxes by 4-byte cp.async (STREAM 1)
 #include "../include/swizzled_rows.cuh"
+// prefetch_c_box: the old C requested into L2 by the idle producer threads (PREFETCH_C)
+#include "../include/c_prefetch.cuh"
 
 // --- Pre-pass: workspace = [A copy (only when K % 4 != 0) | B copy (only when N % 4 != 0)],
 // row strides padded to 4 floats (16 bytes), pad columns zero. The copies are flat lists of
@@ -121,7 +126,7 @@ __device__ __forceinline__ void produce_k_slice(unsigned char* a_tiles, unsigned
 // The block: a tile's K slice (the whole K range when SLICES == 1), as in 20, then the cluster's
 // slices added up. LAST_TILES: the launch runs the last tiles (a split tail's, k_slices.cuh).
 template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM,
-          bool LAST_TILES = false>
+          int PREFETCH_C, bool LAST_TILES = false>
 __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, const float* A,
                                           const float* B, float beta, float* C,
                                           const TensorMap* tmap_a, const TensorMap* tmap_b) {
@@ -159,6 +164,13 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
     if (STREAM || threadIdx.x == 0)
       produce_k_slice<BM, BN, STAGES, STREAM>(a_tiles, b_tiles, full, empty, tmap_a, tmap_b, m0,
                                               n0, kt0, k_tiles, A, B, M, N, K);
+    // PREFETCH_C: the producers done (at once, for all but thread 0 unless STREAM), this block's
+    // rows of the old C (its share after the K slices) are requested into L2 for the epilogue
+    if (PREFETCH_C && beta != 0.0f) {
+      const int row0 = m0 + slice * (BM / SLICES);
+      prefetch_c_box<128>(C, N, row0, min(M, row0 + BM / SLICES), n0, min(N, n0 + BN),
+                          threadIdx.x);
+    }
     producers_meet_slice_barriers<SLICES>();
     return;
   }
@@ -243,19 +255,21 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
 }
 
 // One block per tile (SLICES == 1)...
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int PREFETCH_C,
+          int STREAM>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1)
     gemm_tf32(int M, int N, int K, float alpha, const float* __restrict__ A,
                                const float* __restrict__ B, float beta, float* __restrict__ C,
                                float* __restrict__ workspace,
                                const __grid_constant__ TensorMap tmap_a,
                                const __grid_constant__ TensorMap tmap_b) {
-  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM>(M, N, K, alpha, A, B, beta, C,
-                                                                &tmap_a, &tmap_b);
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM, PREFETCH_C>(
+      M, N, K, alpha, A, B, beta, C, &tmap_a, &tmap_b);
 }
 
 // ... or a cluster of SLICES blocks per tile, one K slice each.
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int PREFETCH_C,
+          int STREAM>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICES, 1, 1)
     gemm_tf32_cluster(int M, int N, int K, float alpha,
                                        const float* __restrict__ A, const float* __restrict__ B,
@@ -263,19 +277,20 @@ __global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICE
                                        float* __restrict__ workspace,
                                        const __grid_constant__ TensorMap tmap_a,
                                        const __grid_constant__ TensorMap tmap_b) {
-  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM>(M, N, K, alpha, A, B, beta, C,
-                                                                &tmap_a, &tmap_b);
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM, PREFETCH_C>(
+      M, N, K, alpha, A, B, beta, C, &tmap_a, &tmap_b);
 }
 
 // ... or the split tail (`split_tail`): the tiles past the last full wave of a launch of the
 // first ones (the kernel above, a grid of whole waves), a cluster of SLICES blocks each, so that
 // they fill one wave of SMs for 1 / SLICES of a round instead of a few SMs for a whole one.
-template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int STREAM>
+template <int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int SLICES, int PREFETCH_C,
+          int STREAM>
 __global__ void __launch_bounds__(128 * (1 + BN / 64), 1) __cluster_dims__(SLICES, 1, 1)
     gemm_tf32_tail(int M, int N, int K, float alpha, const float* __restrict__ A,
                    const float* __restrict__ B, float beta, float* __restrict__ C,
                    float* __restrict__ workspace, const __grid_constant__ TensorMap tmap_a,
                    const __grid_constant__ TensorMap tmap_b) {
-  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM, true>(M, N, K, alpha, A, B, beta,
-                                                                      C, &tmap_a, &tmap_b);
+  run_block<BM, BN, STAGES, GROUP_M, IN_FLIGHT, SLICES, STREAM, PREFETCH_C, true>(
+      M, N, K, alpha, A, B, beta, C, &tmap_a, &tmap_b);
 }

@@ -187,39 +187,39 @@ def test_a_library_kernel_run_by_name_takes_its_own_size_classes(compose):
         assert vector.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_ffma_skinny[{index}]")
     # gemm_3xtf32 with A in registers (more rows than columns): 64-column tiles for few columns, 64 or 128 rows
     for shape, index, entry in [
-            ("4096x64x4096", 0, "_cluster<1, 64, 64, 8, 8, 1, 2, 2, 0>"),    # 64 tiles: 2 slices
-            ("512x64x8192", 0, "_cluster<1, 64, 64, 8, 8, 1, 2, 8, 0>"),     # few rows: 8 slices
-            ("1024x64x4096", 1, "_cluster<1, 128, 64, 6, 8, 1, 2, 8, 0>"),   # 8 tiles of 128 rows
-            ("16384x64x1024", 1, "<1, 128, 64, 6, 8, 1, 2, 1, 0>"),          # 128 tiles: no slices
-            ("8192x128x8192", 2, "_cluster<1, 128, 128, 4, 8, 1, 2, 2, 0>")]:  # 64 tiles: 2 slices
+            ("4096x64x4096", 0, "_cluster<1, 64, 64, 8, 8, 1, 2, 2, 0, 0>"),    # 64 tiles: 2 slices
+            ("512x64x8192", 0, "_cluster<1, 64, 64, 8, 8, 1, 2, 8, 0, 0>"),     # few rows: 8 slices
+            ("1024x64x4096", 1, "_cluster<1, 128, 64, 6, 8, 1, 2, 8, 0, 0>"),   # 8 tiles of 128 rows
+            ("16384x64x1024", 1, "<1, 128, 64, 6, 8, 1, 2, 1, 0, 0>"),          # 128 tiles: no slices
+            ("8192x128x8192", 2, "_cluster<1, 128, 128, 4, 8, 1, 2, 2, 0, 0>")]:  # 64 tiles: 2 slices
         narrow = prepare(compose("kernel=gemm_3xtf32", f"shape={shape}"))
         assert narrow.spec.entry == "gemm_3xtf32" + entry, shape
         assert narrow.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_3xtf32[{index}]")
     # gemm_3xtf32 with B in registers: one wave of 64 x 64 tiles, or 23's 128 x 128 tile, K slices where few
     for shape, index, entry in [
-            ("32x4096x4096", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2, 0>"),    # 64 tiles: 2 slices
-            ("333x333x333", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2, 0>"),     # 36 tiles, slices from K 256
-            ("256x256x256", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 4, 0>"),     # 16 tiles, 4 slices of 64
-            ("128x4096x8192", 3, "<0, 64, 64, 8, 8, 1, 2, 1, 0>"),           # 128 tiles: no slices
-            ("511x513x8191", 4, "_cluster<0, 128, 128, 4, 8, 1, 2, 4, 0>"),  # 20 tiles: 4 slices
-            ("1024x1024x1024", 4, "_cluster<0, 128, 128, 4, 8, 1, 2, 2, 0>"),
-            ("4096x4096x4096", 4, "<0, 128, 128, 4, 8, 1, 2, 1, 0>")]:       # 23's launch, unsplit
+            ("32x4096x4096", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2, 0, 0>"),    # 64 tiles: 2 slices
+            ("333x333x333", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 2, 0, 0>"),     # 36 tiles, slices from K 256
+            ("256x256x256", 3, "_cluster<0, 64, 64, 8, 8, 1, 2, 4, 0, 0>"),     # 16 tiles, 4 slices of 64
+            ("128x4096x8192", 3, "<0, 64, 64, 8, 8, 1, 2, 1, 0, 0>"),           # 128 tiles: no slices
+            ("511x513x8191", 4, "_cluster<0, 128, 128, 4, 8, 1, 2, 4, 0, 0>"),  # 20 tiles: 4 slices
+            ("1024x1024x1024", 4, "_cluster<0, 128, 128, 4, 8, 1, 2, 2, 0, 0>"),
+            ("4096x4096x4096", 4, "<0, 128, 128, 4, 8, 1, 2, 1, 0, 0>")]:       # 23's launch, unsplit
         fp32 = prepare(compose("kernel=gemm_3xtf32", f"shape={shape}"))
         assert fp32.spec.entry == "gemm_3xtf32" + entry, shape
         assert fp32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_3xtf32[{index}]")
     # gemm_tf32, whose size classes pick tiles and, through them, the K slices
     for shape, index, entry in [
-            ("511x513x8191", 0, "_cluster<128, 128, 5, 8, 2, 4, 0>"),   # small C, long K: 4 slices, 5 stages
-            ("32x4096x4096", 1, "_cluster<64, 64, 8, 8, 2, 2, 0>"),     # one wave of 64 x 64 tiles
-            ("4096x64x4096", 1, "_cluster<64, 64, 8, 8, 2, 2, 0>"),
-            ("128x4096x8192", 1, "<64, 64, 8, 8, 2, 1, 0>"),            # 128 tiles: no slices
-            ("128x5120x13824", 2, "_cluster<128, 128, 4, 8, 2, 2, 0>"),  # a few rows
-            ("8192x128x8192", 2, "_cluster<128, 128, 4, 8, 2, 2, 0>"),
-            ("768x768x768", 3, "<64, 128, 8, 8, 2, 1, 0>"),             # small squares
-            ("1024x1024x1024", 4, "_cluster<128, 128, 4, 8, 2, 2, 0>"),
-            ("512x10240x8192", 5, "_cluster<256, 128, 4, 8, 2, 2, 0>"),  # 160 tiles: 2 slices
-            ("1024x13824x5120", 6, "<256, 128, 4, 8, 2, 1, 0>"),         # 432 tiles: unsplit
-            ("4096x4096x4096", 6, "<256, 128, 4, 8, 2, 1, 0>")]:       # 20's tile, unsplit
+            ("511x513x8191", 0, "_cluster<128, 128, 5, 8, 2, 4, 0, 0>"),   # small C, long K: 4 slices, 5 stages
+            ("32x4096x4096", 1, "_cluster<64, 64, 8, 8, 2, 2, 0, 0>"),     # one wave of 64 x 64 tiles
+            ("4096x64x4096", 1, "_cluster<64, 64, 8, 8, 2, 2, 0, 0>"),
+            ("128x4096x8192", 1, "<64, 64, 8, 8, 2, 1, 0, 0>"),            # 128 tiles: no slices
+            ("128x5120x13824", 2, "_cluster<128, 128, 4, 8, 2, 2, 0, 0>"),  # a few rows
+            ("8192x128x8192", 2, "_cluster<128, 128, 4, 8, 2, 2, 0, 0>"),
+            ("768x768x768", 3, "<64, 128, 8, 8, 2, 1, 0, 0>"),             # small squares
+            ("1024x1024x1024", 4, "_cluster<128, 128, 4, 8, 2, 2, 0, 0>"),
+            ("512x10240x8192", 5, "_cluster<256, 128, 4, 8, 2, 2, 0, 0>"),  # 160 tiles: 2 slices
+            ("1024x13824x5120", 6, "<256, 128, 4, 8, 2, 1, 0, 0>"),         # 432 tiles: unsplit
+            ("4096x4096x4096", 6, "<256, 128, 4, 8, 2, 1, 0, 0>")]:       # 20's tile, unsplit
         tf32 = prepare(compose("kernel=gemm_tf32", f"shape={shape}"))
         assert tf32.spec.entry == "gemm_tf32" + entry, shape
         assert tf32.tuned_from.startswith(f"conf/tuned/h100_sxm.yaml: gemm_tf32[{index}]")

@@ -6,23 +6,18 @@ prefetches its own share of the tile)."""
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
-from pathlib import Path
-
 import pytest
 
-from src.job.compile import NVRTC_OPTIONS, expand_source
+from src.job.compile import expand_source, nvrtc_ptx
 from src.job.gpu import limits_from_spec
-from src.job.nvcc import nvcc_arch_options, nvcc_path
 from src.job.pipeline import run_job
 from src.job.problem import Problem
 from src.job.spec import build_spec
+from tests.test_compile import needs_nvrtc
 from tests.test_gpu import QUICK, pinned_inputs
 from tests.test_spec import kernel_cfg
 
 H200 = limits_from_spec("h200")
-needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH (no CUDA toolkit)")
 
 
 def template_args(entry: str) -> list[int]:
@@ -50,28 +45,16 @@ def test_prefetch_is_built_at_short_k_with_a_large_c_only(kernel, params, shape,
     assert len(template_args(swapped.entry)) == 7, swapped.entry
 
 
-def ptx_of(spec) -> str:
-    """The spec's instantiation compiled to PTX by nvcc (the same source and options NVRTC gets)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        unit = Path(tmp) / "unit.cu"
-        unit.write_text(expand_source(spec.source) + f"\nstatic auto* const entry = &{spec.entry};\n")
-        out = Path(tmp) / "unit.ptx"
-        proc = subprocess.run([nvcc_path(), *NVRTC_OPTIONS, "-ptx", *nvcc_arch_options(spec.arch),
-                               "-diag-suppress", "177", "-o", str(out), str(unit)],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        return out.read_text()
-
-
-@needs_nvcc
+@needs_nvrtc
 @pytest.mark.parametrize("kernel,params", [("gemm_tf32", {}), ("gemm_3xtf32", {"register_operand": 2})])
 def test_prefetching_build_issues_l2_prefetches_and_the_other_none(kernel, params):
-    """PREFETCH_C 1 compiles the prefetch loop in (`prefetch.global.L2`); PREFETCH_C 0 compiles it
-    out, so the builds the tuning evidence measured keep their code (`--carry-over`)."""
+    """PREFETCH_C 1 compiles the prefetch loop in (`prefetch.global.L2` in NVRTC's PTX); PREFETCH_C 0
+    compiles it out, so the builds the tuning evidence measured keep their code (`--carry-over`)."""
     on = build_spec(kernel_cfg(kernel, **params), Problem(8067, 417, 114, 0.5, 3.0), H200)
     off = build_spec(kernel_cfg(kernel, **params), Problem(8067, 417, 260, 0.5, 3.0), H200)
-    assert "prefetch.global.L2" in ptx_of(on)
-    assert "prefetch.global.L2" not in ptx_of(off)
+    ptx = {spec.entry: nvrtc_ptx(expand_source(spec.source), spec.entry, "9.0a") for spec in (on, off)}
+    assert "prefetch.global.L2" in ptx[on.entry]
+    assert "prefetch.global.L2" not in ptx[off.entry]
 
 
 PREFETCH_CASES = [

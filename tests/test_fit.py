@@ -601,7 +601,7 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
     csv_path = evidence.write(synthetic_rows(), tmp_path / "e.csv")
     tuned = tmp_path / "t.yaml"
     nearest = fit.nearest_model(str(csv_path), GUARDS, {**SETTINGS, "model": "nearest"})
-    assert nearest == {"evidence": str(csv_path), "count": 4, "weighting": "equal", "waves": 0.0,
+    assert nearest == {"evidence": str(csv_path), "count": 4, "weighting": "equal", "waves": 0.0, "small_side": 0.0,
                        "guards": {"gemm_ffma_skinny": "min(m, n) <= 32"}}
     fit.write(tuned, fit.fit(training.read(csv_path), GUARDS, SETTINGS), "e.csv", nearest)
     written = OmegaConf.to_container(OmegaConf.load(tuned))
@@ -1004,6 +1004,85 @@ def test_wave_fill_scales_each_neighbours_ratio_and_auto_takes_the_better_power(
     monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "waves": -0.5}})
     with pytest.raises(ConfigError, match="waves -0.5 is not a number >= 0"):
         dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-waves", Problem(*query, 0.5, 3.0))
+
+
+def test_the_small_side_weight_makes_a_neighbour_as_far_in_the_smaller_of_m_and_n_count_as_farther(
+        tmp_path, monkeypatch):
+    """`fit.small_side`: the log2 distance counts the smaller of m and n again, its square times
+    the weight. SYNTHETIC: a 3-column query, 600x3x900; two 2-column shapes 4x away in m
+    (2400x2x900, 150x2x900: squared distance 4 + log2(3/2)^2 = 4.342, by hand) and two 12-column
+    shapes at the query's m (600x12x900: 4; 600x12x1000: 4.023). Plainly the two 12-column shapes
+    are the 2 nearest, and there the tensor-core tile wins (1.3 against 0.7); at weight 1 the
+    2-column ones gain log2(3/2)^2 and the 12-column ones 2^2, so the 2-column shapes are nearest
+    and the matrix-vector kernel wins (1.2 against 0.6). `auto` takes each dispatcher's better
+    weight at the draws (0 on a tie), the tuned file carries the mapping, and the runner measures
+    distance by its dispatcher's entry and says so in the rule; `auto` unresolved, a negative
+    weight (fit or tuned file) and bad options are ConfigErrors naming the rule."""
+    import yaml
+
+    import src.job.dispatch as d
+
+    query = (600, 3, 900)
+    columns2, columns12 = [(2400, 2, 900), (150, 2, 900)], [(600, 12, 900), (600, 12, 1000)]
+    assert training.distance(columns2[0], query) == pytest.approx(math.sqrt(4 + math.log2(1.5) ** 2))
+    assert training.distance(columns12[0], query) == pytest.approx(2.0)
+    assert training.distance(columns2[0], query, 1.0) == pytest.approx(math.sqrt(4 + 2 * math.log2(1.5) ** 2))
+    assert training.distance(columns12[0], query, 1.0) == pytest.approx(math.sqrt(8))
+    assert training.distance(columns12[0], query, 2.0) == pytest.approx(math.sqrt(12))
+    assert training.distance(query, query, 2.0) == 0.0
+    skinny = json.dumps({"rows_per_warp": 1}, sort_keys=True)
+    rows = [{"dispatcher": dispatcher, "precision": "tf32", "kernel": kernel, "params": p,
+             "m": s[0], "n": s[1], "k": s[2], "status": "ok", "ratio_best": v}
+            for dispatcher in ("best_fp32", "best_tf32")
+            for kernel, p, there in (("gemm_ffma_skinny", skinny, (1.2, 0.7)), ("gemm_tf32", SMALL, (0.6, 1.3)))
+            for shapes, v in zip((columns2, columns12), there) for s in shapes]
+    tab = training.table(rows, "best_tf32")
+    anything = lambda c, s: True  # noqa: E731
+    plain = training.nearest_choice(tab, query, tab.shapes, 2, anything)
+    weighted = training.nearest_choice(tab, query, tab.shapes, 2, anything, small_side=1.0)
+    assert plain[0].kernel == "gemm_tf32" and sorted(plain[1]) == sorted(columns12)
+    assert weighted[0].kernel == "gemm_ffma_skinny" and sorted(weighted[1]) == sorted(columns2)
+    assert sorted(training.nearest(rows, "best_tf32", query, 2, 1.0)) == sorted(columns2)
+    left_out = judge.nearest_cross_validated(rows, GUARDS, {**SETTINGS, "small_side": 1}, folds=None, count=2)
+    assert left_out["best_tf32"]["small_side"] == 1.0
+
+    def figures(geomean, low, drawn):
+        return {"geomean": geomean, "min": low, "drawn": {"geomean": drawn[0], "min": drawn[1]}}
+
+    # shaped like the H200's: FP32's 1 and 2 tie 0 within 1% with a higher min (1 first); TF32's
+    # 2 ties 0 with the same min; the H100's: all tie, 0 stays
+    sides = {0.0: {"best_fp32": figures(1.63, 0.71, (1.567, 0.711)), "best_tf32": figures(1.20, 0.65, (1.266, 0.651))},
+             1.0: {"best_fp32": figures(1.64, 0.81, (1.577, 0.807)), "best_tf32": figures(1.21, 0.73, (1.271, 0.728))},
+             2.0: {"best_fp32": figures(1.64, 0.81, (1.579, 0.807)), "best_tf32": figures(1.21, 0.65, (1.264, 0.651))}}
+    assert judge.chosen_weightings(sides, 0.01, plain=0.0) == {"best_fp32": 1.0, "best_tf32": 1.0}
+    settings = {**SETTINGS, "model": "nearest", "weighting": "equal", "small_side": "auto"}
+    with pytest.raises(ConfigError, match="fit.small_side.*auto.*resolved per dispatcher"):
+        fit.small_side(settings, "best_tf32")
+    chosen = judge.resolved(settings, {}, sides=sides)
+    assert chosen["small_side"] == {"best_fp32": 1.0, "best_tf32": 1.0} and not fit.small_side_auto(chosen)
+    assert judge.resolved(settings, {})["small_side"] == "auto"  # nothing to choose from yet
+    partly = judge.resolved({**settings, "small_side": {"best_fp32": 0, "best_tf32": "auto"}}, {}, sides=sides)
+    assert partly["small_side"] == {"best_fp32": 0, "best_tf32": 1.0} and partly["small_side_chosen"] == ["best_tf32"]
+    assert fit.small_side({"small_side": {"best_fp32": 2}}, "best_tf32") == 0.0
+    with pytest.raises(ConfigError, match="fit.small_side: -1 is not a number >= 0.*smaller of m and n"):
+        fit.small_side({"small_side": -1})
+    with pytest.raises(ConfigError, match="fit.small_side_options"):
+        fit.small_side_options({"small_side_options": [0, True]})
+
+    csv_path = evidence.write(rows, tmp_path / "e.csv")
+    model = fit.nearest_model(str(csv_path), GUARDS, {**chosen, "small_side": {"best_tf32": 1.0}})
+    tuned = tmp_path / "tuned.yaml"
+    fit.write(tuned, {}, str(csv_path), {**model, "count": 2, "guards": {}})
+    written = yaml.safe_load(tuned.read_text())["nearest"]
+    assert written["small_side"] == {"best_tf32": 1.0}
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": written})
+    got = dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-side", Problem(*query, 0.5, 3.0))
+    assert got.kernel == "gemm_ffma_skinny" and "counts the smaller of m and n again at 1" in got.rule
+    got = dispatch.choose({"name": "best_fp32", "default": "17_flagship"}, "synthetic-side", Problem(*query, 0.5, 3.0))
+    assert got.kernel == "gemm_tf32" and "smaller of m and n" not in got.rule
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "small_side": -1}})
+    with pytest.raises(ConfigError, match="small_side -1 is not a number >= 0"):
+        dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-side", Problem(*query, 0.5, 3.0))
 
 
 def test_the_wave_fill_counts_the_blocks_clusters_place_at_once(monkeypatch):

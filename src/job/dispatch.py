@@ -70,10 +70,11 @@ def _table(path: str, mtime: float, dispatcher: str):
 
 
 def _model(gpu_spec: str, name: str, problem: Problem):
-    """(where, the evidence path as written, its file, count, weighting, runs, waves, fill) of
-    the tuned file's `nearest:` model for dispatcher `name`, or None where it has none;
-    `runs(candidate, shape)` is the candidate's guard at the problem, `fill` its wave fill
-    (`wave_fills`; None where `waves` is 0)."""
+    """(where, the evidence path as written, its file, count, weighting, runs, waves, fill,
+    small_side) of the tuned file's `nearest:` model for dispatcher `name`, or None where it has
+    none; `runs(candidate, shape)` is the candidate's guard at the problem, `fill` its wave fill
+    (`wave_fills`; None where `waves` is 0), `small_side` the weight its distance gives the
+    smaller of m and n again (training.distance)."""
     model = (tuned_config(gpu_spec) or {}).get("nearest")
     if not model:
         return None
@@ -96,6 +97,12 @@ def _model(gpu_spec: str, name: str, problem: Problem):
     if isinstance(waves, bool) or not isinstance(waves, (int, float)) or waves < 0:
         raise ConfigError(f"{where}: waves {waves!r} is not a number >= 0 (rule: the power of the "
                           f"wave-fill ratio each neighbour's ratio is scaled by; 0: none).")
+    side = model.get("small_side", 0)  # a file from before the key: the plain log2 distance
+    if isinstance(side, dict):  # one per dispatcher (fit.small_side: auto)
+        side = side.get(name, 0)
+    if isinstance(side, bool) or not isinstance(side, (int, float)) or side < 0:
+        raise ConfigError(f"{where}: small_side {side!r} is not a number >= 0 (rule: the weight the "
+                          f"log2 distance gives the smaller of m and n again; 0: the plain distance).")
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
     def runs(candidate, _shape) -> bool:
@@ -104,7 +111,7 @@ def _model(gpu_spec: str, name: str, problem: Problem):
 
     fill = wave_fills(gpu_spec, str(kernel_config(name)["precision"])) if waves else None
     return (where, evidence, path, int(model.get("count", 4)), weighting, runs,
-            float(waves) if fill is not None else 0.0, fill)
+            float(waves) if fill is not None else 0.0, fill, float(side))
 
 
 def ranked(gpu_spec: str, name: str, problem: Problem,
@@ -115,10 +122,10 @@ def ranked(gpu_spec: str, name: str, problem: Problem,
     model = _model(gpu_spec, name, problem)
     if model is None:
         return []
-    _, _, path, count, weighting, runs, waves, fill = model
+    _, _, path, count, weighting, runs, waves, fill, side = model
     tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves)[0]
+    return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves, side)[0]
 
 
 def builds(candidate: training.Candidate, precision: str, problem: Problem,
@@ -182,10 +189,10 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
     model = _model(gpu_spec, name, problem)
     if model is None:
         return None
-    where, evidence, path, count, weighting, runs, waves, fill = model
+    where, evidence, path, count, weighting, runs, waves, fill, side = model
     tab = _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    order, near = training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves)
+    order, near = training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves, side)
     passed = 0
     for candidate, geomean in order:
         if limits is None or builds(candidate, str(precision), problem, limits):
@@ -200,8 +207,9 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
         why = (f"{where}: the best of the {len(near)} nearest training shapes "
                f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
                f"{geomean:.3f}x the stronger cuBLAS there (geomean, {weighting} weights"
-               + (f", each scaled by its wave fill here against there to the power {waves:g})"
-                  if waves else ")"))
+               + (f", each scaled by its wave fill here against there to the power {waves:g}"
+                  if waves else "")
+               + (f"; the distance counts the smaller of m and n again at {side:g})" if side else ")"))
     if passed:
         why += (f"; its #{passed + 1}: the {passed} ranked above it do not build at "
                 f"{problem.m}x{problem.n}x{problem.k} (their tile or size rules)")

@@ -110,15 +110,22 @@ def score(row: dict) -> float | None:
     return None if value is None or value <= 0 else float(value)
 
 
-def distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
-    """Euclidean distance of log2 dimensions: 2x in one side is 1."""
-    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b)))
+def distance(a: tuple[int, int, int], b: tuple[int, int, int], small_side: float = 0.0) -> float:
+    """Euclidean distance of log2 dimensions: 2x in one side is 1. With `small_side` > 0 the log2
+    difference of the smaller of m and n counts again, its square weighted so: below a tile that
+    side decides which kernels fit (a matrix-vector kernel, a swapped or a tensor-core tile), so
+    3 against 13 columns is a farther shape than 600 against 2,600 rows."""
+    squares = sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b))
+    if small_side:
+        squares += small_side * (math.log2(min(a[0], a[1])) - math.log2(min(b[0], b[1]))) ** 2
+    return math.sqrt(squares)
 
 
-def nearest(rows: list[dict], dispatcher: str, shape, count: int = 3) -> list[tuple]:
-    """The `count` measured training shapes nearest to `shape` (ties by the shape)."""
+def nearest(rows: list[dict], dispatcher: str, shape, count: int = 3, small_side: float = 0.0) -> list[tuple]:
+    """The `count` measured training shapes nearest to `shape` (`distance` under `small_side`;
+    ties by the shape)."""
     shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows if r["dispatcher"] == dispatcher})
-    return sorted(shapes, key=lambda s: (distance(s, shape), s))[:count]
+    return sorted(shapes, key=lambda s: (distance(s, shape, small_side), s))[:count]
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,7 @@ def _corrected(values: list, fills: list, here: float | None, waves: float) -> l
 def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: int,
                    runs: Callable[[Candidate, tuple], bool],
                    weighting: str = "equal", fill: Callable[[Candidate, tuple], float | None] | None = None,
-                   waves: float = 0.0) -> tuple[list[tuple[Candidate, float]], list]:
+                   waves: float = 0.0, small_side: float = 0.0) -> tuple[list[tuple[Candidate, float]], list]:
     """([(candidate, its weighted geomean ratio there)], the neighbours): every candidate
     measured at all of the `count` shapes of `among` nearest to `shape` (log2 distance, ties by
     the shape) for which `runs(candidate, shape)` holds (its size rules and where it was
@@ -243,17 +250,21 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
     suites' shapes are training shapes). With `fill` (a candidate's `wave_fill` at a shape) and
     `waves` > 0, each neighbour's ratio is first scaled by the fill here against there to that
     power (`_corrected`): the neighbours' tile counts fill their waves otherwise than the query's.
+    `small_side`: the weight `distance` gives the smaller of m and n again.
 
     Ties (candidates that build one launch at every neighbour, e.g. `unaligned_rows` 1 and 2
     where the rows are aligned) go to the better at the `count` nearest shapes of the query's
     alignment (`aligned`), where such a parameter changes the launch (H200, cross-validated at the
     96 random draws: FP32 min 0.60 -> 0.80, TF32 0.62 -> 0.73; docs/tuning.md); then to the
     candidates' order."""
-    near = [shape] if shape in among else sorted(among, key=lambda s: (distance(s, shape), s))[:count]
+    def far(s: tuple[int, int, int]) -> float:
+        return distance(s, shape, small_side)
+
+    near = [shape] if shape in among else sorted(among, key=lambda s: (far(s), s))[:count]
     weigh = weighting_of(weighting, "nearest_choice")
-    weights = [1.0] if near == [shape] else [weigh(distance(s, shape)) for s in near]
+    weights = [1.0] if near == [shape] else [weigh(far(s)) for s in near]
     alike = [] if near == [shape] else sorted(
-        (s for s in among if aligned(s) == aligned(shape)), key=lambda s: (distance(s, shape), s))[:count]
+        (s for s in among if aligned(s) == aligned(shape)), key=lambda s: (far(s), s))[:count]
     scored = []
     for order, c in enumerate(tab.candidates):
         if not near or not runs(c, shape):
@@ -272,9 +283,9 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
 def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,
                    runs: Callable[[Candidate, tuple], bool],
                    weighting: str = "equal", fill: Callable[[Candidate, tuple], float | None] | None = None,
-                   waves: float = 0.0) -> tuple[Candidate, list, float] | None:
+                   waves: float = 0.0, small_side: float = 0.0) -> tuple[Candidate, list, float] | None:
     """(candidate, its neighbours, its weighted geomean ratio there): the first of
     `nearest_ranked`, the candidate the nearest-neighbour model chooses; None if no candidate
     is measured at all the neighbours and runs at the shape."""
-    ranked, near = nearest_ranked(tab, shape, among, count, runs, weighting, fill, waves)
+    ranked, near = nearest_ranked(tab, shape, among, count, runs, weighting, fill, waves, small_side)
     return (ranked[0][0], near, ranked[0][1]) if ranked else None

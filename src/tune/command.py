@@ -75,6 +75,24 @@ def drawn_shapes(rows: list[dict]) -> set[tuple[int, int, int]]:
     return {(r["m"], r["n"], r["k"]) for r in rows} - not_drawn()
 
 
+def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str) -> tuple[dict, dict]:
+    """(the fit settings with every `auto` resolved from the evidence `rows`, the leave-one-out
+    figures they were chosen from: the weightings', the powers' under `"waves"`, the small-side
+    weights' under `"small_side"`): the weighting first, then the waves under it, then the
+    small-side weight under both (src/tune/judge.resolved)."""
+    from src.tune import fit, judge
+
+    apart = judge.leave_one_out(rows, guards(settings), settings.get("fit") or {}, drawn := drawn_shapes(rows))
+    fit_settings = judge.resolved(settings.get("fit") or {}, apart)
+    if fit.waves_auto(fit_settings):  # chosen under each dispatcher's resolved weighting
+        apart["waves"] = judge.waves_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
+        fit_settings = judge.resolved(fit_settings, apart, apart["waves"])
+    if fit.small_side_auto(fit_settings):  # under the resolved weighting and waves
+        apart["small_side"] = judge.small_side_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
+        fit_settings = judge.resolved(fit_settings, apart, sides=apart["small_side"])
+    return fit_settings, apart
+
+
 def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
               tuned_path: Path | None = None) -> tuple[list[dict], dict, dict, dict]:
     """(the evidence rows, the dispatch fitted from them, the fit settings used: `auto` resolved
@@ -90,11 +108,7 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
-    apart = judge.leave_one_out(rows, guards(settings), settings.get("fit") or {}, drawn := drawn_shapes(rows))
-    fit_settings = judge.resolved(settings.get("fit") or {}, apart)
-    if fit.waves_auto(fit_settings):  # chosen under each dispatcher's resolved weighting
-        apart["waves"] = judge.waves_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
-        fit_settings = judge.resolved(fit_settings, apart, apart["waves"])
+    fit_settings, apart = resolved_fit(rows, settings, gpu_spec)
     dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings, reserved(settings))
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
               fit.nearest_model(cited, guards(settings), fit_settings))
@@ -116,23 +130,20 @@ def refit(gpu_spec: str, settings: dict, csv_path: Path, tuned_path: Path | None
     return dispatch
 
 
-def compare(settings: dict, csv_path: Path, other: Path) -> int:
+def compare(gpu_spec: str, settings: dict, csv_path: Path, other: Path) -> int:
     """Print whether the fits of two runs' evidence choose alike at their common training shapes
     (judge.agreement, `reproduce.tolerance` of conf/tuning/dispatch.yaml); 1 if a choice differs
     beyond it."""
     from src.job.training import read
-    from src.tune import fit, judge
+    from src.tune import judge
     from src.tune.plan import reserved
 
     for path in (csv_path, other):
         if not path.is_file():
             raise ConfigError(f"--against compares two evidence files; {path} is not one.")
     tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
-    rows = read(csv_path)  # `fit.weighting: auto` as this run's fit resolves it, for both runs
-    fit_settings = settings.get("fit") or {}
-    if fit_settings.get("weighting") == fit.AUTO:
-        fit_settings = judge.resolved(fit_settings, judge.leave_one_out(
-            rows, guards(settings), fit_settings, drawn_shapes(rows)))
+    rows = read(csv_path)  # every `auto` as this run's fit resolves it, for both runs
+    fit_settings = resolved_fit(rows, settings, gpu_spec)[0]
     reports = judge.agreement(rows, read(other), guards(settings), fit_settings, tolerance,
                               guards(settings, outside_reserved=False), reserved(settings))
     for dispatcher, r in reports.items():
@@ -308,7 +319,7 @@ def main(argv: list[str]) -> int:
         gpu_spec = args.gpu or detected_spec()
         csv_path = args.csv or evidence_path(gpu_spec)
         if args.against is not None:
-            return compare(settings, csv_path, args.against)
+            return compare(gpu_spec, settings, csv_path, args.against)
         if args.carry_over:
             return carry_over(gpu_spec, settings, csv_path, args.carry_over, args.tuned)
         if args.fit_only:

@@ -46,17 +46,20 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
         return row["kernel"] == choice.kernel and all(
             params.get(k) == v for k, v in json.loads(row["params"]).items())
 
-    count = 3
-    if choice.when == dispatch.NEAREST:  # show the neighbours the model summed over
+    count, side = 3, 0.0
+    if choice.when == dispatch.NEAREST:  # show the neighbours the model summed over, as it measures
         from src.job.config import tuned_config
 
-        count = int(((tuned_config(gpu_spec) or {}).get("nearest") or {}).get("count", 4))
-    for near in nearest(rows, dispatcher, shape, count):
+        model = (tuned_config(gpu_spec) or {}).get("nearest") or {}
+        count = int(model.get("count", 4))
+        side = model.get("small_side", 0)
+        side = float(side.get(dispatcher, 0) if isinstance(side, dict) else side)
+    for near in nearest(rows, dispatcher, shape, count, side):
         mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
         ok = [r for r in mine if r["status"] == "ok"]
         launches = _launches(ok)
         lines.append(f"measured at {'x'.join(map(str, near))} (log2 distance "
-                     f"{distance(near, shape):.2f}; {len(ok)} ok as {len(launches)} distinct "
+                     f"{distance(near, shape, side):.2f}; {len(ok)} ok as {len(launches)} distinct "
                      f"launches, {len(mine) - len(ok)} failed) from {evidence_name}:")
         for rank, group in enumerate(launches, start=1):
             chosen = any(is_choice(r) for r in group)

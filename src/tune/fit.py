@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from src.job.training import Candidate, Table, table  # noqa: F401 (the fit's vocabulary)
 from src.tune.nearest import (AUTO, nearest_model, neighbours, uses_nearest,  # noqa: F401
-                             waves, waves_auto, waves_options, weighting)  # (the nearest model's settings)
+                             small_side, small_side_auto, small_side_options, waves, waves_auto,
+                             waves_options, weighting)  # (the nearest model's settings)
 
 ALIGNED = "n % 4 == 0 and k % 4 == 0"
 UNALIGNED = "n % 4 != 0 or k % 4 != 0"
@@ -339,15 +340,17 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
     else:
         guards = CommentedMap((k, DoubleQuotedScalarString(v)) for k, v in nearest["guards"].items())
         weighs = nearest["weighting"]
-        if isinstance(weighs, dict):  # per dispatcher (fit.weighting: auto)
-            weighs = CommentedMap(sorted(weighs.items()))
-            weighs.fa.set_flow_style()
-        powers = nearest.get("waves", 0)
-        if isinstance(powers, dict):  # per dispatcher (fit.waves: auto)
-            powers = CommentedMap(sorted(powers.items()))
-            powers.fa.set_flow_style()
+        def flow(value):  # per dispatcher (`auto`): one line
+            if not isinstance(value, dict):
+                return value
+            value = CommentedMap(sorted(value.items()))
+            value.fa.set_flow_style()
+            return value
+
         data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), ("count", nearest["count"]),
-                                        ("weighting", weighs), ("waves", powers), ("guards", guards)])
+                                        ("weighting", flow(weighs)), ("waves", flow(nearest.get("waves", 0))),
+                                        ("small_side", flow(nearest.get("small_side", 0))),
+                                        ("guards", guards)])
     if not had and not new:  # once: a re-fit replaces the lists and leaves the comment as it is
         data.yaml_set_comment_before_after_key("dispatch", before=HEADER.format(evidence=evidence))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ import math
 
 from src.job import training
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
-from src.tune.nearest import AUTO, neighbours, uses_nearest, waves, waves_auto, waves_options, weighting
+from src.tune.nearest import (AUTO, neighbours, small_side, small_side_auto, small_side_options,
+                              uses_nearest, waves, waves_auto, waves_options, weighting)
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -81,12 +82,15 @@ def _summary(figures: list[tuple[float | None, tuple]], shapes: int) -> dict:
 
 
 def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
-                   count: int, weights: str = "equal", fill=None, power: float = 0.0) -> Candidate | None:
+                   count: int, weights: str = "equal", fill=None, power: float = 0.0,
+                   side: float = 0.0) -> Candidate | None:
     """The candidate the nearest-neighbour model (src/job/training.nearest_choice) takes at
     `shape` from the shapes `among`, each candidate's guard as the fit's (`fitter.inside`), its
     neighbours weighed by `weights` (src/job/training.WEIGHTINGS) and, with `fill`, their ratios
-    scaled by the wave fill here against there to the `power`."""
-    found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside, weights, fill, power)
+    scaled by the wave fill here against there to the `power`; `side`: the weight the distance
+    gives the smaller of m and n again."""
+    found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside, weights, fill,
+                                    power, side)
     return None if found is None else found[0]
 
 
@@ -105,7 +109,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
                             folds: int | None = 5, count: int = 4,
                             drawn: set[tuple[int, int, int]] | None = None,
                             weights: str | None = None, gpu_spec: str | None = None,
-                            power: float | None = None) -> dict[str, dict]:
+                            power: float | None = None, side: float | None = None) -> dict[str, dict]:
     """The other model, judged on the same folds as `cross_validated`: each left-out shape runs
     `nearest_choice` over the other folds' shapes. Printed beside the tree's figures so that the
     choice of model stays a measured one (docs/tuning.md). With `drawn` (the training set's random
@@ -114,11 +118,12 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
     held-out set, all random draws, will read. `folds=None` leaves one shape out at a time (the
     model then sees every other shape, as at a held-out shape); `weights` overrides the
     settings' `fit.weighting`, `power` its `fit.waves` (the wave fills are `gpu_spec`'s; without
-    one, no scaling)."""
+    one, no scaling), `side` its `fit.small_side`."""
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         weighs = weights or weighting(settings, dispatcher)
         scale = power if power is not None else waves(settings, dispatcher)
+        weight = side if side is not None else small_side(settings, dispatcher)
         fill = _fill_for(rows, dispatcher, gpu_spec, scale)
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
@@ -126,11 +131,11 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            choice = nearest_choice(fitter, shape, among, count, weighs, fill, scale)
+            choice = nearest_choice(fitter, shape, among, count, weighs, fill, scale, weight)
             figures.append((whole.ratio.get((shape, choice)), shape))
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weighs,
-                               "waves": scale if fill is not None else 0.0,
+                               "waves": scale if fill is not None else 0.0, "small_side": weight,
                                **_summary(figures, len(whole.shapes))}
             out[dispatcher].update(_drawn_summary(figures, drawn))
     return out
@@ -140,21 +145,34 @@ def leave_one_out(rows: list[dict], guards: dict[str, str | None], settings: dic
                   drawn: set[tuple[int, int, int]] | None = None) -> dict[str, dict[str, dict]]:
     """{weighting: {dispatcher: figures}}: the nearest model left one shape out at a time
     (`nearest_cross_validated`, folds=None) under each of src/job/training.WEIGHTINGS, no wave-fill
-    scaling (what `resolved` chooses from and `report` prints; `settings`' own weighting and
-    waves are not read)."""
+    scaling, the plain distance (what `resolved` chooses from and `report` prints; `settings`' own
+    weighting, waves and small_side are not read)."""
     count = neighbours(settings)
     return {w: nearest_cross_validated(rows, guards, settings, folds=None, count=count,
-                                       drawn=drawn, weights=w, power=0.0) for w in training.WEIGHTINGS}
+                                       drawn=drawn, weights=w, power=0.0, side=0.0)
+            for w in training.WEIGHTINGS}
 
 
 def waves_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
                 drawn: set[tuple[int, int, int]] | None, gpu_spec: str) -> dict[float, dict[str, dict]]:
     """{power: {dispatcher: figures}}: the nearest model left one shape out at a time under each
     of `fit.waves_options`, each dispatcher's neighbours weighed as `settings` (its weighting
-    resolved) says; what `fit.waves: auto` chooses from."""
+    resolved) says, the plain distance; what `fit.waves: auto` chooses from."""
     count = neighbours(settings)
     return {p: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
-                                       gpu_spec=gpu_spec, power=p) for p in waves_options(settings)}
+                                       gpu_spec=gpu_spec, power=p, side=0.0)
+            for p in waves_options(settings)}
+
+
+def small_side_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
+                     drawn: set[tuple[int, int, int]] | None, gpu_spec: str) -> dict[float, dict[str, dict]]:
+    """{weight: {dispatcher: figures}}: the nearest model left one shape out at a time under each
+    of `fit.small_side_options`, each dispatcher's weighting and waves as `settings` (resolved)
+    says; what `fit.small_side: auto` chooses from."""
+    count = neighbours(settings)
+    return {w: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
+                                       gpu_spec=gpu_spec, side=w)
+            for w in small_side_options(settings)}
 
 
 def chosen_weightings(apart: dict, tie: float, plain="equal") -> dict:
@@ -176,21 +194,30 @@ def chosen_weightings(apart: dict, tie: float, plain="equal") -> dict:
 
 
 def resolved(settings: dict, apart: dict[str, dict[str, dict]],
-             powers: dict[float, dict[str, dict]] | None = None) -> dict:
+             powers: dict[float, dict[str, dict]] | None = None,
+             sides: dict[float, dict[str, dict]] | None = None) -> dict:
     """The fit settings with `weighting: auto` resolved per dispatcher from `leave_one_out`'s
-    figures (`chosen_weightings`, its `weighting_tie`, default 0.01), and `waves: auto` from
-    `waves_apart`'s (`powers`, the same rule, 0 the plainer); other settings as they are."""
+    figures (`chosen_weightings`, its `weighting_tie`, default 0.01), `waves: auto` from
+    `waves_apart`'s (`powers`, the same rule, 0 the plainer) and `small_side: auto` from
+    `small_side_apart`'s (`sides`, the same rule); other settings as they are."""
     tie = float(settings.get("weighting_tie", 0.01))
     if settings.get("weighting") == AUTO:
         settings = {**settings, "weighting": chosen_weightings(apart, tie)}
     if waves_auto(settings) and powers is not None:
-        chosen = chosen_weightings(powers, tie, plain=min(powers))
-        given = settings["waves"]  # auto, or {dispatcher: power or auto} (one not named: 0)
-        settings = {**settings, "waves": chosen if given == AUTO else
-                    {d: chosen.get(d, 0.0) if v == AUTO else v for d, v in given.items()},
-                    "waves_chosen": sorted(chosen if given == AUTO else
-                                           (d for d, v in given.items() if v == AUTO))}
+        settings = _numbers_resolved(settings, "waves", chosen_weightings(powers, tie, plain=min(powers)))
+    if small_side_auto(settings) and sides is not None:
+        settings = _numbers_resolved(settings, "small_side", chosen_weightings(sides, tie, plain=min(sides)))
     return settings
+
+
+def _numbers_resolved(settings: dict, key: str, chosen: dict) -> dict:
+    """`settings` with `fit.<key>`'s `auto` (all of it, or a mapping's entries; one not named: 0)
+    replaced by `chosen`'s, and `<key>_chosen` naming the dispatchers auto chose for."""
+    given = settings[key]
+    return {**settings, key: chosen if given == AUTO else
+            {d: chosen.get(d, 0.0) if v == AUTO else v for d, v in given.items()},
+            f"{key}_chosen": sorted(chosen if given == AUTO else
+                                    (d for d, v in given.items() if v == AUTO))}
 
 
 def choice_at(rules: list[dict], shape: tuple[int, int, int]) -> Candidate | None:
@@ -214,10 +241,11 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
         weigh = weighting(settings, dispatcher) if nearest else None
+        side = small_side(settings, dispatcher) if nearest else 0.0
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
         if nearest:
             fitters = [Fitter(tab, guards, settings) for tab in tabs]
-            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count, weigh)
+            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count, weigh, side=side)
                         for f in fitters]
         else:
             choosers = [lambda shape, r=rules_for(rows, dispatcher, tree_guards or guards, settings,
@@ -263,6 +291,8 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
         lines.append(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead "
                      f"({cv['weighting']} weights" + (f", wave fill to the power {cv['waves']:g}"
                                                        if cv["waves"] else "")
+                     + (f", the smaller of m and n again at {cv['small_side']:g}"
+                        if cv["small_side"] else "")
                      + f", the same folds), geomean {cv['geomean']:.3f}x, "
                      f"min {cv['min']:.3f}x at {cv['min_shape']}; {cv['unmeasured']} of "
                      f"{cv['shapes']} shapes without a choice measured there")
@@ -273,7 +303,8 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                          f"{d['min_shape']}")
     count = neighbours(fit_settings)
     powers = apart.get("waves") or {}
-    apart = {w: cvs for w, cvs in apart.items() if w != "waves"}
+    sides = apart.get("small_side") or {}
+    apart = {w: cvs for w, cvs in apart.items() if w not in ("waves", "small_side")}
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
         figures = []
         for w, cvs in apart.items():
@@ -299,6 +330,19 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                          "(auto: the better at the random draws, geomean first)"
                          if dispatcher in fit_settings.get("waves_chosen", [dispatcher])
                          else "(given: conf/tuning/dispatch.yaml fit.waves)"))
+    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in sides.values())) if sides else ()):
+        figures = []
+        for w, cvs in sides.items():
+            cv = cvs[dispatcher]
+            d = cv.get("drawn")
+            figures.append(f"{w:g} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
+                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
+        lines.append(f"{dispatcher}: leave-one-out, the smaller of m and n counted again in the "
+                     f"distance at a weight (geomean / min): " + ", ".join(figures)
+                     + f"; the fit's is {small_side(fit_settings, dispatcher):g} " + (
+                         "(auto: the better at the random draws, geomean first)"
+                         if dispatcher in fit_settings.get("small_side_chosen", [dispatcher])
+                         else "(given: conf/tuning/dispatch.yaml fit.small_side)"))
     for dispatcher, top in ceiling(rows, drawn=drawn).items():
         lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
                      f"dispatch over these candidates does better there), geomean "

@@ -1,7 +1,8 @@
 """The nearest-neighbour model's settings (`fit:` of conf/tuning/dispatch.yaml) and the tuned
 file's `nearest:` section written from them (src/job/dispatch.py reads it at run time): whether
-the fit writes the model, how many neighbours it counts, how it weighs them and how far it scales
-each neighbour's ratio by the candidate's wave fill there. src/tune/fit.py writes the section;
+the fit writes the model, how many neighbours it counts, how it weighs them, how far it scales
+each neighbour's ratio by the candidate's wave fill there and how far its distance counts the
+smaller of m and n again. src/tune/fit.py writes the section;
 src/tune/judge.py resolves `auto` from the evidence."""
 
 from __future__ import annotations
@@ -40,40 +41,76 @@ def weighting(settings: dict, dispatcher: str | None = None) -> str:
     return name
 
 
-def waves(settings: dict, dispatcher: str | None = None) -> float:
-    """The power of the wave-fill ratio the nearest model scales each neighbour's ratio by
-    (`fit.waves`, default 0: none; src/job/training.nearest_ranked): one number for every
-    dispatcher, or a mapping from dispatcher to number (what `auto` resolves to:
-    src/tune/judge.resolved); anything else, or `auto` left unresolved, is a ConfigError naming
-    the rule."""
-    where = "conf/tuning/dispatch.yaml: fit.waves"
-    value = settings.get("waves", 0)
+def _number(settings: dict, key: str, dispatcher: str | None, rule: str) -> float:
+    """`fit.<key>`: one number >= 0 for every dispatcher, or a mapping from dispatcher to number
+    (what `auto` resolves to: src/tune/judge.resolved; a dispatcher not named: 0); anything else,
+    or `auto` left unresolved, is a ConfigError naming `rule`."""
+    where = f"conf/tuning/dispatch.yaml: fit.{key}"
+    value = settings.get(key, 0)
     if isinstance(value, dict):
         where, value = f"{where}.{dispatcher}", value.get(dispatcher, 0)
     if value == AUTO:
         raise ConfigError(f"{where}: `auto` is resolved per dispatcher from the evidence before "
                           f"the fit uses it (rule: src/tune/judge.resolved runs first).")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigError(f"{where}: {value!r} is not a number >= 0 or auto (rule: the power of the "
-                          f"wave-fill ratio, here against there, each neighbour's ratio is scaled by).")
+        raise ConfigError(f"{where}: {value!r} is not a number >= 0 or auto (rule: {rule}).")
     return float(value)
+
+
+def _auto(settings: dict, key: str) -> bool:
+    value = settings.get(key, 0)
+    return value == AUTO or isinstance(value, dict) and AUTO in value.values()
+
+
+def _options(settings: dict, key: str, rule: str) -> list[float]:
+    options = settings.get(f"{key}_options", [0])
+    if not isinstance(options, list) or not options or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in options):
+        raise ConfigError(f"conf/tuning/dispatch.yaml: fit.{key}_options {options!r} is not a list "
+                          f"of numbers >= 0 (rule: {rule}).")
+    return [float(v) for v in options]
+
+
+WAVES_RULE = "the power of the wave-fill ratio, here against there, each neighbour's ratio is scaled by"
+SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again, squared; 0: "
+                   "the plain distance")
+
+
+def waves(settings: dict, dispatcher: str | None = None) -> float:
+    """The power of the wave-fill ratio the nearest model scales each neighbour's ratio by
+    (`fit.waves`, default 0: none; src/job/training.nearest_ranked): one number for every
+    dispatcher, or a mapping from dispatcher to number (what `auto` resolves to:
+    src/tune/judge.resolved); anything else, or `auto` left unresolved, is a ConfigError naming
+    the rule."""
+    return _number(settings, "waves", dispatcher, WAVES_RULE)
 
 
 def waves_auto(settings: dict) -> bool:
     """Whether `fit.waves` leaves any dispatcher's power to `auto` (all of them, or those a
     mapping names `auto`): then src/tune/judge.resolved chooses it from the evidence."""
-    value = settings.get("waves", 0)
-    return value == AUTO or isinstance(value, dict) and AUTO in value.values()
+    return _auto(settings, "waves")
 
 
 def waves_options(settings: dict) -> list[float]:
     """What `fit.waves: auto` chooses among (`fit.waves_options`, default [0])."""
-    options = settings.get("waves_options", [0])
-    if not isinstance(options, list) or not options or any(
-            isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in options):
-        raise ConfigError(f"conf/tuning/dispatch.yaml: fit.waves_options {options!r} is not a list "
-                          f"of numbers >= 0 (rule: the powers `fit.waves: auto` chooses among).")
-    return [float(v) for v in options]
+    return _options(settings, "waves", "the powers `fit.waves: auto` chooses among")
+
+
+def small_side(settings: dict, dispatcher: str | None = None) -> float:
+    """The weight the nearest model's log2 distance gives the smaller of m and n again
+    (`fit.small_side`, default 0: the plain distance; src/job/training.distance): one number for
+    every dispatcher or a mapping, as `waves`."""
+    return _number(settings, "small_side", dispatcher, SMALL_SIDE_RULE)
+
+
+def small_side_auto(settings: dict) -> bool:
+    """Whether `fit.small_side` leaves any dispatcher's weight to `auto`."""
+    return _auto(settings, "small_side")
+
+
+def small_side_options(settings: dict) -> list[float]:
+    """What `fit.small_side: auto` chooses among (`fit.small_side_options`, default [0])."""
+    return _options(settings, "small_side", "the weights `fit.small_side: auto` chooses among")
 
 
 def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:
@@ -87,5 +124,9 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) 
                else weighting(settings))
     power = settings.get("waves", 0)
     powers = ({d: waves(settings, d) for d in power} if isinstance(power, dict) else waves(settings))
+    side = settings.get("small_side", 0)
+    sides = ({d: small_side(settings, d) for d in side} if isinstance(side, dict)
+             else small_side(settings))
     return {"evidence": evidence, "count": neighbours(settings), "weighting": written,
-            "waves": powers, "guards": {k: v for k, v in sorted(guards.items()) if v}}
+            "waves": powers, "small_side": sides,
+            "guards": {k: v for k, v in sorted(guards.items()) if v}}

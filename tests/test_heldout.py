@@ -67,3 +67,52 @@ def test_runs_timed_otherwise_than_their_protocol_are_not_published(tmp_path):
     assert len(protocol_shortfalls(rows.assign(timer="cupti").to_dict("records"))) == 1
     published = Path(__file__).parents[1] / "results" / "h200" / "heldout_runs.csv"
     assert runs_refusal("h200", published) is None
+
+
+def test_rows_measured_through_an_earlier_dispatch_are_counted_listed_and_keep_a_goal_unmet(tmp_path, capsys):
+    """RECORDED: the H200's published held-out runs (results/h200/heldout_runs.csv) against today's
+    conf/tuned/h200.yaml. Whatever a re-fit has moved since is the baseline set; then one FP32 row
+    outside it is edited to record another tile (as if a re-fit had moved its choice since) and
+    one TF32 row to record another kernel. Both are counted as measured through an earlier
+    dispatch, listed with what today's dispatch runs, printed by `--stale` as MxNxK sweeps, and
+    the FP32 goal reads unmet whatever its figures; publishing without --out-dir is refused."""
+    import json
+
+    from src.records.collect import read_runs
+    from src.paths import ROOT
+
+    recorded = ROOT / "results" / "h200" / "heldout_runs.csv"
+    runs = read_runs(recorded)
+    before = {key for key, now in heldout.dispatched_today(runs, "h200").items() if now}
+    fp32 = runs[(runs.kernel == "best_fp32") & (runs.dispatched_to == "gemm_3xtf32")]
+    fp32 = fp32[[("best_fp32", int(r.m), int(r.n), int(r.k)) not in before for r in fp32.itertuples()]].index[0]
+    params = json.loads(runs.at[fp32, "params"])
+    params["stages"] = params["stages"] + 2
+    runs.at[fp32, "params"] = json.dumps(params)
+    tf32 = runs[(runs.kernel == "best_tf32") & (runs.dispatched_to == "gemm_tf32")]
+    tf32 = tf32[[("best_tf32", int(r.m), int(r.n), int(r.k)) not in before for r in tf32.itertuples()]].index[-1]
+    runs.at[tf32, "dispatched_to"] = "gemm_tf32_swapped"
+    edited = tmp_path / "runs.csv"
+    runs.to_csv(edited, index=False)
+
+    metrics = heldout.publish(edited, tmp_path / "h200", "h200")["h200"]
+    moved = {(r.kernel, int(r.m), int(r.n), int(r.k)) for r in runs.loc[[fp32, tf32]].itertuples()}
+    assert metrics["fp32"]["earlier_dispatch"] + metrics["tf32"]["earlier_dispatch"] == len(before) + 2
+    assert not metrics["fp32"]["goal_met"]
+    text = (tmp_path / "h200" / "heldout.md").read_text()
+    assert "## best_fp32: measured through an earlier dispatch" in text
+    shape = lambda key: f"{key[1]}x{key[2]}x{key[3]}"  # noqa: E731
+    runs_now = {"best_fp32": "gemm_3xtf32 {", "best_tf32": "gemm_tf32 {"}  # the recorded choices, today
+    for key in moved:
+        line = next(x for x in text.splitlines() if x.startswith(f"| {shape(key)} |") and "{" in x)
+        assert line.split(" | ")[-1].startswith(runs_now[key[0]])
+    published = pd.read_csv(tmp_path / "h200" / "heldout.csv")
+    assert published.dispatch_now.notna().sum() == len(before) + 2
+
+    assert heldout.main([str(edited), "--gpu", "h200", "--stale"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    for key in moved:
+        assert shape(key) in next(x for x in lines if x.startswith(key[0] + " ")).split(" ")[1].split(",")
+    with pytest.raises(SystemExit):
+        heldout.main([str(edited), "--gpu", "h200"])
+    assert "--out-dir is required" in capsys.readouterr().err

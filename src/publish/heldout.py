@@ -1,14 +1,18 @@
 """Held-out step: best_fp32 / best_tf32 on the held-out shapes (conf/suite/heldout.yaml, never
 used in tuning) -> results/<gpu>/heldout.csv and heldout.md: per precision the geometric mean and
 minimum of the ratio to the stronger cuBLAS (cuBLAS's default where cuBLASLt was not measured),
-the failed count, issue 39's goals, and the worst five shapes.
+the failed count, issue 39's goals, the worst five shapes, and the rows measured through an earlier
+dispatch than today's conf/tuned/<gpu>.yaml (a re-fit moved their choice): a goal is met only by
+figures of the dispatch that runs today.
 
 `python -m src.publish.heldout RUNS_CSV --gpu GPU --out-dir results/GPU`
+`python -m src.publish.heldout RUNS_CSV --gpu GPU --stale`: the rows to measure again, as sweeps
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -23,12 +27,42 @@ GOALS = {"fp32": (1.5, 0.95), "tf32": (1.05, 0.90)}
 KERNELS = {"fp32": "best_fp32", "tf32": "best_tf32"}
 
 
-def heldout_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """The dispatching kernels' rows, with `value` the ratio the report uses."""
+def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | None]:
+    """{(kernel, m, n, k): None where today's dispatch runs what the row measured, else what it
+    runs now ("kernel {params}")} for each ok row of a dispatching kernel that records its choice
+    (`dispatched_to`, `params`): src.job.dispatch.choose at the row's problem with the device
+    limits of `gpu_spec`'s datasheet, as the runner chooses. {} for a spec without a datasheet."""
+    from src.job import dispatch
+    from src.job import gpu as gpu_mod
+    from src.job.config import kernel_config
+    from src.job.problem import Problem
+
+    if gpu_spec not in gpu_mod.known_specs():
+        return {}
+    limits = gpu_mod.limits_from_spec(gpu_spec)
+    out = {}
+    for r in runs[runs.kernel.isin(KERNELS.values()) & (runs.status == "ok")].itertuples(index=False):
+        chosen, params = getattr(r, "dispatched_to", None), getattr(r, "params", None)
+        if not isinstance(chosen, str) or not isinstance(params, str):
+            continue
+        problem = Problem(int(r.m), int(r.n), int(r.k), float(r.alpha), float(r.beta))
+        now = dispatch.choose(kernel_config(r.kernel), gpu_spec, problem, limits)
+        same = now.kernel == chosen and now.params == json.loads(params)
+        out[(r.kernel, int(r.m), int(r.n), int(r.k))] = (
+            None if same else f"{now.kernel} {json.dumps(now.params, sort_keys=True)}")
+    return out
+
+
+def heldout_frame(runs: pd.DataFrame, gpu_spec: str | None = None) -> pd.DataFrame:
+    """The dispatching kernels' rows, with `value` the ratio the report uses and, with the GPU
+    spec, `dispatch_now`: what today's dispatch runs instead where a re-fit moved the row's
+    choice (empty where it runs the same, or the row was not checked)."""
     frame = suite_frame(runs).copy()
     frame["suite"] = "heldout"
     frame["value"] = frame.ratio_best.where(frame.ratio_best.notna(), frame.ratio)
     frame["against"] = ["best cuBLAS" if pd.notna(b) else "cuBLAS" for b in frame.ratio_best]
+    today = dispatched_today(runs, gpu_spec) if gpu_spec else {}
+    frame["dispatch_now"] = [today.get((r.kernel, r.m, r.n, r.k)) for r in frame.itertuples(index=False)]
     return frame
 
 
@@ -39,14 +73,16 @@ def summary(frame: pd.DataFrame) -> dict:
         if rows.empty:
             continue
         ok = rows[(rows.status == "ok") & rows.value.notna()]
-        entry = {"kernel": kernel, "shapes": int(len(rows)), "failed": int(len(rows) - len(ok))}
+        moved = rows.dispatch_now.notna() if "dispatch_now" in rows else pd.Series(False, rows.index)
+        entry = {"kernel": kernel, "shapes": int(len(rows)), "failed": int(len(rows) - len(ok)),
+                 "earlier_dispatch": int(moved.sum())}
         if len(ok):
             low = ok.loc[ok.value.idxmin()]
             entry.update(geomean=round(geomean(ok.value), 4), min=round(float(low.value), 4),
                          min_shape=low["shape"])
             goal_geo, goal_min = GOALS[precision]
-            entry["goal_met"] = bool(entry["failed"] == 0 and entry["geomean"] >= goal_geo
-                                     and entry["min"] >= goal_min)
+            entry["goal_met"] = bool(entry["failed"] == 0 and entry["earlier_dispatch"] == 0
+                                     and entry["geomean"] >= goal_geo and entry["min"] >= goal_min)
             worst = ok.sort_values(["value", "shape"]).head(5)
             entry["worst"] = [{"shape": r["shape"], "chosen": r["chosen"], "ratio": round(float(r.value), 4),
                                "against": r["against"]} for _, r in worst.iterrows()]
@@ -58,12 +94,16 @@ def markdown(frame: pd.DataFrame, gpu_spec: str) -> str:
     stats = summary(frame)
     lines = [f"# Held-out shapes on {gpu_spec}", "",
              "Shapes drawn from conf/shapes/distribution.yaml with the held-out seed, never used in "
-             "tuning (conf/suite/heldout.yaml). Ratio: speed / the stronger cuBLAS (paired).", "",
-             "| precision | kernel | shapes | failed | geomean | min (shape) | goal (geomean / min) | met |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "tuning (conf/suite/heldout.yaml). Ratio: speed / the stronger cuBLAS (paired). "
+             f"Earlier dispatch: rows whose choice conf/tuned/{gpu_spec}.yaml has moved since they "
+             "were measured (a goal is met by today's dispatch only).", "",
+             "| precision | kernel | shapes | failed | earlier dispatch | geomean | min (shape) "
+             "| goal (geomean / min) | met |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for precision, s in stats.items():
         goal = GOALS[precision]
         lines.append(f"| {precision} | {s['kernel']} | {s['shapes']} | {s['failed']} | "
+                     f"{s['earlier_dispatch']} | "
                      f"{s.get('geomean', '')} | {s.get('min', '')} ({s.get('min_shape', '')}) | "
                      f"{goal[0]} / {goal[1]} | {'yes' if s.get('goal_met') else 'no'} |")
     for precision, s in stats.items():
@@ -73,7 +113,25 @@ def markdown(frame: pd.DataFrame, gpu_spec: str) -> str:
                   for w in s.get("worst", [])]
         failed = frame[(frame.kernel == s["kernel"]) & (frame.status != "ok")]
         lines += [f"| {r['shape']} | {r['chosen'] or ''} | {r['status']} |" for _, r in failed.iterrows()]
+        if s["earlier_dispatch"]:
+            moved = frame[(frame.kernel == s["kernel"]) & frame.dispatch_now.notna()]
+            lines += ["", f"## {s['kernel']}: measured through an earlier dispatch", "",
+                      "| shape | measured | ratio | today's dispatch runs |", "| --- | --- | --- | --- |"]
+            lines += [f"| {r['shape']} | {r['chosen']} | {r['value']:.3f} | {r['dispatch_now']} |"
+                      for _, r in moved.sort_values(["m", "n", "k"]).iterrows()]
     return "\n".join(lines) + "\n"
+
+
+def stale_sweeps(runs_csv: Path, gpu_spec: str) -> list[str]:
+    """'KERNEL MxNxK,MxNxK,...' per dispatching kernel: the held-out rows today's dispatch no
+    longer runs as measured, to measure again (`python -m src.run -m kernel=KERNEL shape=...`)."""
+    today = dispatched_today(read_runs(runs_csv), gpu_spec)
+    out = []
+    for kernel in KERNELS.values():
+        shapes = [f"{m}x{n}x{k}" for (name, m, n, k), now in sorted(today.items()) if name == kernel and now]
+        if shapes:
+            out.append(f"{kernel} {','.join(shapes)}")
+    return out
 
 
 PREFIX = "heldout"  # results/<gpu>/heldout.csv, heldout.md
@@ -83,7 +141,7 @@ def publish(runs_csv: Path, out_dir: Path, gpu_spec: str) -> dict:
     """Write one GPU's held-out report into its published set out_dir (results/<gpu_spec>/),
     both files replacing the published ones together or neither (staged.py). Rows of another
     GPU spec are refused: a set holds one GPU's figures only. Returns the metrics."""
-    frame = heldout_frame(read_runs(runs_csv))
+    frame = heldout_frame(read_runs(runs_csv), gpu_spec)
     if frame.empty:
         raise ValueError(f"{runs_csv} has no best_fp32 / best_tf32 jobs: nothing to publish")
     refusal = runs_refusal(gpu_spec, runs_csv)  # a set holds one GPU's figures only
@@ -102,8 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", type=Path, help="runs CSV of the held-out sweep (src.records.collect)")
     parser.add_argument("--gpu", required=True,
                         help="the GPU spec (conf/gpu/<name>.yaml) whose published set this is")
-    parser.add_argument("--out-dir", type=Path, required=True, help="its set: results/<gpu>/")
+    parser.add_argument("--out-dir", type=Path, help="its set: results/<gpu>/")
+    parser.add_argument("--stale", action="store_true",
+                        help="print the rows today's dispatch no longer runs as measured, as "
+                             "'KERNEL shape,...' lines to measure again; write nothing")
     args = parser.parse_args(argv)
+    if args.stale:
+        print("\n".join(stale_sweeps(args.runs, args.gpu)))
+        return 0
+    if args.out_dir is None:
+        parser.error("--out-dir is required to publish (rule: the report goes into its GPU's set, "
+                     "results/<gpu>/)")
     try:
         publish(args.runs, args.out_dir, args.gpu)
     except ValueError as exc:

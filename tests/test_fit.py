@@ -601,7 +601,7 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
     csv_path = evidence.write(synthetic_rows(), tmp_path / "e.csv")
     tuned = tmp_path / "t.yaml"
     nearest = fit.nearest_model(str(csv_path), GUARDS, {**SETTINGS, "model": "nearest"})
-    assert nearest == {"evidence": str(csv_path), "count": 4, "weighting": "equal", "waves": 0.0, "small_side": 0.0,
+    assert nearest == {"evidence": str(csv_path), "count": 4, "weighting": "equal", "waves": 0.0, "small_side": 0.0, "caution": 0.0,
                        "guards": {"gemm_ffma_skinny": "min(m, n) <= 32"}}
     fit.write(tuned, fit.fit(training.read(csv_path), GUARDS, SETTINGS), "e.csv", nearest)
     written = OmegaConf.to_container(OmegaConf.load(tuned))
@@ -1083,6 +1083,77 @@ def test_the_small_side_weight_makes_a_neighbour_as_far_in_the_smaller_of_m_and_
     monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "small_side": -1}})
     with pytest.raises(ConfigError, match="small_side -1 is not a number >= 0"):
         dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-side", Problem(*query, 0.5, 3.0))
+
+
+def test_caution_lets_a_candidate_level_at_every_neighbour_outscore_one_that_gambles_on_one(
+        tmp_path, monkeypatch):
+    """`fit.caution`: each candidate's score is (1 - caution) x its weighted mean log ratio +
+    caution x its lowest. SYNTHETIC, shaped like 4307x583x136 on the H200 (a 128 x 128 tile 1.6x to
+    1.9x at three neighbours and 0.82x at the nearest): the tile runs 1.6 at three of four
+    neighbours and 0.7 at the fourth (geomean 1.301), another 1.2 at all four. The mean alone takes
+    the tile; at caution 0.25 it scores exp(0.75 x 0.2633 + 0.25 x ln 0.7) = 1.114 against 1.2, by
+    hand, and the level one wins. `auto` takes each dispatcher's better share at the draws (0 on a
+    tie), the tuned file carries the mapping, the runner scores by its dispatcher's entry and says
+    so in the rule; `auto` unresolved, a share outside 0 to 1 (fit or tuned file) and bad options
+    are ConfigErrors naming the rule."""
+    import yaml
+
+    import src.job.dispatch as d
+
+    query, around = (1000, 1000, 1000), [(500, 1000, 1000), (2000, 1000, 1000), (1000, 500, 1000), (1000, 2000, 1000)]
+    gamble = json.dumps({"bm": 128, "bn": 128}, sort_keys=True)
+    rows = [{"dispatcher": dispatcher, "precision": "tf32", "kernel": "gemm_tf32", "params": p,
+             "m": s[0], "n": s[1], "k": s[2], "status": "ok", "ratio_best": v}
+            for dispatcher in ("best_fp32", "best_tf32")
+            for p, values in ((gamble, (1.6, 1.6, 1.6, 0.7)), (SMALL, (1.2,) * 4))
+            for s, v in zip(around, values)]
+    tab = training.table(rows, "best_tf32")
+    anything = lambda c, s: True  # noqa: E731
+    plain = training.nearest_choice(tab, query, tab.shapes, 4, anything)
+    careful = training.nearest_choice(tab, query, tab.shapes, 4, anything, caution=0.25)
+    mean = (3 * math.log(1.6) + math.log(0.7)) / 4
+    assert plain[0].params == gamble and plain[2] == pytest.approx(math.exp(mean))
+    assert careful[0].params == SMALL and careful[2] == pytest.approx(1.2)
+    ranked, _ = training.nearest_ranked(tab, query, tab.shapes, 4, anything, caution=0.25)
+    assert dict((c.params, v) for c, v in ranked)[gamble] == pytest.approx(
+        math.exp(0.75 * mean + 0.25 * math.log(0.7)))
+    # at a training shape its own measurement decides: one value, nothing to be careful about
+    assert training.nearest_choice(tab, around[0], tab.shapes, 4, anything, caution=1.0)[0].params == gamble
+    left_out = judge.nearest_cross_validated(rows, GUARDS, {**SETTINGS, "caution": 0.5}, folds=None, count=3)
+    assert left_out["best_tf32"]["caution"] == 0.5
+
+    def figures(geomean, low, drawn):
+        return {"geomean": geomean, "min": low, "drawn": {"geomean": drawn[0], "min": drawn[1]}}
+
+    # shaped like the H200's FP32 and TF32 (docs/tuning.md)
+    shares = {0.0: {"best_fp32": figures(1.65, 0.71, (1.582, 0.711)), "best_tf32": figures(1.21, 0.65, (1.267, 0.651))},
+              0.25: {"best_fp32": figures(1.65, 0.86, (1.588, 0.877)), "best_tf32": figures(1.21, 0.65, (1.265, 0.651))},
+              0.5: {"best_fp32": figures(1.63, 0.86, (1.578, 0.877)), "best_tf32": figures(1.20, 0.65, (1.264, 0.651))}}
+    assert judge.chosen_weightings(shares, 0.01, plain=0.0) == {"best_fp32": 0.25, "best_tf32": 0.0}
+    settings = {**SETTINGS, "model": "nearest", "weighting": "equal", "caution": "auto"}
+    with pytest.raises(ConfigError, match="fit.caution.*auto.*resolved per dispatcher"):
+        fit.caution(settings, "best_tf32")
+    chosen = judge.resolved(settings, {}, cautions=shares)
+    assert chosen["caution"] == {"best_fp32": 0.25, "best_tf32": 0.0} and not fit.caution_auto(chosen)
+    with pytest.raises(ConfigError, match="fit.caution: 1.5 is not a number >= 0 and <= 1.*worst neighbour"):
+        fit.caution({"caution": 1.5})
+    with pytest.raises(ConfigError, match="fit.caution_options"):
+        fit.caution_options({"caution_options": [0, 2]})
+
+    csv_path = evidence.write(rows, tmp_path / "e.csv")
+    model = fit.nearest_model(str(csv_path), GUARDS, {**chosen, "caution": {"best_tf32": 0.25}})
+    tuned = tmp_path / "tuned.yaml"
+    fit.write(tuned, {}, str(csv_path), {**model, "guards": {}})
+    written = yaml.safe_load(tuned.read_text())["nearest"]
+    assert written["caution"] == {"best_tf32": 0.25}
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": written})
+    got = dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-caution", Problem(*query, 0.5, 3.0))
+    assert json.dumps(got.params, sort_keys=True) == SMALL and "0.25 of each score its worst neighbour's" in got.rule
+    got = dispatch.choose({"name": "best_fp32", "default": "17_flagship"}, "synthetic-caution", Problem(*query, 0.5, 3.0))
+    assert json.dumps(got.params, sort_keys=True) == gamble and "worst neighbour" not in got.rule
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "caution": 2}})
+    with pytest.raises(ConfigError, match="caution 2 is not a number from 0 to 1"):
+        dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-caution", Problem(*query, 0.5, 3.0))
 
 
 def test_the_wave_fill_counts_the_blocks_clusters_place_at_once(monkeypatch):

@@ -71,10 +71,11 @@ def _table(path: str, mtime: float, dispatcher: str):
 
 def _model(gpu_spec: str, name: str, problem: Problem):
     """(where, the evidence path as written, its file, count, weighting, runs, waves, fill,
-    small_side) of the tuned file's `nearest:` model for dispatcher `name`, or None where it has
-    none; `runs(candidate, shape)` is the candidate's guard at the problem, `fill` its wave fill
-    (`wave_fills`; None where `waves` is 0), `small_side` the weight its distance gives the
-    smaller of m and n again (training.distance)."""
+    small_side, caution) of the tuned file's `nearest:` model for dispatcher `name`, or None where
+    it has none; `runs(candidate, shape)` is the candidate's guard at the problem, `fill` its wave
+    fill (`wave_fills`; None where `waves` is 0), `small_side` the weight its distance gives the
+    smaller of m and n again (training.distance), `caution` the share of a candidate's score its
+    worst neighbour takes."""
     model = (tuned_config(gpu_spec) or {}).get("nearest")
     if not model:
         return None
@@ -103,6 +104,13 @@ def _model(gpu_spec: str, name: str, problem: Problem):
     if isinstance(side, bool) or not isinstance(side, (int, float)) or side < 0:
         raise ConfigError(f"{where}: small_side {side!r} is not a number >= 0 (rule: the weight the "
                           f"log2 distance gives the smaller of m and n again; 0: the plain distance).")
+    share = model.get("caution", 0)  # a file from before the key: the weighted mean alone
+    if isinstance(share, dict):  # one per dispatcher (fit.caution: auto)
+        share = share.get(name, 0)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise ConfigError(f"{where}: caution {share!r} is not a number from 0 to 1 (rule: the share of "
+                          f"each candidate's score its worst neighbour's log ratio takes; 0: the "
+                          f"weighted mean alone).")
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
     def runs(candidate, _shape) -> bool:
@@ -111,7 +119,7 @@ def _model(gpu_spec: str, name: str, problem: Problem):
 
     fill = wave_fills(gpu_spec, str(kernel_config(name)["precision"])) if waves else None
     return (where, evidence, path, int(model.get("count", 4)), weighting, runs,
-            float(waves) if fill is not None else 0.0, fill, float(side))
+            float(waves) if fill is not None else 0.0, fill, float(side), float(share))
 
 
 def ranked(gpu_spec: str, name: str, problem: Problem,
@@ -122,10 +130,11 @@ def ranked(gpu_spec: str, name: str, problem: Problem,
     model = _model(gpu_spec, name, problem)
     if model is None:
         return []
-    _, _, path, count, weighting, runs, waves, fill, side = model
+    _, _, path, count, weighting, runs, waves, fill, side, share = model
     tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves, side)[0]
+    return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves, side,
+                                   share)[0]
 
 
 def builds(candidate: training.Candidate, precision: str, problem: Problem,
@@ -189,10 +198,11 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
     model = _model(gpu_spec, name, problem)
     if model is None:
         return None
-    where, evidence, path, count, weighting, runs, waves, fill, side = model
+    where, evidence, path, count, weighting, runs, waves, fill, side, share = model
     tab = _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    order, near = training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves, side)
+    order, near = training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves,
+                                          side, share)
     passed = 0
     for candidate, geomean in order:
         if limits is None or builds(candidate, str(precision), problem, limits):
@@ -209,7 +219,8 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
                f"{geomean:.3f}x the stronger cuBLAS there (geomean, {weighting} weights"
                + (f", each scaled by its wave fill here against there to the power {waves:g}"
                   if waves else "")
-               + (f"; the distance counts the smaller of m and n again at {side:g})" if side else ")"))
+               + (f"; the distance counts the smaller of m and n again at {side:g}" if side else "")
+               + (f"; {share:g} of each score its worst neighbour's" if share else "") + ")")
     if passed:
         why += (f"; its #{passed + 1}: the {passed} ranked above it do not build at "
                 f"{problem.m}x{problem.n}x{problem.k} (their tile or size rules)")

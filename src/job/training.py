@@ -197,6 +197,16 @@ def _mean_log(values: list, weights: list[float]) -> float | None:
     return sum(w * math.log(v) for w, v in zip(weights, values)) / sum(weights)
 
 
+def _cautious_log(values: list, weights: list[float], caution: float) -> float | None:
+    """The weighted mean of log ratios with the share `caution` of it taken by the lowest log
+    ratio instead: (1 - caution) * mean + caution * min. A candidate far ahead at three neighbours
+    and behind at the fourth is a gamble at a shape between them; one level at all four is not."""
+    mean = _mean_log(values, weights)
+    if mean is None or not caution or len(values) < 2:
+        return mean
+    return (1.0 - caution) * mean + caution * min(math.log(v) for v in values)
+
+
 class WaveFill(float):
     """A launch's wave fill (`wave_fill`) that also says whether the launch splits its tail into a
     second launch (`split_tail`); a plain float is a fill of one launch."""
@@ -241,7 +251,8 @@ def _corrected(values: list, fills: list, here: float | None, waves: float) -> l
 def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: int,
                    runs: Callable[[Candidate, tuple], bool],
                    weighting: str = "equal", fill: Callable[[Candidate, tuple], float | None] | None = None,
-                   waves: float = 0.0, small_side: float = 0.0) -> tuple[list[tuple[Candidate, float]], list]:
+                   waves: float = 0.0, small_side: float = 0.0,
+                   caution: float = 0.0) -> tuple[list[tuple[Candidate, float]], list]:
     """([(candidate, its weighted geomean ratio there)], the neighbours): every candidate
     measured at all of the `count` shapes of `among` nearest to `shape` (log2 distance, ties by
     the shape) for which `runs(candidate, shape)` holds (its size rules and where it was
@@ -250,7 +261,8 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
     suites' shapes are training shapes). With `fill` (a candidate's `wave_fill` at a shape) and
     `waves` > 0, each neighbour's ratio is first scaled by the fill here against there to that
     power (`_corrected`): the neighbours' tile counts fill their waves otherwise than the query's.
-    `small_side`: the weight `distance` gives the smaller of m and n again.
+    `small_side`: the weight `distance` gives the smaller of m and n again; `caution`: the share of
+    each candidate's score its worst neighbour takes (`_cautious_log`).
 
     Ties (candidates that build one launch at every neighbour, e.g. `unaligned_rows` 1 and 2
     where the rows are aligned) go to the better at the `count` nearest shapes of the query's
@@ -272,7 +284,7 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
         values = [tab.ratio.get((s, c)) for s in near]
         if waves and fill is not None and near != [shape] and None not in values:
             values = _corrected(values, [fill(c, s) for s in near], fill(c, shape), waves)
-        there = _mean_log(values, weights)
+        there = _cautious_log(values, weights, caution)
         if there is None:
             continue
         alike_there = _mean_log([tab.ratio.get((s, c)) for s in alike], [1.0] * len(alike))
@@ -283,9 +295,10 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
 def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,
                    runs: Callable[[Candidate, tuple], bool],
                    weighting: str = "equal", fill: Callable[[Candidate, tuple], float | None] | None = None,
-                   waves: float = 0.0, small_side: float = 0.0) -> tuple[Candidate, list, float] | None:
+                   waves: float = 0.0, small_side: float = 0.0,
+                   caution: float = 0.0) -> tuple[Candidate, list, float] | None:
     """(candidate, its neighbours, its weighted geomean ratio there): the first of
     `nearest_ranked`, the candidate the nearest-neighbour model chooses; None if no candidate
     is measured at all the neighbours and runs at the shape."""
-    ranked, near = nearest_ranked(tab, shape, among, count, runs, weighting, fill, waves, small_side)
+    ranked, near = nearest_ranked(tab, shape, among, count, runs, weighting, fill, waves, small_side, caution)
     return (ranked[0][0], near, ranked[0][1]) if ranked else None

@@ -78,8 +78,8 @@ def drawn_shapes(rows: list[dict]) -> set[tuple[int, int, int]]:
 def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str) -> tuple[dict, dict]:
     """(the fit settings with every `auto` resolved from the evidence `rows`, the leave-one-out
     figures they were chosen from: the weightings', the powers' under `"waves"`, the small-side
-    weights' under `"small_side"`): the weighting first, then the waves under it, then the
-    small-side weight under both (src/tune/judge.resolved)."""
+    weights' under `"small_side"`, the cautions' under `"caution"`): the weighting first, then the
+    waves under it, then the small-side weight, then the caution (src/tune/judge.resolved)."""
     from src.tune import fit, judge
 
     apart = judge.leave_one_out(rows, guards(settings), settings.get("fit") or {}, drawn := drawn_shapes(rows))
@@ -90,6 +90,9 @@ def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str) -> tuple[dict,
     if fit.small_side_auto(fit_settings):  # under the resolved weighting and waves
         apart["small_side"] = judge.small_side_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
         fit_settings = judge.resolved(fit_settings, apart, sides=apart["small_side"])
+    if fit.caution_auto(fit_settings):  # under all the above
+        apart["caution"] = judge.caution_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
+        fit_settings = judge.resolved(fit_settings, apart, cautions=apart["caution"])
     return fit_settings, apart
 
 

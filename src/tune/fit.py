@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 from src.job.training import Candidate, Table, table  # noqa: F401 (the fit's vocabulary)
 from src.tune.nearest import (AUTO, nearest_model, neighbours, uses_nearest,  # noqa: F401
-                             small_side, small_side_auto, small_side_options, waves, waves_auto,
-                             waves_options, weighting)  # (the nearest model's settings)
+                             caution, caution_auto, caution_options, small_side, small_side_auto,
+                             small_side_options, waves, waves_auto, waves_options,
+                             weighting)  # (the nearest model's settings)
 
 ALIGNED = "n % 4 == 0 and k % 4 == 0"
 UNALIGNED = "n % 4 != 0 or k % 4 != 0"
@@ -350,6 +351,7 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
         data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), ("count", nearest["count"]),
                                         ("weighting", flow(weighs)), ("waves", flow(nearest.get("waves", 0))),
                                         ("small_side", flow(nearest.get("small_side", 0))),
+                                        ("caution", flow(nearest.get("caution", 0))),
                                         ("guards", guards)])
     if not had and not new:  # once: a re-fit replaces the lists and leaves the comment as it is
         data.yaml_set_comment_before_after_key("dispatch", before=HEADER.format(evidence=evidence))

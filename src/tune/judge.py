@@ -12,8 +12,9 @@ import math
 
 from src.job import training
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
-from src.tune.nearest import (AUTO, neighbours, small_side, small_side_auto, small_side_options,
-                              uses_nearest, waves, waves_auto, waves_options, weighting)
+from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, small_side,
+                              small_side_auto, small_side_options, uses_nearest, waves, waves_auto,
+                              waves_options, weighting)
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -83,14 +84,15 @@ def _summary(figures: list[tuple[float | None, tuple]], shapes: int) -> dict:
 
 def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
                    count: int, weights: str = "equal", fill=None, power: float = 0.0,
-                   side: float = 0.0) -> Candidate | None:
+                   side: float = 0.0, share: float = 0.0) -> Candidate | None:
     """The candidate the nearest-neighbour model (src/job/training.nearest_choice) takes at
     `shape` from the shapes `among`, each candidate's guard as the fit's (`fitter.inside`), its
     neighbours weighed by `weights` (src/job/training.WEIGHTINGS) and, with `fill`, their ratios
     scaled by the wave fill here against there to the `power`; `side`: the weight the distance
-    gives the smaller of m and n again."""
+    gives the smaller of m and n again; `share`: the share of a candidate's score its worst
+    neighbour takes (`fit.caution`)."""
     found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside, weights, fill,
-                                    power, side)
+                                    power, side, share)
     return None if found is None else found[0]
 
 
@@ -109,7 +111,8 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
                             folds: int | None = 5, count: int = 4,
                             drawn: set[tuple[int, int, int]] | None = None,
                             weights: str | None = None, gpu_spec: str | None = None,
-                            power: float | None = None, side: float | None = None) -> dict[str, dict]:
+                            power: float | None = None, side: float | None = None,
+                            share: float | None = None) -> dict[str, dict]:
     """The other model, judged on the same folds as `cross_validated`: each left-out shape runs
     `nearest_choice` over the other folds' shapes. Printed beside the tree's figures so that the
     choice of model stays a measured one (docs/tuning.md). With `drawn` (the training set's random
@@ -118,12 +121,13 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
     held-out set, all random draws, will read. `folds=None` leaves one shape out at a time (the
     model then sees every other shape, as at a held-out shape); `weights` overrides the
     settings' `fit.weighting`, `power` its `fit.waves` (the wave fills are `gpu_spec`'s; without
-    one, no scaling), `side` its `fit.small_side`."""
+    one, no scaling), `side` its `fit.small_side`, `share` its `fit.caution`."""
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         weighs = weights or weighting(settings, dispatcher)
         scale = power if power is not None else waves(settings, dispatcher)
         weight = side if side is not None else small_side(settings, dispatcher)
+        worst = share if share is not None else caution(settings, dispatcher)
         fill = _fill_for(rows, dispatcher, gpu_spec, scale)
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
@@ -131,11 +135,12 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            choice = nearest_choice(fitter, shape, among, count, weighs, fill, scale, weight)
+            choice = nearest_choice(fitter, shape, among, count, weighs, fill, scale, weight, worst)
             figures.append((whole.ratio.get((shape, choice)), shape))
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weighs,
                                "waves": scale if fill is not None else 0.0, "small_side": weight,
+                               "caution": worst,
                                **_summary(figures, len(whole.shapes))}
             out[dispatcher].update(_drawn_summary(figures, drawn))
     return out
@@ -149,7 +154,7 @@ def leave_one_out(rows: list[dict], guards: dict[str, str | None], settings: dic
     weighting, waves and small_side are not read)."""
     count = neighbours(settings)
     return {w: nearest_cross_validated(rows, guards, settings, folds=None, count=count,
-                                       drawn=drawn, weights=w, power=0.0, side=0.0)
+                                       drawn=drawn, weights=w, power=0.0, side=0.0, share=0.0)
             for w in training.WEIGHTINGS}
 
 
@@ -160,7 +165,7 @@ def waves_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
     resolved) says, the plain distance; what `fit.waves: auto` chooses from."""
     count = neighbours(settings)
     return {p: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
-                                       gpu_spec=gpu_spec, power=p, side=0.0)
+                                       gpu_spec=gpu_spec, power=p, side=0.0, share=0.0)
             for p in waves_options(settings)}
 
 
@@ -171,8 +176,19 @@ def small_side_apart(rows: list[dict], guards: dict[str, str | None], settings: 
     says; what `fit.small_side: auto` chooses from."""
     count = neighbours(settings)
     return {w: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
-                                       gpu_spec=gpu_spec, side=w)
+                                       gpu_spec=gpu_spec, side=w, share=0.0)
             for w in small_side_options(settings)}
+
+
+def caution_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
+                  drawn: set[tuple[int, int, int]] | None, gpu_spec: str) -> dict[float, dict[str, dict]]:
+    """{share: {dispatcher: figures}}: the nearest model left one shape out at a time under each
+    of `fit.caution_options`, the other settings as `settings` (resolved) says; what
+    `fit.caution: auto` chooses from."""
+    count = neighbours(settings)
+    return {c: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
+                                       gpu_spec=gpu_spec, share=c)
+            for c in caution_options(settings)}
 
 
 def chosen_weightings(apart: dict, tie: float, plain="equal") -> dict:
@@ -195,11 +211,13 @@ def chosen_weightings(apart: dict, tie: float, plain="equal") -> dict:
 
 def resolved(settings: dict, apart: dict[str, dict[str, dict]],
              powers: dict[float, dict[str, dict]] | None = None,
-             sides: dict[float, dict[str, dict]] | None = None) -> dict:
+             sides: dict[float, dict[str, dict]] | None = None,
+             cautions: dict[float, dict[str, dict]] | None = None) -> dict:
     """The fit settings with `weighting: auto` resolved per dispatcher from `leave_one_out`'s
     figures (`chosen_weightings`, its `weighting_tie`, default 0.01), `waves: auto` from
     `waves_apart`'s (`powers`, the same rule, 0 the plainer) and `small_side: auto` from
-    `small_side_apart`'s (`sides`, the same rule); other settings as they are."""
+    `small_side_apart`'s (`sides`, the same rule) and `caution: auto` from `caution_apart`'s
+    (`cautions`); other settings as they are."""
     tie = float(settings.get("weighting_tie", 0.01))
     if settings.get("weighting") == AUTO:
         settings = {**settings, "weighting": chosen_weightings(apart, tie)}
@@ -207,6 +225,8 @@ def resolved(settings: dict, apart: dict[str, dict[str, dict]],
         settings = _numbers_resolved(settings, "waves", chosen_weightings(powers, tie, plain=min(powers)))
     if small_side_auto(settings) and sides is not None:
         settings = _numbers_resolved(settings, "small_side", chosen_weightings(sides, tie, plain=min(sides)))
+    if caution_auto(settings) and cautions is not None:
+        settings = _numbers_resolved(settings, "caution", chosen_weightings(cautions, tie, plain=min(cautions)))
     return settings
 
 
@@ -242,10 +262,12 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
     for dispatcher in sorted({r["dispatcher"] for r in rows_a} & {r["dispatcher"] for r in rows_b}):
         weigh = weighting(settings, dispatcher) if nearest else None
         side = small_side(settings, dispatcher) if nearest else 0.0
+        share = caution(settings, dispatcher) if nearest else 0.0
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
         if nearest:
             fitters = [Fitter(tab, guards, settings) for tab in tabs]
-            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count, weigh, side=side)
+            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count, weigh, side=side,
+                                                          share=share)
                         for f in fitters]
         else:
             choosers = [lambda shape, r=rules_for(rows, dispatcher, tree_guards or guards, settings,
@@ -293,6 +315,7 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                                                        if cv["waves"] else "")
                      + (f", the smaller of m and n again at {cv['small_side']:g}"
                         if cv["small_side"] else "")
+                     + (f", {cv['caution']:g} of each score the worst neighbour's" if cv["caution"] else "")
                      + f", the same folds), geomean {cv['geomean']:.3f}x, "
                      f"min {cv['min']:.3f}x at {cv['min_shape']}; {cv['unmeasured']} of "
                      f"{cv['shapes']} shapes without a choice measured there")
@@ -304,7 +327,8 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
     count = neighbours(fit_settings)
     powers = apart.get("waves") or {}
     sides = apart.get("small_side") or {}
-    apart = {w: cvs for w, cvs in apart.items() if w not in ("waves", "small_side")}
+    shares = apart.get("caution") or {}
+    apart = {w: cvs for w, cvs in apart.items() if w not in ("waves", "small_side", "caution")}
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
         figures = []
         for w, cvs in apart.items():
@@ -343,6 +367,19 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                          "(auto: the better at the random draws, geomean first)"
                          if dispatcher in fit_settings.get("small_side_chosen", [dispatcher])
                          else "(given: conf/tuning/dispatch.yaml fit.small_side)"))
+    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in shares.values())) if shares else ()):
+        figures = []
+        for c, cvs in shares.items():
+            cv = cvs[dispatcher]
+            d = cv.get("drawn")
+            figures.append(f"{c:g} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
+                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
+        lines.append(f"{dispatcher}: leave-one-out, each candidate's score taking a share from its "
+                     f"worst neighbour (geomean / min): " + ", ".join(figures)
+                     + f"; the fit's is {caution(fit_settings, dispatcher):g} " + (
+                         "(auto: the better at the random draws, geomean first)"
+                         if dispatcher in fit_settings.get("caution_chosen", [dispatcher])
+                         else "(given: conf/tuning/dispatch.yaml fit.caution)"))
     for dispatcher, top in ceiling(rows, drawn=drawn).items():
         lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
                      f"dispatch over these candidates does better there), geomean "

@@ -1,8 +1,8 @@
 """The nearest-neighbour model's settings (`fit:` of conf/tuning/dispatch.yaml) and the tuned
 file's `nearest:` section written from them (src/job/dispatch.py reads it at run time): whether
 the fit writes the model, how many neighbours it counts, how it weighs them, how far it scales
-each neighbour's ratio by the candidate's wave fill there and how far its distance counts the
-smaller of m and n again. src/tune/fit.py writes the section;
+each neighbour's ratio by the candidate's wave fill there, how far its distance counts the
+smaller of m and n again, and how much of a candidate's score its worst neighbour takes. src/tune/fit.py writes the section;
 src/tune/judge.py resolves `auto` from the evidence."""
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def weighting(settings: dict, dispatcher: str | None = None) -> str:
     return name
 
 
-def _number(settings: dict, key: str, dispatcher: str | None, rule: str) -> float:
+def _number(settings: dict, key: str, dispatcher: str | None, rule: str,
+            most: float = float("inf")) -> float:
     """`fit.<key>`: one number >= 0 for every dispatcher, or a mapping from dispatcher to number
     (what `auto` resolves to: src/tune/judge.resolved; a dispatcher not named: 0); anything else,
     or `auto` left unresolved, is a ConfigError naming `rule`."""
@@ -52,8 +53,9 @@ def _number(settings: dict, key: str, dispatcher: str | None, rule: str) -> floa
     if value == AUTO:
         raise ConfigError(f"{where}: `auto` is resolved per dispatcher from the evidence before "
                           f"the fit uses it (rule: src/tune/judge.resolved runs first).")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigError(f"{where}: {value!r} is not a number >= 0 or auto (rule: {rule}).")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
+        bound = "" if most == float("inf") else f" and <= {most:g}"
+        raise ConfigError(f"{where}: {value!r} is not a number >= 0{bound} or auto (rule: {rule}).")
     return float(value)
 
 
@@ -62,12 +64,13 @@ def _auto(settings: dict, key: str) -> bool:
     return value == AUTO or isinstance(value, dict) and AUTO in value.values()
 
 
-def _options(settings: dict, key: str, rule: str) -> list[float]:
+def _options(settings: dict, key: str, rule: str, most: float = float("inf")) -> list[float]:
     options = settings.get(f"{key}_options", [0])
     if not isinstance(options, list) or not options or any(
-            isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in options):
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= most for v in options):
+        bound = "" if most == float("inf") else f" and <= {most:g}"
         raise ConfigError(f"conf/tuning/dispatch.yaml: fit.{key}_options {options!r} is not a list "
-                          f"of numbers >= 0 (rule: {rule}).")
+                          f"of numbers >= 0{bound} (rule: {rule}).")
     return [float(v) for v in options]
 
 
@@ -113,6 +116,27 @@ def small_side_options(settings: dict) -> list[float]:
     return _options(settings, "small_side", "the weights `fit.small_side: auto` chooses among")
 
 
+CAUTION_RULE = ("the share of each candidate's score its worst neighbour's log ratio takes, the "
+                "rest its weighted mean; 0: the mean alone")
+
+
+def caution(settings: dict, dispatcher: str | None = None) -> float:
+    """The share of a candidate's score its worst neighbour takes (`fit.caution`, default 0: the
+    weighted mean alone; src/job/training.nearest_ranked), between 0 and 1: one number for every
+    dispatcher or a mapping, as `waves`."""
+    return _number(settings, "caution", dispatcher, CAUTION_RULE, most=1.0)
+
+
+def caution_auto(settings: dict) -> bool:
+    """Whether `fit.caution` leaves any dispatcher's share to `auto`."""
+    return _auto(settings, "caution")
+
+
+def caution_options(settings: dict) -> list[float]:
+    """What `fit.caution: auto` chooses among (`fit.caution_options`, default [0])."""
+    return _options(settings, "caution", "the shares `fit.caution: auto` chooses among", most=1.0)
+
+
 def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:
     """The tuned file's `nearest:` section (src/job/dispatch.py) where `fit.model` is `nearest`:
     the evidence file, the neighbours counted and how they are weighed, and each candidate
@@ -127,6 +151,8 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) 
     side = settings.get("small_side", 0)
     sides = ({d: small_side(settings, d) for d in side} if isinstance(side, dict)
              else small_side(settings))
+    share = settings.get("caution", 0)
+    shares = ({d: caution(settings, d) for d in share} if isinstance(share, dict) else caution(settings))
     return {"evidence": evidence, "count": neighbours(settings), "weighting": written,
-            "waves": powers, "small_side": sides,
+            "waves": powers, "small_side": sides, "caution": shares,
             "guards": {k: v for k, v in sorted(guards.items()) if v}}

@@ -341,45 +341,12 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                      + f"; the fit's is {weighting(fit_settings, dispatcher)}"
                      + (" (auto: the better at the random draws, geomean first)"
                         if auto else ""))
-    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in powers.values())) if powers else ()):
-        figures = []
-        for p, cvs in powers.items():
-            cv = cvs[dispatcher]
-            d = cv.get("drawn")
-            figures.append(f"{p:g} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
-                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
-        lines.append(f"{dispatcher}: leave-one-out, each neighbour's ratio scaled by the wave fill "
-                     f"here against there to a power (geomean / min): " + ", ".join(figures)
-                     + f"; the fit's is {waves(fit_settings, dispatcher):g} " + (
-                         "(auto: the better at the random draws, geomean first)"
-                         if dispatcher in fit_settings.get("waves_chosen", [dispatcher])
-                         else "(given: conf/tuning/dispatch.yaml fit.waves)"))
-    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in sides.values())) if sides else ()):
-        figures = []
-        for w, cvs in sides.items():
-            cv = cvs[dispatcher]
-            d = cv.get("drawn")
-            figures.append(f"{w:g} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
-                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
-        lines.append(f"{dispatcher}: leave-one-out, the smaller of m and n counted again in the "
-                     f"distance at a weight (geomean / min): " + ", ".join(figures)
-                     + f"; the fit's is {small_side(fit_settings, dispatcher):g} " + (
-                         "(auto: the better at the random draws, geomean first)"
-                         if dispatcher in fit_settings.get("small_side_chosen", [dispatcher])
-                         else "(given: conf/tuning/dispatch.yaml fit.small_side)"))
-    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in shares.values())) if shares else ()):
-        figures = []
-        for c, cvs in shares.items():
-            cv = cvs[dispatcher]
-            d = cv.get("drawn")
-            figures.append(f"{c:g} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
-                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
-        lines.append(f"{dispatcher}: leave-one-out, each candidate's score taking a share from its "
-                     f"worst neighbour (geomean / min): " + ", ".join(figures)
-                     + f"; the fit's is {caution(fit_settings, dispatcher):g} " + (
-                         "(auto: the better at the random draws, geomean first)"
-                         if dispatcher in fit_settings.get("caution_chosen", [dispatcher])
-                         else "(given: conf/tuning/dispatch.yaml fit.caution)"))
+    lines += _option_lines(powers, fit_settings, "waves", waves, "each neighbour's ratio scaled by "
+                           "the wave fill here against there to a power")
+    lines += _option_lines(sides, fit_settings, "small_side", small_side, "the smaller of m and n "
+                           "counted again in the distance at a weight")
+    lines += _option_lines(shares, fit_settings, "caution", caution, "each candidate's score taking a "
+                           "share from its worst neighbour")
     for dispatcher, top in ceiling(rows, drawn=drawn).items():
         lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
                      f"dispatch over these candidates does better there), geomean "
@@ -388,4 +355,24 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                      + ", ".join(f"{s} {v:.2f}x ({k})" for s, v, k in top["lowest"])
                      + (f"; at the {top['drawn']['shapes']} random draws alone, geomean "
                         f"{top['drawn']['geomean']:.3f}x" if "drawn" in top else ""))
+    return lines
+
+
+def _option_lines(options: dict, fit_settings: dict, key: str, value_of, what: str) -> list[str]:
+    """Per dispatcher, the leave-one-out figures under each value of `fit.<key>` (`options`:
+    {value: {dispatcher: figures}}) and the value the fit used (`value_of(settings, dispatcher)`),
+    chosen by auto or given."""
+    lines = []
+    for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in options.values())) if options else ()):
+        figures = []
+        for value, cvs in options.items():
+            cv = cvs[dispatcher]
+            d = cv.get("drawn")
+            figures.append(f"{value:g} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
+                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
+        lines.append(f"{dispatcher}: leave-one-out, {what} (geomean / min): " + ", ".join(figures)
+                     + f"; the fit's is {value_of(fit_settings, dispatcher):g} " + (
+                         "(auto: the better at the random draws, geomean first)"
+                         if dispatcher in fit_settings.get(f"{key}_chosen", [dispatcher])
+                         else f"(given: conf/tuning/dispatch.yaml fit.{key})"))
     return lines

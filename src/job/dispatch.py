@@ -69,6 +69,36 @@ def _table(path: str, mtime: float, dispatcher: str):
     return training.table(training.read(Path(path)), dispatcher)
 
 
+# what each number of the `nearest:` model means (0, or a file from before the key: not used)
+WAVES_RULE = "the power of the wave-fill ratio each neighbour's ratio is scaled by; 0: none"
+SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again; 0: the plain "
+                   "distance")
+CAUTION_RULE = ("the share of each candidate's score its worst neighbour's log ratio takes; 0: the "
+                "weighted mean alone")
+
+
+def _model_number(model: dict, key: str, name: str, where: str, rule: str,
+                  most: float = math.inf) -> float:
+    """The `nearest:` model's `key` for dispatcher `name`: one number, or a mapping from dispatcher
+    to number (the fit's `auto`; a dispatcher not named, like a file without the key: 0), between 0
+    and `most`; anything else is a ConfigError naming `rule`."""
+    value = model.get(key, 0)
+    if isinstance(value, dict):
+        value = value.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
+        bound = ">= 0" if most == math.inf else f"from 0 to {most:g}"
+        raise ConfigError(f"{where}: {key} {value!r} is not a number {bound} (rule: {rule}).")
+    return float(value)
+
+
+def small_side_of(gpu_spec: str, name: str) -> float:
+    """The weight the tuned file's nearest model gives the smaller of m and n again in its
+    distance for dispatcher `name` (training.distance); 0 where the file has no model."""
+    model = (tuned_config(gpu_spec) or {}).get("nearest")
+    return _model_number(model, "small_side", name, f"conf/tuned/{gpu_spec}.yaml: nearest",
+                         SMALL_SIDE_RULE) if model else 0.0
+
+
 def _model(gpu_spec: str, name: str, problem: Problem):
     """(where, the evidence path as written, its file, count, weighting, runs, waves, fill,
     small_side, caution) of the tuned file's `nearest:` model for dispatcher `name`, or None where
@@ -92,25 +122,9 @@ def _model(gpu_spec: str, name: str, problem: Problem):
         weighting = weighting.get(name, "equal")
     weighting = str(weighting)
     training.weighting_of(weighting, where)
-    waves = model.get("waves", 0)  # a file from before the key: no wave-fill scaling
-    if isinstance(waves, dict):  # one per dispatcher (fit.waves: auto)
-        waves = waves.get(name, 0)
-    if isinstance(waves, bool) or not isinstance(waves, (int, float)) or waves < 0:
-        raise ConfigError(f"{where}: waves {waves!r} is not a number >= 0 (rule: the power of the "
-                          f"wave-fill ratio each neighbour's ratio is scaled by; 0: none).")
-    side = model.get("small_side", 0)  # a file from before the key: the plain log2 distance
-    if isinstance(side, dict):  # one per dispatcher (fit.small_side: auto)
-        side = side.get(name, 0)
-    if isinstance(side, bool) or not isinstance(side, (int, float)) or side < 0:
-        raise ConfigError(f"{where}: small_side {side!r} is not a number >= 0 (rule: the weight the "
-                          f"log2 distance gives the smaller of m and n again; 0: the plain distance).")
-    share = model.get("caution", 0)  # a file from before the key: the weighted mean alone
-    if isinstance(share, dict):  # one per dispatcher (fit.caution: auto)
-        share = share.get(name, 0)
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
-        raise ConfigError(f"{where}: caution {share!r} is not a number from 0 to 1 (rule: the share of "
-                          f"each candidate's score its worst neighbour's log ratio takes; 0: the "
-                          f"weighted mean alone).")
+    waves = _model_number(model, "waves", name, where, WAVES_RULE)
+    side = _model_number(model, "small_side", name, where, SMALL_SIDE_RULE)
+    share = _model_number(model, "caution", name, where, CAUTION_RULE, most=1.0)
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
     def runs(candidate, _shape) -> bool:
@@ -119,7 +133,7 @@ def _model(gpu_spec: str, name: str, problem: Problem):
 
     fill = wave_fills(gpu_spec, str(kernel_config(name)["precision"])) if waves else None
     return (where, evidence, path, int(model.get("count", 4)), weighting, runs,
-            float(waves) if fill is not None else 0.0, fill, float(side), float(share))
+            waves if fill is not None else 0.0, fill, side, share)
 
 
 def ranked(gpu_spec: str, name: str, problem: Problem,

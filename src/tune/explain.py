@@ -50,10 +50,8 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
     if choice.when == dispatch.NEAREST:  # show the neighbours the model summed over, as it measures
         from src.job.config import tuned_config
 
-        model = (tuned_config(gpu_spec) or {}).get("nearest") or {}
-        count = int(model.get("count", 4))
-        side = model.get("small_side", 0)
-        side = float(side.get(dispatcher, 0) if isinstance(side, dict) else side)
+        count = int(((tuned_config(gpu_spec) or {}).get("nearest") or {}).get("count", 4))
+        side = dispatch.small_side_of(gpu_spec, dispatcher)
     for near in nearest(rows, dispatcher, shape, count, side):
         mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
         ok = [r for r in mine if r["status"] == "ok"]

@@ -330,12 +330,7 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
     shares = apart.get("caution") or {}
     apart = {w: cvs for w, cvs in apart.items() if w not in ("waves", "small_side", "caution")}
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
-        figures = []
-        for w, cvs in apart.items():
-            cv = cvs[dispatcher]
-            d = cv.get("drawn")
-            figures.append(f"{w} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
-                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
+        figures = [_figures(w, cvs[dispatcher]) for w, cvs in apart.items()]
         lines.append(f"{dispatcher}: leave-one-out, the {count} nearest shapes' best by each "
                      f"weighting (geomean / min): " + ", ".join(figures)
                      + f"; the fit's is {weighting(fit_settings, dispatcher)}"
@@ -358,18 +353,20 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
     return lines
 
 
+def _figures(label: str, cv: dict) -> str:
+    """'LABEL geomean / min' of one leave-one-out run, the random draws' in parentheses."""
+    d = cv.get("drawn")
+    return f"{label} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
+        f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else "")
+
+
 def _option_lines(options: dict, fit_settings: dict, key: str, value_of, what: str) -> list[str]:
     """Per dispatcher, the leave-one-out figures under each value of `fit.<key>` (`options`:
     {value: {dispatcher: figures}}) and the value the fit used (`value_of(settings, dispatcher)`),
     chosen by auto or given."""
     lines = []
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in options.values())) if options else ()):
-        figures = []
-        for value, cvs in options.items():
-            cv = cvs[dispatcher]
-            d = cv.get("drawn")
-            figures.append(f"{value:g} {cv['geomean']:.3f}x / {cv['min']:.3f}x" + (
-                f" (draws {d['geomean']:.3f}x / {d['min']:.3f}x)" if d else ""))
+        figures = [_figures(f"{value:g}", cvs[dispatcher]) for value, cvs in options.items()]
         lines.append(f"{dispatcher}: leave-one-out, {what} (geomean / min): " + ", ".join(figures)
                      + f"; the fit's is {value_of(fit_settings, dispatcher):g} " + (
                          "(auto: the better at the random draws, geomean first)"

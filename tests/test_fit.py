@@ -8,6 +8,7 @@ re-fits each GPU's committed evidence (real tunes) and compares with its committ
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import random
@@ -634,6 +635,51 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
 
     with pytest.raises(ConfigError, match="is not a file"):
         dispatch.choose(cfg, "synthetic", Problem(64, 64, 64, 0.5, 3.0))
+    forget()
+
+
+def test_a_dispatch_refuses_evidence_other_than_the_bytes_its_fit_saw(tmp_path, monkeypatch):
+    """SYNTHETIC evidence written to a file and fitted as `sgemm-lab tune --fit-only` does
+    (command.write_fit): the tuned file's `nearest:` names the evidence's sha256, and the runner's
+    dispatch takes the nearest model's choice while the file is those bytes. One row's ratio
+    changed afterwards (a `git checkout` of an older evidence file, a `--missing` run that did not
+    refit) is a ConfigError naming the rule and the refit; a refit of the changed file dispatches
+    again; a tuned file from before the key is not checked."""
+    import pytest
+
+    import src.job.dispatch as d
+    from src.errors import ConfigError
+    from src.job import training
+    from src.job.config import forget
+    from src.tune import command
+
+    csv_path = evidence.write(synthetic_rows(), tmp_path / "e.csv")
+    tuned = tmp_path / "t.yaml"
+    settings = {"fit": {**SETTINGS, "model": "nearest"}, "dispatchers": {}}
+    monkeypatch.setattr(command, "guards", lambda s, outside_reserved=True: GUARDS)
+    monkeypatch.setattr(command, "resolved_fit", lambda rows, s, gpu: (s["fit"], {}))
+    command.write_fit("synthetic", settings, csv_path, tuned)
+    written = OmegaConf.to_container(OmegaConf.load(tuned))
+    assert written["nearest"]["evidence_sha256"] == hashlib.sha256(csv_path.read_bytes()).hexdigest()
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: written)
+    cfg = {"name": "best_tf32", "default": "17_flagship"}
+    problem = Problem(3000, 3000, 100, 0.5, 3.0)
+    assert dispatch.choose(cfg, "synthetic", problem).when == d.NEAREST
+    lines = csv_path.read_text().splitlines()
+    at = lines[0].split(",").index("ratio_best")
+    cells = lines[1].split(",")
+    cells[at] = str(float(cells[at]) * 2)
+    csv_path.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+    with pytest.raises(ConfigError, match="not the file this dispatch was fitted from.*--fit-only"):
+        dispatch.choose(cfg, "synthetic", problem)
+    command.write_fit("synthetic", settings, csv_path, tuned)
+    written = OmegaConf.to_container(OmegaConf.load(tuned))
+    assert dispatch.choose(cfg, "synthetic", problem).when == d.NEAREST
+    old = {k: v for k, v in written["nearest"].items() if k != "evidence_sha256"}
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {**written, "nearest": old})
+    csv_path.write_text(csv_path.read_text() + "\n")
+    assert dispatch.choose(cfg, "synthetic", problem).when == d.NEAREST
+    assert training.evidence_sha256(csv_path) != written["nearest"]["evidence_sha256"]
     forget()
 
 

@@ -69,6 +69,11 @@ def _table(path: str, mtime: float, dispatcher: str):
     return training.table(training.read(Path(path)), dispatcher)
 
 
+@lru_cache(maxsize=8)
+def _sha256(path: str, mtime: float, size: int) -> str:
+    return training.evidence_sha256(Path(path))
+
+
 # what each number of the `nearest:` model means (0, or a file from before the key: not used)
 WAVES_RULE = "the power of the wave-fill ratio each neighbour's ratio is scaled by; 0: none"
 SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again; 0: the plain "
@@ -116,6 +121,17 @@ def _model(gpu_spec: str, name: str, problem: Problem):
         raise ConfigError(f"{where}: evidence {evidence} is not a file (rule: the nearest-neighbour "
                           f"dispatch reads the tuner's evidence, results/tuning/<gpu>.csv, which "
                           f"`sgemm-lab tune` writes beside the tuned file).")
+    fitted = model.get("evidence_sha256")  # a file from before the key: not checked
+    if fitted:
+        stat = path.stat()
+        found = _sha256(str(path), stat.st_mtime, stat.st_size)
+        if found != str(fitted):
+            raise ConfigError(
+                f"{where}: evidence {evidence} is not the file this dispatch was fitted from (its "
+                f"sha256 is {found[:12]}..., the fit's {str(fitted)[:12]}...) (rule: the "
+                f"nearest-neighbour dispatch weighs the neighbours its fit saw; refit with "
+                f"`sgemm-lab tune --gpu {gpu_spec} --fit-only`, or restore the evidence the tuned "
+                f"file was fitted from, e.g. `git checkout -- {evidence}`).")
     guards = dict(model.get("guards") or {})
     weighting = model.get("weighting", "equal")  # a file from before the key: equal weights
     if isinstance(weighting, dict):  # one per dispatcher (fit.weighting: auto)

@@ -9,6 +9,7 @@ file, fits and judges) uses these same ones.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -23,6 +24,16 @@ EVIDENCE_DIR = ROOT / "results" / "tuning"
 
 def evidence_path(gpu_spec: str) -> Path:
     return EVIDENCE_DIR / f"{gpu_spec}.csv"
+
+
+def evidence_sha256(path: Path) -> str:
+    """The sha256 of an evidence file's bytes: the tuned file's `nearest:` names the one it was
+    fitted from, so that a dispatch never weighs neighbours the fit did not see."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 # A `same_as` row (a candidate that builds the same kernel and launch as a measured one at that

@@ -103,10 +103,11 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
     `csv_path` fitted under `settings` and written into conf/tuned/<gpu>.yaml (or tuned_path;
     an existing file keeps its header)."""
     from src.job.tuned import tuned_file
-    from src.job.training import read
+    from src.job.training import evidence_sha256, read
     from src.tune import fit, judge
     from src.tune.plan import reserved
 
+    sha = evidence_sha256(csv_path)
     rows = read(csv_path)
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
@@ -114,7 +115,7 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
     fit_settings, apart = resolved_fit(rows, settings, gpu_spec)
     dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings, reserved(settings))
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
-              fit.nearest_model(cited, guards(settings), fit_settings))
+              fit.nearest_model(cited, guards(settings), fit_settings, sha))
     return rows, dispatch, fit_settings, apart
 
 

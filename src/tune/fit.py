@@ -348,7 +348,8 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
             value.fa.set_flow_style()
             return value
 
-        data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), ("count", nearest["count"]),
+        sha = [("evidence_sha256", nearest["evidence_sha256"])] if nearest.get("evidence_sha256") else []
+        data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), *sha, ("count", nearest["count"]),
                                         ("weighting", flow(weighs)), ("waves", flow(nearest.get("waves", 0))),
                                         ("small_side", flow(nearest.get("small_side", 0))),
                                         ("caution", flow(nearest.get("caution", 0))),

@@ -137,10 +137,12 @@ def caution_options(settings: dict) -> list[float]:
     return _options(settings, "caution", "the shares `fit.caution: auto` chooses among", most=1.0)
 
 
-def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) -> dict | None:
+def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict,
+                  evidence_sha256: str | None = None) -> dict | None:
     """The tuned file's `nearest:` section (src/job/dispatch.py) where `fit.model` is `nearest`:
-    the evidence file, the neighbours counted and how they are weighed, and each candidate
-    kernel's guard (its size rules and where it was measured); None for the tree alone."""
+    the evidence file (and the sha256 of the bytes fitted, which the dispatch checks), the
+    neighbours counted and how they are weighed, and each candidate kernel's guard (its size rules
+    and where it was measured); None for the tree alone."""
     if not uses_nearest(settings):
         return None
     value = settings.get("weighting", "equal")
@@ -153,6 +155,7 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict) 
              else small_side(settings))
     share = settings.get("caution", 0)
     shares = ({d: caution(settings, d) for d in share} if isinstance(share, dict) else caution(settings))
-    return {"evidence": evidence, "count": neighbours(settings), "weighting": written,
+    return {"evidence": evidence, **({"evidence_sha256": evidence_sha256} if evidence_sha256 else {}),
+            "count": neighbours(settings), "weighting": written,
             "waves": powers, "small_side": sides, "caution": shares,
             "guards": {k: v for k, v in sorted(guards.items()) if v}}

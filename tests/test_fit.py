@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from src.errors import ConfigError
 from src.job import dispatch, training
+from src.job.training import NearestModel
 from src.job.problem import Problem
 from src.tune import evidence, fit, judge
 
@@ -494,11 +495,11 @@ def test_nearest_choice_is_the_best_sum_over_the_nearest_shapes_among_what_runs_
     for drop, expected in ((None, SMALL), ((SMALL, near[1]), BIG)):
         tab = fit.table(rows_for(drop), "best_tf32")
         fitter = fit.Fitter(tab, GUARDS, SETTINGS)
-        choice = judge.nearest_choice(fitter, (100, 100, 100), tab.shapes, 2)
+        choice = judge.nearest_choice(fitter, (100, 100, 100), tab.shapes, NearestModel(2))
         assert (choice.kernel, choice.params) == ("gemm_tf32", expected)
     tab = fit.table(rows_for(), "best_tf32")
     fitter = fit.Fitter(tab, GUARDS, SETTINGS)
-    assert judge.nearest_choice(fitter, (9, 4000, 4000), tab.shapes, 2).kernel == "gemm_ffma_skinny"
+    assert judge.nearest_choice(fitter, (9, 4000, 4000), tab.shapes, NearestModel(2)).kernel == "gemm_ffma_skinny"
     # a training shape is its own only neighbour: at 128^3 the small tiles lead (1.00 to 0.99),
     # though the big ones would win its two nearest shapes together (0.99 x 1.5 at 64^3)
     two = [{"dispatcher": "best_tf32", "kernel": "gemm_tf32", "params": p, "m": s[0], "n": s[1],
@@ -506,8 +507,8 @@ def test_nearest_choice_is_the_best_sum_over_the_nearest_shapes_among_what_runs_
            for p, values in ((BIG, (1.5, 0.99)), (SMALL, (1.0, 1.0))) for s, v in zip(near, values)]
     tab = fit.table(two, "best_tf32")
     fitter = fit.Fitter(tab, GUARDS, SETTINGS)
-    assert judge.nearest_choice(fitter, near[1], tab.shapes, 2).params == SMALL
-    assert judge.nearest_choice(fitter, (100, 100, 100), tab.shapes, 2).params == BIG
+    assert judge.nearest_choice(fitter, near[1], tab.shapes, NearestModel(2)).params == SMALL
+    assert judge.nearest_choice(fitter, (100, 100, 100), tab.shapes, NearestModel(2)).params == BIG
 
 
 def test_nearest_cross_validation_never_looks_at_the_left_out_fold():
@@ -613,8 +614,8 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
     for shape in [(3000, 3000, 100), (100, 100, 4000), (20, 5000, 300), (33, 5000, 300)]:
         got = dispatch.choose(cfg, "synthetic", Problem(*shape, 0.5, 3.0))
         want, near, _ = training.nearest_choice(
-            tab, shape, tab.shapes, 4,
-            lambda c, s: c.kernel != "gemm_ffma_skinny" or min(s[0], s[1]) <= 32)
+            tab, shape, tab.shapes,
+            lambda c, s: c.kernel != "gemm_ffma_skinny" or min(s[0], s[1]) <= 32, NearestModel(4))
         assert (got.kernel, json.dumps(got.params, sort_keys=True)) == (want.kernel, want.params)
         assert got.when == d.NEAREST and "x".join(map(str, near[0])) in got.rule
         if min(shape[:2]) > 32:
@@ -705,12 +706,12 @@ def test_inverse_distance_weighting_lets_the_nearer_shape_outvote_the_farther(tm
     assert by_hand < 1.0 < math.sqrt(0.8 * 1.5)
     tab = training.table(rows, "best_tf32")
     anything = lambda c, s: True  # noqa: E731
-    equal = training.nearest_choice(tab, query, tab.shapes, 2, anything)
-    inverse = training.nearest_choice(tab, query, tab.shapes, 2, anything, "inverse_distance")
+    equal = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(2))
+    inverse = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(2, "inverse_distance"))
     assert equal[0].params == BIG and abs(equal[2] - math.sqrt(1.2)) < 1e-12
     assert inverse[0].params == SMALL and abs(inverse[2] - 1.0) < 1e-12
     # at a training shape its own measurements decide, whatever the weighting
-    assert training.nearest_choice(tab, far, tab.shapes, 2, anything, "inverse_distance")[0].params == BIG
+    assert training.nearest_choice(tab, far, tab.shapes, anything, NearestModel(2, "inverse_distance"))[0].params == BIG
     csv_path = evidence.write(rows, tmp_path / "e.csv")
     cfg = {"name": "best_tf32", "default": "17_flagship"}
     for key, expected in (("equal", BIG), ("inverse_distance", SMALL), (None, BIG)):
@@ -941,15 +942,15 @@ def test_a_tie_at_the_neighbours_goes_to_the_better_at_the_nearest_shapes_of_the
     assert [c.params for c in tab.candidates] == sorted([pad, stream])  # PAD first in the order
     anything = lambda c, s: True  # noqa: E731
     query = (600, 601, 600)   # unaligned (n % 4), nearest to the aligned shapes
-    ranked, near = training.nearest_ranked(tab, query, tab.shapes, 4, anything)
+    ranked, near = training.nearest_ranked(tab, query, tab.shapes, anything, NearestModel(4))
     assert set(near) == set(aligned_shapes)
     assert [c.params for c, _ in ranked] == [stream, pad] and ranked[0][1] == ranked[1][1]
-    ranked, _ = training.nearest_ranked(tab, (600, 600, 600), tab.shapes, 4, anything)
+    ranked, _ = training.nearest_ranked(tab, (600, 600, 600), tab.shapes, anything, NearestModel(4))
     assert [c.params for c, _ in ranked] == [pad, stream]  # aligned: equal there too, the order
     rows = [{**r, "ratio_best": 1.2} if r["params"] == pad and (r["m"], r["n"], r["k"]) == (512, 512, 512)
             else r for r in rows]
     tab = training.table(rows, "best_tf32")
-    assert training.nearest_choice(tab, query, tab.shapes, 4, anything)[0].params == pad
+    assert training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(4))[0].params == pad
 
 
 def row_of(params: str, shape: tuple[int, int, int], ratio: float) -> dict:
@@ -989,13 +990,13 @@ def test_wave_fill_scales_each_neighbours_ratio_and_auto_takes_the_better_power(
     anything = lambda c, s: True  # noqa: E731
     fills = {BIG: {near: 0.5, far: 0.5, query: 1.0}, SMALL: {near: 1.0, far: 1.0, query: 1.0}}
     fill = lambda c, s: fills[c.params][s]  # noqa: E731
-    plain = training.nearest_choice(tab, query, tab.shapes, 2, anything, "equal", fill, 0.0)
-    scaled = training.nearest_choice(tab, query, tab.shapes, 2, anything, "equal", fill, 0.5)
+    plain = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(2, "equal", fill, 0.0))
+    scaled = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(2, "equal", fill, 0.5))
     assert plain[0].params == SMALL and abs(plain[2] - 1.0) < 1e-12
     assert scaled[0].params == BIG and abs(scaled[2] - 0.9 * 2 ** 0.5) < 1e-12
-    assert training.nearest_choice(tab, far, tab.shapes, 2, anything, "equal", fill, 0.5)[0].params == SMALL
+    assert training.nearest_choice(tab, far, tab.shapes, anything, NearestModel(2, "equal", fill, 0.5))[0].params == SMALL
     unknown = lambda c, s: None if c.params == BIG and s == query else fill(c, s)  # noqa: E731
-    assert training.nearest_choice(tab, query, tab.shapes, 2, anything, "equal", unknown, 0.5)[0].params == SMALL
+    assert training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(2, "equal", unknown, 0.5))[0].params == SMALL
 
     limits = limits_from_spec("h200")
     params = {"bm": 128, "bn": 128, "fit": 1}
@@ -1084,8 +1085,8 @@ def test_the_small_side_weight_makes_a_neighbour_as_far_in_the_smaller_of_m_and_
             for shapes, v in zip((columns2, columns12), there) for s in shapes]
     tab = training.table(rows, "best_tf32")
     anything = lambda c, s: True  # noqa: E731
-    plain = training.nearest_choice(tab, query, tab.shapes, 2, anything)
-    weighted = training.nearest_choice(tab, query, tab.shapes, 2, anything, small_side=1.0)
+    plain = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(2))
+    weighted = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(2, small_side=1.0))
     assert plain[0].kernel == "gemm_tf32" and sorted(plain[1]) == sorted(columns12)
     assert weighted[0].kernel == "gemm_ffma_skinny" and sorted(weighted[1]) == sorted(columns2)
     assert sorted(training.nearest(rows, "best_tf32", query, 2, 1.0)) == sorted(columns2)
@@ -1155,16 +1156,16 @@ def test_caution_lets_a_candidate_level_at_every_neighbour_outscore_one_that_gam
             for s, v in zip(around, values)]
     tab = training.table(rows, "best_tf32")
     anything = lambda c, s: True  # noqa: E731
-    plain = training.nearest_choice(tab, query, tab.shapes, 4, anything)
-    careful = training.nearest_choice(tab, query, tab.shapes, 4, anything, caution=0.25)
+    plain = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(4))
+    careful = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(4, caution=0.25))
     mean = (3 * math.log(1.6) + math.log(0.7)) / 4
     assert plain[0].params == gamble and plain[2] == pytest.approx(math.exp(mean))
     assert careful[0].params == SMALL and careful[2] == pytest.approx(1.2)
-    ranked, _ = training.nearest_ranked(tab, query, tab.shapes, 4, anything, caution=0.25)
+    ranked, _ = training.nearest_ranked(tab, query, tab.shapes, anything, NearestModel(4, caution=0.25))
     assert dict((c.params, v) for c, v in ranked)[gamble] == pytest.approx(
         math.exp(0.75 * mean + 0.25 * math.log(0.7)))
     # at a training shape its own measurement decides: one value, nothing to be careful about
-    assert training.nearest_choice(tab, around[0], tab.shapes, 4, anything, caution=1.0)[0].params == gamble
+    assert training.nearest_choice(tab, around[0], tab.shapes, anything, NearestModel(4, caution=1.0))[0].params == gamble
     left_out = judge.nearest_cross_validated(rows, GUARDS, {**SETTINGS, "caution": 0.5}, folds=None, count=3)
     assert left_out["best_tf32"]["caution"] == 0.5
 

@@ -16,6 +16,7 @@ import pytest
 
 from src.errors import ConfigError
 from src.job import training
+from src.job.training import NearestModel
 from src.job.gpu import limits_from_spec
 from src.job.nvcc import compile_offline, nvcc_path
 from src.job.problem import Problem
@@ -131,7 +132,7 @@ def test_the_wave_fill_scales_a_ratio_only_between_launches_that_split_their_tai
             if c.params == plain:
                 return training.WaveFill(1.0)
             return query_fill if s == query else neighbour_fill
-        choice = training.nearest_choice(tab, query, tab.shapes, 2, anything, "equal", fill, 0.5)
+        choice = training.nearest_choice(tab, query, tab.shapes, anything, NearestModel(2, "equal", fill, 0.5))
         return choice[0].params, round(choice[2], 3)
 
     assert chosen(training.WaveFill(1.0), training.WaveFill(0.5)) == (tail, 1.273)

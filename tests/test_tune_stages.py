@@ -18,6 +18,7 @@ import pytest
 
 
 from src.errors import ConfigError
+from src.job.training import NearestModel
 from src.job.training import read as read_evidence
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
@@ -901,8 +902,8 @@ def test_under_auto_weighting_the_second_screen_keeps_either_weightings_choice()
 
     fitter = fit.Fitter(fit.table(rows, "best_tf32"), GUARDS, with_weighting("equal")["fit"])
     others = shapes[1:]
-    assert judge.nearest_choice(fitter, shapes[0], others, 4, "equal").params == P["A"]
-    assert judge.nearest_choice(fitter, shapes[0], others, 4, "inverse_distance").params == P["G"]
+    assert judge.nearest_choice(fitter, shapes[0], others, NearestModel(4, "equal")).params == P["A"]
+    assert judge.nearest_choice(fitter, shapes[0], others, NearestModel(4, "inverse_distance")).params == P["G"]
     kept = {w: screen.rescreened(rows, with_weighting(w), GUARDS, survivors)[("best_tf32", "gemm_tf32")]
             for w in ("equal", "inverse_distance", "auto")}
     assert P["G"] not in kept["equal"] and {P["A"], P["B"]} <= kept["equal"]

@@ -105,12 +105,10 @@ def small_side_of(gpu_spec: str, name: str) -> float:
 
 
 def _model(gpu_spec: str, name: str, problem: Problem):
-    """(where, the evidence path as written, its file, count, weighting, runs, waves, fill,
-    small_side, caution) of the tuned file's `nearest:` model for dispatcher `name`, or None where
-    it has none; `runs(candidate, shape)` is the candidate's guard at the problem, `fill` its wave
-    fill (`wave_fills`; None where `waves` is 0), `small_side` the weight its distance gives the
-    smaller of m and n again (training.distance), `caution` the share of a candidate's score its
-    worst neighbour takes."""
+    """(where, the evidence path as written, its file, runs, the model's settings: a
+    training.NearestModel) of the tuned file's `nearest:` model for dispatcher `name`, or None
+    where it has none; `runs(candidate, shape)` is the candidate's guard at the problem, the
+    model's `fill` its wave fill (`wave_fills`; None where `waves` is 0)."""
     model = (tuned_config(gpu_spec) or {}).get("nearest")
     if not model:
         return None
@@ -148,8 +146,9 @@ def _model(gpu_spec: str, name: str, problem: Problem):
         return not guard or first_rule([{"when": guard}], names, f"{where}.guards") is not None
 
     fill = wave_fills(gpu_spec, str(kernel_config(name)["precision"])) if waves else None
-    return (where, evidence, path, int(model.get("count", 4)), weighting, runs,
-            waves if fill is not None else 0.0, fill, side, share)
+    return (where, evidence, path, runs,
+            training.NearestModel(int(model.get("count", 4)), weighting, fill,
+                                  waves if fill is not None else 0.0, side, share))
 
 
 def ranked(gpu_spec: str, name: str, problem: Problem,
@@ -160,11 +159,10 @@ def ranked(gpu_spec: str, name: str, problem: Problem,
     model = _model(gpu_spec, name, problem)
     if model is None:
         return []
-    _, _, path, count, weighting, runs, waves, fill, side, share = model
+    _, _, path, runs, settings = model
     tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    return training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves, side,
-                                   share)[0]
+    return training.nearest_ranked(tab, shape, tab.shapes, runs, settings)[0]
 
 
 def builds(candidate: training.Candidate, precision: str, problem: Problem,
@@ -228,11 +226,10 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
     model = _model(gpu_spec, name, problem)
     if model is None:
         return None
-    where, evidence, path, count, weighting, runs, waves, fill, side, share = model
+    where, evidence, path, runs, settings = model
     tab = _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
-    order, near = training.nearest_ranked(tab, shape, tab.shapes, count, runs, weighting, fill, waves,
-                                          side, share)
+    order, near = training.nearest_ranked(tab, shape, tab.shapes, runs, settings)
     passed = 0
     for candidate, geomean in order:
         if limits is None or builds(candidate, str(precision), problem, limits):
@@ -246,11 +243,13 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
     else:
         why = (f"{where}: the best of the {len(near)} nearest training shapes "
                f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
-               f"{geomean:.3f}x the stronger cuBLAS there (geomean, {weighting} weights"
-               + (f", each scaled by its wave fill here against there to the power {waves:g}"
-                  if waves else "")
-               + (f"; the distance counts the smaller of m and n again at {side:g}" if side else "")
-               + (f"; {share:g} of each score its worst neighbour's" if share else "") + ")")
+               f"{geomean:.3f}x the stronger cuBLAS there (geomean, {settings.weighting} weights"
+               + (f", each scaled by its wave fill here against there to the power {settings.waves:g}"
+                  if settings.waves else "")
+               + (f"; the distance counts the smaller of m and n again at {settings.small_side:g}"
+                  if settings.small_side else "")
+               + (f"; {settings.caution:g} of each score its worst neighbour's"
+                  if settings.caution else "") + ")")
     if passed:
         why += (f"; its #{passed + 1}: the {passed} ranked above it do not build at "
                 f"{problem.m}x{problem.n}x{problem.k} (their tile or size rules)")

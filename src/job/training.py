@@ -259,32 +259,45 @@ def _corrected(values: list, fills: list, here: float | None, waves: float) -> l
             for v, f in zip(values, fills)]
 
 
-def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: int,
+@dataclass(frozen=True)
+class NearestModel:
+    """How the nearest-neighbour model weighs a shape's neighbours: one dispatcher's settings, as a
+    tuned file's `nearest:` names them (src/job/dispatch.py) or the tuner judges them
+    (src/tune/judge.py)."""
+    count: int = 4                # the training shapes counted
+    weighting: str = "equal"      # how they are weighed: a key of WEIGHTINGS
+    fill: Callable[[Candidate, tuple], float | None] | None = None  # a candidate's wave_fill at a shape
+    waves: float = 0.0            # the power of the fill ratio, here / there, each neighbour's ratio is scaled by
+    small_side: float = 0.0       # the weight `distance` gives the smaller of m and n again
+    caution: float = 0.0          # the share of a candidate's score its worst neighbour's log ratio takes
+
+
+def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
                    runs: Callable[[Candidate, tuple], bool],
-                   weighting: str = "equal", fill: Callable[[Candidate, tuple], float | None] | None = None,
-                   waves: float = 0.0, small_side: float = 0.0,
-                   caution: float = 0.0) -> tuple[list[tuple[Candidate, float]], list]:
+                   model: NearestModel = NearestModel()) -> tuple[list[tuple[Candidate, float]], list]:
     """([(candidate, its weighted geomean ratio there)], the neighbours): every candidate
-    measured at all of the `count` shapes of `among` nearest to `shape` (log2 distance, ties by
-    the shape) for which `runs(candidate, shape)` holds (its size rules and where it was
-    measured), best weighted mean of log ratios first (`weighting`, a key of WEIGHTINGS). A shape
-    of `among` itself is its own only neighbour: what was measured there is the evidence (the
-    suites' shapes are training shapes). With `fill` (a candidate's `wave_fill` at a shape) and
-    `waves` > 0, each neighbour's ratio is first scaled by the fill here against there to that
-    power (`_corrected`): the neighbours' tile counts fill their waves otherwise than the query's.
-    `small_side`: the weight `distance` gives the smaller of m and n again; `caution`: the share of
-    each candidate's score its worst neighbour takes (`_cautious_log`).
+    measured at all of the `model.count` shapes of `among` nearest to `shape` (log2 distance, ties
+    by the shape) for which `runs(candidate, shape)` holds (its size rules and where it was
+    measured), best weighted mean of log ratios first (`model.weighting`, a key of WEIGHTINGS). A
+    shape of `among` itself is its own only neighbour: what was measured there is the evidence (the
+    suites' shapes are training shapes). With `model.fill` (a candidate's `wave_fill` at a shape)
+    and `model.waves` > 0, each neighbour's ratio is first scaled by the fill here against there to
+    that power (`_corrected`): the neighbours' tile counts fill their waves otherwise than the
+    query's. `model.small_side`: the weight `distance` gives the smaller of m and n again;
+    `model.caution`: the share of each candidate's score its worst neighbour takes (`_cautious_log`).
 
     Ties (candidates that build one launch at every neighbour, e.g. `unaligned_rows` 1 and 2
     where the rows are aligned) go to the better at the `count` nearest shapes of the query's
     alignment (`aligned`), where such a parameter changes the launch (H200, cross-validated at the
     96 random draws: FP32 min 0.60 -> 0.80, TF32 0.62 -> 0.73; docs/tuning.md); then to the
     candidates' order."""
+    count, fill, waves = model.count, model.fill, model.waves
+
     def far(s: tuple[int, int, int]) -> float:
-        return distance(s, shape, small_side)
+        return distance(s, shape, model.small_side)
 
     near = [shape] if shape in among else sorted(among, key=lambda s: (far(s), s))[:count]
-    weigh = weighting_of(weighting, "nearest_choice")
+    weigh = weighting_of(model.weighting, "nearest_choice")
     weights = [1.0] if near == [shape] else [weigh(far(s)) for s in near]
     alike = [] if near == [shape] else sorted(
         (s for s in among if aligned(s) == aligned(shape)), key=lambda s: (far(s), s))[:count]
@@ -295,7 +308,7 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
         values = [tab.ratio.get((s, c)) for s in near]
         if waves and fill is not None and near != [shape] and None not in values:
             values = _corrected(values, [fill(c, s) for s in near], fill(c, shape), waves)
-        there = _cautious_log(values, weights, caution)
+        there = _cautious_log(values, weights, model.caution)
         if there is None:
             continue
         alike_there = _mean_log([tab.ratio.get((s, c)) for s in alike], [1.0] * len(alike))
@@ -303,13 +316,11 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list, count: 
     return [(c, math.exp(-total)) for total, _, _, c in sorted(scored)], near
 
 
-def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list, count: int,
+def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list,
                    runs: Callable[[Candidate, tuple], bool],
-                   weighting: str = "equal", fill: Callable[[Candidate, tuple], float | None] | None = None,
-                   waves: float = 0.0, small_side: float = 0.0,
-                   caution: float = 0.0) -> tuple[Candidate, list, float] | None:
+                   model: NearestModel = NearestModel()) -> tuple[Candidate, list, float] | None:
     """(candidate, its neighbours, its weighted geomean ratio there): the first of
     `nearest_ranked`, the candidate the nearest-neighbour model chooses; None if no candidate
     is measured at all the neighbours and runs at the shape."""
-    ranked, near = nearest_ranked(tab, shape, among, count, runs, weighting, fill, waves, small_side, caution)
+    ranked, near = nearest_ranked(tab, shape, among, runs, model)
     return (ranked[0][0], near, ranked[0][1]) if ranked else None

@@ -11,6 +11,7 @@ import json
 import math
 
 from src.job import training
+from src.job.training import NearestModel
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
 from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, small_side,
                               small_side_auto, small_side_options, uses_nearest, waves, waves_auto,
@@ -83,16 +84,11 @@ def _summary(figures: list[tuple[float | None, tuple]], shapes: int) -> dict:
 
 
 def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
-                   count: int, weights: str = "equal", fill=None, power: float = 0.0,
-                   side: float = 0.0, share: float = 0.0) -> Candidate | None:
-    """The candidate the nearest-neighbour model (src/job/training.nearest_choice) takes at
-    `shape` from the shapes `among`, each candidate's guard as the fit's (`fitter.inside`), its
-    neighbours weighed by `weights` (src/job/training.WEIGHTINGS) and, with `fill`, their ratios
-    scaled by the wave fill here against there to the `power`; `side`: the weight the distance
-    gives the smaller of m and n again; `share`: the share of a candidate's score its worst
-    neighbour takes (`fit.caution`)."""
-    found = training.nearest_choice(fitter.tab, shape, among, count, fitter.inside, weights, fill,
-                                    power, side, share)
+                   model: NearestModel) -> Candidate | None:
+    """The candidate the nearest-neighbour model (src/job/training.nearest_choice, weighing its
+    neighbours as `model` says) takes at `shape` from the shapes `among`, each candidate's guard
+    as the fit's (`fitter.inside`)."""
+    found = training.nearest_choice(fitter.tab, shape, among, fitter.inside, model)
     return None if found is None else found[0]
 
 
@@ -131,11 +127,12 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         fill = _fill_for(rows, dispatcher, gpu_spec, scale)
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
+        model = NearestModel(count, weighs, fill, scale, weight, worst)
         held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
         figures = []
         for shape in whole.shapes:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            choice = nearest_choice(fitter, shape, among, count, weighs, fill, scale, weight, worst)
+            choice = nearest_choice(fitter, shape, among, model)
             figures.append((whole.ratio.get((shape, choice)), shape))
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weighs,
@@ -266,8 +263,8 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
         if nearest:
             fitters = [Fitter(tab, guards, settings) for tab in tabs]
-            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, count, weigh, side=side,
-                                                          share=share)
+            model = NearestModel(count, weigh, small_side=side, caution=share)
+            choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, model)
                         for f in fitters]
         else:
             choosers = [lambda shape, r=rules_for(rows, dispatcher, tree_guards or guards, settings,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 
 from src.job import training
-from src.job.training import score
+from src.job.training import NearestModel, score
 from src.tune import fit
 
 
@@ -153,7 +153,8 @@ def rescreened(rows: list[dict], settings: dict, guards: dict[str, str | None],
         for shape in fitter.tab.shapes:
             among = [s for s in fitter.tab.shapes if s != shape]
             for weights in weighs or [fit.weighting(fitting, dispatcher)]:
-                found = judge.nearest_choice(fitter, shape, among, fit.neighbours(fitting), weights)
+                found = judge.nearest_choice(fitter, shape, among,
+                                             NearestModel(fit.neighbours(fitting), weights))
                 if found is not None:
                     keep.add(found)
         if fitter.catch_all is not None:

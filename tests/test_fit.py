@@ -72,6 +72,15 @@ def choose(rules, shape):
         d.tuned_config = original
 
 
+def loo_figures(geomean: float, low: float, drawn: tuple[float, float] | None = None) -> dict:
+    """A dispatcher's leave-one-out figures as src/tune/judge.nearest_cross_validated returns them:
+    geomean and min, and with `drawn` those at the random draws alone."""
+    out = {"geomean": geomean, "min": low}
+    if drawn:
+        out["drawn"] = {"geomean": drawn[0], "min": drawn[1]}
+    return out
+
+
 def test_each_rule_is_the_best_geomean_candidate_of_its_class():
     rows = synthetic_rows()
     rules = fit.fit(rows, GUARDS, SETTINGS)["best_tf32"]
@@ -747,23 +756,17 @@ def test_auto_weighting_takes_each_dispatchers_better_leave_one_out_figure(tmp_p
     import src.job.dispatch as d
     from src.errors import ConfigError
 
-    def figures(geomean, low, drawn=None):
-        out = {"geomean": geomean, "min": low}
-        if drawn:
-            out["drawn"] = {"geomean": drawn[0], "min": drawn[1]}
-        return out
-
     apart = {
-        "equal": {"min_decides": figures(1.64, 0.54, (1.560, 0.543)),
-                  "tie": figures(1.16, 0.63, (1.223, 0.628)),
-                  "geomean_decides": figures(1.20, 0.70),
-                  "equal_ahead": figures(1.30, 0.50),
-                  "draws_decide": figures(1.50, 0.60, (1.20, 0.60))},
-        "inverse_distance": {"min_decides": figures(1.64, 0.71, (1.565, 0.711)),
-                             "tie": figures(1.16, 0.63, (1.225, 0.630)),
-                             "geomean_decides": figures(1.30, 0.60),
-                             "equal_ahead": figures(1.25, 0.90),
-                             "draws_decide": figures(1.40, 0.60, (1.25, 0.60))}}
+        "equal": {"min_decides": loo_figures(1.64, 0.54, (1.560, 0.543)),
+                  "tie": loo_figures(1.16, 0.63, (1.223, 0.628)),
+                  "geomean_decides": loo_figures(1.20, 0.70),
+                  "equal_ahead": loo_figures(1.30, 0.50),
+                  "draws_decide": loo_figures(1.50, 0.60, (1.20, 0.60))},
+        "inverse_distance": {"min_decides": loo_figures(1.64, 0.71, (1.565, 0.711)),
+                             "tie": loo_figures(1.16, 0.63, (1.225, 0.630)),
+                             "geomean_decides": loo_figures(1.30, 0.60),
+                             "equal_ahead": loo_figures(1.25, 0.90),
+                             "draws_decide": loo_figures(1.40, 0.60, (1.25, 0.60))}}
     assert judge.chosen_weightings(apart, 0.01) == {
         "min_decides": "inverse_distance", "tie": "equal", "geomean_decides": "inverse_distance",
         "equal_ahead": "equal", "draws_decide": "inverse_distance"}
@@ -1011,12 +1014,9 @@ def test_wave_fill_scales_each_neighbours_ratio_and_auto_takes_the_better_power(
     assert ffma.resident_ctas == min(ffma.params["blocks_per_sm"], 2048 // ffma.threads,
                                      (limits["max_smem_per_block"] + 1024) // (ffma.dynamic_smem_bytes + 1024))
 
-    def figures(geomean, low, drawn):
-        return {"geomean": geomean, "min": low, "drawn": {"geomean": drawn[0], "min": drawn[1]}}
-
-    powers = {0.0: {"best_fp32": figures(1.64, 0.71, (1.565, 0.711)), "best_tf32": figures(1.16, 0.63, (1.223, 0.628))},
-              0.25: {"best_fp32": figures(1.67, 0.86, (1.599, 0.877)), "best_tf32": figures(1.17, 0.64, (1.226, 0.637))},
-              0.5: {"best_fp32": figures(1.67, 0.58, (1.602, 0.579)), "best_tf32": figures(1.18, 0.65, (1.252, 0.651))}}
+    powers = {0.0: {"best_fp32": loo_figures(1.64, 0.71, (1.565, 0.711)), "best_tf32": loo_figures(1.16, 0.63, (1.223, 0.628))},
+              0.25: {"best_fp32": loo_figures(1.67, 0.86, (1.599, 0.877)), "best_tf32": loo_figures(1.17, 0.64, (1.226, 0.637))},
+              0.5: {"best_fp32": loo_figures(1.67, 0.58, (1.602, 0.579)), "best_tf32": loo_figures(1.18, 0.65, (1.252, 0.651))}}
     # FP32: 0.5's geomean ties 0.25's within 1% and its min is lower; TF32: 0.25 ties 0, 0.5 is ahead
     assert judge.chosen_weightings(powers, 0.01, plain=0.0) == {"best_fp32": 0.25, "best_tf32": 0.5}
     settings = {**SETTINGS, "model": "nearest", "weighting": "equal", "waves": "auto"}
@@ -1093,14 +1093,11 @@ def test_the_small_side_weight_makes_a_neighbour_as_far_in_the_smaller_of_m_and_
     left_out = judge.nearest_cross_validated(rows, GUARDS, {**SETTINGS, "small_side": 1}, folds=None, count=2)
     assert left_out["best_tf32"]["small_side"] == 1.0
 
-    def figures(geomean, low, drawn):
-        return {"geomean": geomean, "min": low, "drawn": {"geomean": drawn[0], "min": drawn[1]}}
-
     # shaped like the H200's: FP32's 1 and 2 tie 0 within 1% with a higher min (1 first); TF32's
     # 2 ties 0 with the same min; the H100's: all tie, 0 stays
-    sides = {0.0: {"best_fp32": figures(1.63, 0.71, (1.567, 0.711)), "best_tf32": figures(1.20, 0.65, (1.266, 0.651))},
-             1.0: {"best_fp32": figures(1.64, 0.81, (1.577, 0.807)), "best_tf32": figures(1.21, 0.73, (1.271, 0.728))},
-             2.0: {"best_fp32": figures(1.64, 0.81, (1.579, 0.807)), "best_tf32": figures(1.21, 0.65, (1.264, 0.651))}}
+    sides = {0.0: {"best_fp32": loo_figures(1.63, 0.71, (1.567, 0.711)), "best_tf32": loo_figures(1.20, 0.65, (1.266, 0.651))},
+             1.0: {"best_fp32": loo_figures(1.64, 0.81, (1.577, 0.807)), "best_tf32": loo_figures(1.21, 0.73, (1.271, 0.728))},
+             2.0: {"best_fp32": loo_figures(1.64, 0.81, (1.579, 0.807)), "best_tf32": loo_figures(1.21, 0.65, (1.264, 0.651))}}
     assert judge.chosen_weightings(sides, 0.01, plain=0.0) == {"best_fp32": 1.0, "best_tf32": 1.0}
     settings = {**SETTINGS, "model": "nearest", "weighting": "equal", "small_side": "auto"}
     with pytest.raises(ConfigError, match="fit.small_side.*auto.*resolved per dispatcher"):
@@ -1169,13 +1166,10 @@ def test_caution_lets_a_candidate_level_at_every_neighbour_outscore_one_that_gam
     left_out = judge.nearest_cross_validated(rows, GUARDS, {**SETTINGS, "caution": 0.5}, folds=None, count=3)
     assert left_out["best_tf32"]["caution"] == 0.5
 
-    def figures(geomean, low, drawn):
-        return {"geomean": geomean, "min": low, "drawn": {"geomean": drawn[0], "min": drawn[1]}}
-
     # shaped like the H200's FP32 and TF32 (docs/tuning.md)
-    shares = {0.0: {"best_fp32": figures(1.65, 0.71, (1.582, 0.711)), "best_tf32": figures(1.21, 0.65, (1.267, 0.651))},
-              0.25: {"best_fp32": figures(1.65, 0.86, (1.588, 0.877)), "best_tf32": figures(1.21, 0.65, (1.265, 0.651))},
-              0.5: {"best_fp32": figures(1.63, 0.86, (1.578, 0.877)), "best_tf32": figures(1.20, 0.65, (1.264, 0.651))}}
+    shares = {0.0: {"best_fp32": loo_figures(1.65, 0.71, (1.582, 0.711)), "best_tf32": loo_figures(1.21, 0.65, (1.267, 0.651))},
+              0.25: {"best_fp32": loo_figures(1.65, 0.86, (1.588, 0.877)), "best_tf32": loo_figures(1.21, 0.65, (1.265, 0.651))},
+              0.5: {"best_fp32": loo_figures(1.63, 0.86, (1.578, 0.877)), "best_tf32": loo_figures(1.20, 0.65, (1.264, 0.651))}}
     assert judge.chosen_weightings(shares, 0.01, plain=0.0) == {"best_fp32": 0.25, "best_tf32": 0.0}
     settings = {**SETTINGS, "model": "nearest", "weighting": "equal", "caution": "auto"}
     with pytest.raises(ConfigError, match="fit.caution.*auto.*resolved per dispatcher"):

@@ -74,14 +74,6 @@ def _sha256(path: str, mtime: float, size: int) -> str:
     return training.evidence_sha256(Path(path))
 
 
-# what each number of the `nearest:` model means (0, or a file from before the key: not used)
-WAVES_RULE = "the power of the wave-fill ratio each neighbour's ratio is scaled by; 0: none"
-SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again; 0: the plain "
-                   "distance")
-CAUTION_RULE = ("the share of each candidate's score its worst neighbour's log ratio takes; 0: the "
-                "weighted mean alone")
-
-
 def _model_number(model: dict, key: str, name: str, where: str, rule: str,
                   most: float = math.inf) -> float:
     """The `nearest:` model's `key` for dispatcher `name`: one number, or a mapping from dispatcher
@@ -101,7 +93,7 @@ def small_side_of(gpu_spec: str, name: str) -> float:
     distance for dispatcher `name` (training.distance); 0 where the file has no model."""
     model = (tuned_config(gpu_spec) or {}).get("nearest")
     return _model_number(model, "small_side", name, f"conf/tuned/{gpu_spec}.yaml: nearest",
-                         SMALL_SIDE_RULE) if model else 0.0
+                         training.SMALL_SIDE_RULE) if model else 0.0
 
 
 def _model(gpu_spec: str, name: str, problem: Problem):
@@ -136,9 +128,10 @@ def _model(gpu_spec: str, name: str, problem: Problem):
         weighting = weighting.get(name, "equal")
     weighting = str(weighting)
     training.weighting_of(weighting, where)
-    waves = _model_number(model, "waves", name, where, WAVES_RULE)
-    side = _model_number(model, "small_side", name, where, SMALL_SIDE_RULE)
-    share = _model_number(model, "caution", name, where, CAUTION_RULE, most=1.0)
+    waves = _model_number(model, "waves", name, where, training.WAVES_RULE)
+    side = _model_number(model, "small_side", name, where, training.SMALL_SIDE_RULE)
+    share = _model_number(model, "caution", name, where, training.CAUTION_RULE,
+                          most=1.0)
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
     def runs(candidate, _shape) -> bool:

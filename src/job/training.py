@@ -259,6 +259,16 @@ def _corrected(values: list, fills: list, here: float | None, waves: float) -> l
             for v, f in zip(values, fills)]
 
 
+# what each number of the nearest model means, for the errors of the fit's settings
+# (src/tune/nearest.py) and of a tuned file's `nearest:` (src/job/dispatch.py)
+WAVES_RULE = ("the power of the wave-fill ratio, here against there, each neighbour's ratio is "
+              "scaled by; 0: none")
+SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again, squared; 0: "
+                   "the plain distance")
+CAUTION_RULE = ("the share of each candidate's score its worst neighbour's log ratio takes, the "
+                "rest its weighted mean; 0: the mean alone")
+
+
 @dataclass(frozen=True)
 class NearestModel:
     """How the nearest-neighbour model weighs a shape's neighbours: one dispatcher's settings, as a

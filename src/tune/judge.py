@@ -160,10 +160,8 @@ def waves_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
     """{power: {dispatcher: figures}}: the nearest model left one shape out at a time under each
     of `fit.waves_options`, each dispatcher's neighbours weighed as `settings` (its weighting
     resolved) says, the plain distance; what `fit.waves: auto` chooses from."""
-    count = neighbours(settings)
-    return {p: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
-                                       gpu_spec=gpu_spec, power=p, side=0.0, share=0.0)
-            for p in waves_options(settings)}
+    return _options_apart(rows, guards, settings, drawn, gpu_spec, "power", waves_options(settings),
+                          side=0.0, share=0.0)
 
 
 def small_side_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -171,10 +169,8 @@ def small_side_apart(rows: list[dict], guards: dict[str, str | None], settings: 
     """{weight: {dispatcher: figures}}: the nearest model left one shape out at a time under each
     of `fit.small_side_options`, each dispatcher's weighting and waves as `settings` (resolved)
     says; what `fit.small_side: auto` chooses from."""
-    count = neighbours(settings)
-    return {w: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
-                                       gpu_spec=gpu_spec, side=w, share=0.0)
-            for w in small_side_options(settings)}
+    return _options_apart(rows, guards, settings, drawn, gpu_spec, "side", small_side_options(settings),
+                          share=0.0)
 
 
 def caution_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -182,10 +178,19 @@ def caution_apart(rows: list[dict], guards: dict[str, str | None], settings: dic
     """{share: {dispatcher: figures}}: the nearest model left one shape out at a time under each
     of `fit.caution_options`, the other settings as `settings` (resolved) says; what
     `fit.caution: auto` chooses from."""
+    return _options_apart(rows, guards, settings, drawn, gpu_spec, "share", caution_options(settings))
+
+
+def _options_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
+                   drawn: set[tuple[int, int, int]] | None, gpu_spec: str, key: str,
+                   options: list[float], **fixed: float) -> dict[float, dict[str, dict]]:
+    """{option: {dispatcher: figures}}: `nearest_cross_validated` one shape left out at a time with
+    its argument `key` at each of `options`, the arguments `fixed` as given, the rest from
+    `settings`."""
     count = neighbours(settings)
-    return {c: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
-                                       gpu_spec=gpu_spec, share=c)
-            for c in caution_options(settings)}
+    return {v: nearest_cross_validated(rows, guards, settings, folds=None, count=count, drawn=drawn,
+                                       gpu_spec=gpu_spec, **{key: v}, **fixed)
+            for v in options}
 
 
 def chosen_weightings(apart: dict, tie: float, plain="equal") -> dict:
@@ -218,12 +223,10 @@ def resolved(settings: dict, apart: dict[str, dict[str, dict]],
     tie = float(settings.get("weighting_tie", 0.01))
     if settings.get("weighting") == AUTO:
         settings = {**settings, "weighting": chosen_weightings(apart, tie)}
-    if waves_auto(settings) and powers is not None:
-        settings = _numbers_resolved(settings, "waves", chosen_weightings(powers, tie, plain=min(powers)))
-    if small_side_auto(settings) and sides is not None:
-        settings = _numbers_resolved(settings, "small_side", chosen_weightings(sides, tie, plain=min(sides)))
-    if caution_auto(settings) and cautions is not None:
-        settings = _numbers_resolved(settings, "caution", chosen_weightings(cautions, tie, plain=min(cautions)))
+    for key, is_auto, figures in (("waves", waves_auto, powers), ("small_side", small_side_auto, sides),
+                                  ("caution", caution_auto, cautions)):
+        if is_auto(settings) and figures is not None:  # the plainer model is the lowest option
+            settings = _numbers_resolved(settings, key, chosen_weightings(figures, tie, plain=min(figures)))
     return settings
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from src.errors import ConfigError
 from src.job import training
+from src.job.training import CAUTION_RULE, SMALL_SIDE_RULE, WAVES_RULE
 
 
 def uses_nearest(settings: dict) -> bool:
@@ -74,11 +75,6 @@ def _options(settings: dict, key: str, rule: str, most: float = float("inf")) ->
     return [float(v) for v in options]
 
 
-WAVES_RULE = "the power of the wave-fill ratio, here against there, each neighbour's ratio is scaled by"
-SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again, squared; 0: "
-                   "the plain distance")
-
-
 def waves(settings: dict, dispatcher: str | None = None) -> float:
     """The power of the wave-fill ratio the nearest model scales each neighbour's ratio by
     (`fit.waves`, default 0: none; src/job/training.nearest_ranked): one number for every
@@ -116,10 +112,6 @@ def small_side_options(settings: dict) -> list[float]:
     return _options(settings, "small_side", "the weights `fit.small_side: auto` chooses among")
 
 
-CAUTION_RULE = ("the share of each candidate's score its worst neighbour's log ratio takes, the "
-                "rest its weighted mean; 0: the mean alone")
-
-
 def caution(settings: dict, dispatcher: str | None = None) -> float:
     """The share of a candidate's score its worst neighbour takes (`fit.caution`, default 0: the
     weighted mean alone; src/job/training.nearest_ranked), between 0 and 1: one number for every
@@ -145,17 +137,13 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict,
     and where it was measured); None for the tree alone."""
     if not uses_nearest(settings):
         return None
-    value = settings.get("weighting", "equal")
-    written = ({d: weighting(settings, d) for d in value} if isinstance(value, dict)
-               else weighting(settings))
-    power = settings.get("waves", 0)
-    powers = ({d: waves(settings, d) for d in power} if isinstance(power, dict) else waves(settings))
-    side = settings.get("small_side", 0)
-    sides = ({d: small_side(settings, d) for d in side} if isinstance(side, dict)
-             else small_side(settings))
-    share = settings.get("caution", 0)
-    shares = ({d: caution(settings, d) for d in share} if isinstance(share, dict) else caution(settings))
+
+    def written(key, reader):  # one value, or one per dispatcher (what `auto` resolved to)
+        value = settings.get(key)
+        return {d: reader(settings, d) for d in value} if isinstance(value, dict) else reader(settings)
+
     return {"evidence": evidence, **({"evidence_sha256": evidence_sha256} if evidence_sha256 else {}),
-            "count": neighbours(settings), "weighting": written,
-            "waves": powers, "small_side": sides, "caution": shares,
+            "count": neighbours(settings), "weighting": written("weighting", weighting),
+            "waves": written("waves", waves), "small_side": written("small_side", small_side),
+            "caution": written("caution", caution),
             "guards": {k: v for k, v in sorted(guards.items()) if v}}

@@ -42,15 +42,15 @@ def test_heldout_is_disjoint_from_training_and_the_suites(dist, sets):
     assert not {s.dims for s in held} & suite
     # training: every suite shape, then the random draws, none repeated
     assert {s.dims for s in train if s.cls.startswith("suite:")} == suite
-    assert len(train) == len(suite) + dist.training_random + dist.training_added + len(dist.picked) \
-        == len({s.dims for s in train})
+    assert len(train) == (len(suite) + dist.training_random + dist.training_added + len(dist.picked)
+                          + dist.training_grown) == len({s.dims for s in train})
 
 
 def test_added_draws_extend_the_training_set_and_leave_the_first_draws_and_heldout_alone(dist, sets):
     """training.added: the shapes tuned on so far stay, in order; the added ones come last, flagged
     for the tuner's stage 3, from the same classes; the held-out set does not move."""
     _, held = sets
-    dist = dataclasses.replace(dist, training_added=48, picked=())  # the picked shapes come after
+    dist = dataclasses.replace(dist, training_added=48, picked=(), training_grown=0)  # the picked and grown come after
     train = dist_mod.training(dist)
     without = dist_mod.training(dataclasses.replace(dist, training_added=0))
     assert train[:len(without)] == without and not any(s.added for s in without)
@@ -72,7 +72,9 @@ def test_picked_shapes_come_last_for_stage_three_and_move_no_draw(dist, sets):
     (the leave-one-out figures "at the draws" leave them out)."""
     from src.tune import plan as plan_mod
 
-    train, held = sets
+    _, held = sets
+    dist = dataclasses.replace(dist, training_grown=0)   # the grown draws come after them
+    train = dist_mod.training(dist)
     assert dist.picked and all(s.added and s.cls == "picked:decode" for s in dist.picked)
     assert train[-len(dist.picked):] == list(dist.picked)
     without = dataclasses.replace(dist, picked=())
@@ -82,6 +84,46 @@ def test_picked_shapes_come_last_for_stage_three_and_move_no_draw(dist, sets):
     screen, _ = plan_mod.screening([s for s in train if not s.added], plan_mod.load_settings())
     assert not {s.dims for s in screen} & {s.dims for s in dist.picked}
     assert {s.dims for s in dist.picked} <= dist_mod.not_drawn(dist)
+
+
+def test_grown_draws_are_the_pools_that_shorten_its_distance_to_training_most(dist, sets):
+    """training.grown: chosen one at a time among the pool's draws, each the one that most shortens
+    the pool's summed log2 distance to its nearest training shape (checked here against a plain
+    recomputation over a small pool); they come last, flagged for stage 3 under `grown:<class>`,
+    are no plain draw for the leave-one-out, and move neither the training set before them nor the
+    held-out set."""
+    from src.job.training import distance
+
+    train, held = sets
+    small = dataclasses.replace(dist, training_grown=3, grow_pool=96)
+    without = dist_mod.training(dataclasses.replace(dist, training_grown=0))
+    grown = dist_mod.training(small)[len(without):]
+    assert len(grown) == 3 and all(s.added and s.cls.startswith("grown:") for s in grown)
+    pool = [s.dims for s in dist_mod.draw(small, 96, dist_mod.GROW_SEED.format(seed=dist.training_seed),
+                                          {s.dims for s in without})]
+    known = [s.dims for s in without]
+    nearest = [min(distance(p, t) for t in known) for p in pool]
+    for shape in grown:
+        gains = [sum(max(0.0, near - distance(p, c)) for p, near in zip(pool, nearest)) for c in pool]
+        assert shape.dims == pool[gains.index(max(gains))]
+        before = sum(nearest)
+        nearest = [min(near, distance(p, shape.dims)) for p, near in zip(pool, nearest)]
+        assert sum(nearest) < before
+    assert train[:len(without)] == without and len(train) == len(without) + dist.training_grown
+    assert dist_mod.heldout(dataclasses.replace(dist, training_grown=0)) == held
+    assert not {s.dims for s in train[len(without):]} & {s.dims for s in held}
+    assert {s.dims for s in train[len(without):]} <= dist_mod.not_drawn(dist)
+    assert dist_mod.training(dataclasses.replace(dist, training_grown=0, grow_pool=0)) == without
+
+
+@pytest.mark.parametrize("grown,pool", [(-1, 2048), (8, 4)])
+def test_a_bad_grown_count_is_refused_with_its_rule(tmp_path, grown, pool):
+    text = dist_mod.DISTRIBUTION_FILE.read_text()
+    text = re.sub(r"(?m)^  grown: \d+", f"  grown: {grown}", text)
+    bad = tmp_path / "distribution.yaml"
+    bad.write_text(re.sub(r"(?m)^  grow_pool: \d+", f"  grow_pool: {pool}", text))
+    with pytest.raises(ConfigError, match="training.grow_pool a whole number at least as large"):
+        dist_mod.load(bad)
 
 
 @pytest.mark.parametrize("edit,rule", [
@@ -114,7 +156,7 @@ def test_every_class_is_drawn_within_its_bounds_and_rules(dist, sets):
     drawn = [s for s in train + held if not s.cls.startswith(("suite:", "picked:"))]
     assert {s.cls for s in held} == set(classes)
     for shape in drawn:
-        cls = classes[shape.cls]
+        cls = classes[shape.cls.removeprefix(dist_mod.GROWN_CLASS_PREFIX)]
         assert dist_mod.within_limits(shape, dist), shape
         if cls.square:
             assert shape.m == shape.n == shape.k and cls.m[0] <= shape.m <= cls.m[1]

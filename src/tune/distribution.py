@@ -34,6 +34,7 @@ GENERATED_KEY = "generated_from"   # a suite file holding it is written here, no
 SETS = ("training", "heldout")
 SUITE_CLASS_PREFIX = "suite:"      # a training shape from a hand-written suite: "suite:llm"
 PICKED_CLASS_PREFIX = "picked:"    # one of training.picked's shapes: "picked:decode"
+GROWN_CLASS_PREFIX = "grown:"      # one of training.grown's draws, by the class it was drawn from: "grown:odd"
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class Distribution:
     source: str = "conf/shapes/distribution.yaml"
     training_added: int = 0
     picked: tuple[Shape, ...] = ()   # training.picked: hand-picked shapes after the draws (stage 3)
+    training_grown: int = 0          # training.grown: draws chosen where the training set is sparsest
+    grow_pool: int = 2048            # training.grow_pool: the draws they are chosen from
 
 
 def _bad(rule: str) -> ConfigError:
@@ -125,11 +128,17 @@ def load(path: Path = DISTRIBUTION_FILE) -> Distribution:
     if not isinstance(added, int) or added < 0:
         raise _bad(f"training.added must be a whole number of draws, 0 or more, got {added!r} "
                    f"(rule: the added draws extend the training set's random ones).")
+    grown, pool = data["training"].get("grown", 0), data["training"].get("grow_pool", 2048)
+    if not isinstance(grown, int) or not isinstance(pool, int) or grown < 0 or pool < grown:
+        raise _bad(f"training.grown must be a whole number of draws, 0 or more, and "
+                   f"training.grow_pool a whole number at least as large, got {grown!r} and "
+                   f"{pool!r} (rule: the grown draws are chosen among the pool's).")
     return Distribution(tuple(classes), int(data["training"]["seed"]),
                         int(data["training"]["random"]), int(data["heldout"]["seed"]),
                         int(data["heldout"]["count"]), int(limits["max_operand_elements"]),
                         int(limits["max_flop"]), training_added=added,
-                        picked=_picked(data["training"].get("picked") or {}))
+                        picked=_picked(data["training"].get("picked") or {}),
+                        training_grown=grown, grow_pool=pool)
 
 
 def _picked(groups: dict) -> tuple[Shape, ...]:
@@ -237,7 +246,8 @@ def suite_shapes(suite_dir: Path = SUITE_DIR) -> list[Shape]:
 def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
     """The suites' shapes, then `training.random` draws with `training.seed`, none repeated, then
     `training.added` more (flagged `added`): the draws of random + added that the first random
-    ones are not, then `training.picked`'s shapes (flagged `added` too). Each class extends its
+    ones are not, then `training.picked`'s shapes (flagged `added` too), then `training.grown`
+    draws chosen where those are sparsest (`grown`, flagged `added`). Each class extends its
     own stream, so the first draws stay what they were; the picked shapes change no draw."""
     dist = dist or load()
     suite = suite_shapes(suite_dir)
@@ -259,12 +269,54 @@ def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> l
             raise _bad(f"training.picked: {shape.label} is already a training shape (rule: a "
                        f"picked shape adds one the suites and the draws do not hold).")
         seen.add(shape.dims)
-    return suite + first + added + list(dist.picked)
+    so_far = suite + first + added + list(dist.picked)
+    return so_far + grown(dist, so_far)
+
+
+GROW_SEED = "{seed}/pool"   # the pool's draws: the training seed's, a stream of their own
+
+
+def grown(dist: Distribution, so_far: list[Shape]) -> list[Shape]:
+    """`training.grown` shapes (flagged `added`: the tuner's stage 3) chosen one at a time among
+    `training.grow_pool` draws of the distribution (their own seed, none a training shape): each
+    the draw that most shortens the pool's summed log2 distance (training.distance) to its nearest
+    training shape, the ones chosen before counted. The pool stands for the shapes users run, so
+    the chosen ones land where those are many and the training shapes few (a greedy facility
+    location); a sparse region's held-out shapes otherwise take their neighbours from another
+    kernel's region. Gains are rounded to 1e-9 before the first largest is taken, so float sums
+    that differ in their last bits choose alike."""
+    if not dist.training_grown:
+        return []
+    import numpy as np
+
+    taken = {s.dims for s in so_far}
+    pool = draw(dist, dist.grow_pool, GROW_SEED.format(seed=dist.training_seed), taken)
+    logs = np.log2(np.array([s.dims for s in pool], dtype=np.float64))
+    known = np.log2(np.array(sorted(taken), dtype=np.float64))
+
+    def apart(a, b):  # every row of a to every row of b
+        return np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=-1))
+
+    nearest = apart(logs, known).min(axis=1)
+    between = apart(logs, logs)
+    chosen: list[Shape] = []
+    for _ in range(dist.training_grown):
+        gain = np.round(np.maximum(nearest[:, None] - between, 0.0).sum(axis=0), 9)
+        best = int(np.argmax(gain))
+        if gain[best] <= 0:
+            break
+        chosen.append(Shape(*pool[best].dims, cls=GROWN_CLASS_PREFIX + pool[best].cls, added=True))
+        nearest = np.minimum(nearest, between[:, best])
+    return chosen
 
 
 def not_drawn(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> set[tuple[int, int, int]]:
-    """The training shapes that are no random draw: the hand-written suites' and training.picked's."""
-    return {s.dims for s in suite_shapes(suite_dir)} | {s.dims for s in (dist or load()).picked}
+    """The training shapes that are no plain random draw: the hand-written suites', training.picked's
+    and training.grown's (drawn, but chosen where the training shapes are few: they would weigh the
+    leave-one-out's score towards sparse regions)."""
+    dist = dist or load()
+    return {s.dims for s in training(dist, suite_dir)
+            if s.cls.startswith((SUITE_CLASS_PREFIX, PICKED_CLASS_PREFIX, GROWN_CLASS_PREFIX))}
 
 
 def heldout(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
@@ -314,7 +366,8 @@ def suite_file_text(name: str, shapes: list[Shape], dist: Distribution) -> str:
               f"and judged on shapes it never saw. Shapes per class: "
               + ", ".join(f"{cls} {n}" for cls, n in counts.items()) + "."
               + (f" The last {sum(s.added for s in shapes)} are `training.added`'s draws"
-                 + (" and `training.picked`'s shapes" if dist.picked else "")
+                 + ((", " if dist.training_grown else " and ") + "`training.picked`'s shapes" if dist.picked else "")
+                 + (" and `training.grown`'s draws" if dist.training_grown else "")
                  + " (the tuner's stage 3)." if any(s.added for s in shapes) else ""))
     lines = [
         "# @package _global_",

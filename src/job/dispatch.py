@@ -132,6 +132,10 @@ def _model(gpu_spec: str, name: str, problem: Problem):
     side = _model_number(model, "small_side", name, where, training.SMALL_SIDE_RULE)
     share = _model_number(model, "caution", name, where, training.CAUTION_RULE,
                           most=1.0)
+    regions = model.get("regions") or []
+    if not isinstance(regions, list) or not all(isinstance(r, str) and r for r in regions):
+        raise ConfigError(f"{where}: regions {regions!r} is not {training.REGIONS_RULE} (rule: the "
+                          f"nearest model keeps the sides of each reserved region apart).")
     names = {"m": problem.m, "n": problem.n, "k": problem.k}
 
     def runs(candidate, _shape) -> bool:
@@ -141,7 +145,7 @@ def _model(gpu_spec: str, name: str, problem: Problem):
     fill = wave_fills(gpu_spec, str(kernel_config(name)["precision"])) if waves else None
     return (where, evidence, path, runs,
             training.NearestModel(int(model.get("count", 4)), weighting, fill,
-                                  waves if fill is not None else 0.0, side, share))
+                                  waves if fill is not None else 0.0, side, share, tuple(regions)))
 
 
 def ranked(gpu_spec: str, name: str, problem: Problem,
@@ -242,7 +246,9 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
                + (f"; the distance counts the smaller of m and n again at {settings.small_side:g}"
                   if settings.small_side else "")
                + (f"; {settings.caution:g} of each score its worst neighbour's"
-                  if settings.caution else "") + ")")
+                  if settings.caution else "")
+               + (f"; neighbours on its side of {' and of '.join(settings.regions)}"
+                  if settings.regions else "") + ")")
     if passed:
         why += (f"; its #{passed + 1}: the {passed} ranked above it do not build at "
                 f"{problem.m}x{problem.n}x{problem.k} (their tile or size rules)")

@@ -265,6 +265,8 @@ WAVES_RULE = ("the power of the wave-fill ratio, here against there, each neighb
               "scaled by; 0: none")
 SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again, squared; 0: "
                    "the plain distance")
+REGIONS_RULE = ("a list of shape regions (`when` expressions over m, n and k, the reserved regions "
+                "of conf/tuning/dispatch.yaml): a neighbour counts only on the query's side of each")
 CAUTION_RULE = ("the share of each candidate's score its worst neighbour's log ratio takes, the "
                 "rest its weighted mean; 0: the mean alone")
 
@@ -280,6 +282,14 @@ class NearestModel:
     waves: float = 0.0            # the power of the fill ratio, here / there, each neighbour's ratio is scaled by
     small_side: float = 0.0       # the weight `distance` gives the smaller of m and n again
     caution: float = 0.0          # the share of a candidate's score its worst neighbour's log ratio takes
+    regions: tuple[str, ...] = ()  # shape regions (`when`s): a neighbour counts only on the query's side of each
+
+    def side(self, shape: tuple[int, int, int]) -> tuple[bool, ...]:
+        """Which of `regions` hold at `shape`."""
+        from src.job.expression import evaluate
+
+        names = {"m": shape[0], "n": shape[1], "k": shape[2]}
+        return tuple(bool(evaluate(when, names)) for when in self.regions)
 
 
 def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
@@ -294,7 +304,11 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
     and `model.waves` > 0, each neighbour's ratio is first scaled by the fill here against there to
     that power (`_corrected`): the neighbours' tile counts fill their waves otherwise than the
     query's. `model.small_side`: the weight `distance` gives the smaller of m and n again;
-    `model.caution`: the share of each candidate's score its worst neighbour takes (`_cautious_log`).
+    `model.caution`: the share of each candidate's score its worst neighbour takes (`_cautious_log`);
+    `model.regions`: the neighbours are the shapes on the query's side of each region (a reserved
+    region measures its owner alone, so a neighbour inside it has no figure for the kernels that
+    run outside: H200, leave one out at the random draws, TF32 min 0.41 -> 0.72, FP32 0.65 ->
+    0.88; docs/tuning.md).
 
     Ties (candidates that build one launch at every neighbour, e.g. `unaligned_rows` 1 and 2
     where the rows are aligned) go to the better at the `count` nearest shapes of the query's
@@ -306,6 +320,9 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
     def far(s: tuple[int, int, int]) -> float:
         return distance(s, shape, model.small_side)
 
+    if model.regions and shape not in among:
+        here = model.side(shape)
+        among = [s for s in among if model.side(s) == here]
     near = [shape] if shape in among else sorted(among, key=lambda s: (far(s), s))[:count]
     weigh = weighting_of(model.weighting, "nearest_choice")
     weights = [1.0] if near == [shape] else [weigh(far(s)) for s in near]

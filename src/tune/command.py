@@ -75,24 +75,30 @@ def drawn_shapes(rows: list[dict]) -> set[tuple[int, int, int]]:
     return {(r["m"], r["n"], r["k"]) for r in rows} - not_drawn()
 
 
-def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str) -> tuple[dict, dict]:
+def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str,
+                 kept: dict | None = None) -> tuple[dict, dict]:
     """(the fit settings with every `auto` resolved from the evidence `rows`, the leave-one-out
     figures they were chosen from: the weightings', the powers' under `"waves"`, the small-side
     weights' under `"small_side"`, the cautions' under `"caution"`): the weighting first, then the
-    waves under it, then the small-side weight, then the caution (src/tune/judge.resolved)."""
+    waves under it, then the small-side weight, then the caution (src/tune/judge.resolved; a tie
+    keeps `kept`'s, the tuned file's now: judge.incumbent)."""
     from src.tune import fit, judge
+    from src.tune.plan import reserved
 
-    apart = judge.leave_one_out(rows, guards(settings), settings.get("fit") or {}, drawn := drawn_shapes(rows))
-    fit_settings = judge.resolved(settings.get("fit") or {}, apart)
+    fit_settings = settings.get("fit") or {}
+    if fit_settings.get("reserved_sides"):  # the nearest model keeps each reserved region's sides apart
+        fit_settings = {**fit_settings, "regions": sorted(reserved(settings).values())}
+    apart = judge.leave_one_out(rows, guards(settings), fit_settings, drawn := drawn_shapes(rows))
+    fit_settings = judge.resolved(fit_settings, apart, kept=kept)
     if fit.waves_auto(fit_settings):  # chosen under each dispatcher's resolved weighting
         apart["waves"] = judge.waves_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
-        fit_settings = judge.resolved(fit_settings, apart, apart["waves"])
+        fit_settings = judge.resolved(fit_settings, apart, apart["waves"], kept=kept)
     if fit.small_side_auto(fit_settings):  # under the resolved weighting and waves
         apart["small_side"] = judge.small_side_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
-        fit_settings = judge.resolved(fit_settings, apart, sides=apart["small_side"])
+        fit_settings = judge.resolved(fit_settings, apart, sides=apart["small_side"], kept=kept)
     if fit.caution_auto(fit_settings):  # under all the above
         apart["caution"] = judge.caution_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
-        fit_settings = judge.resolved(fit_settings, apart, cautions=apart["caution"])
+        fit_settings = judge.resolved(fit_settings, apart, cautions=apart["caution"], kept=kept)
     return fit_settings, apart
 
 
@@ -112,7 +118,8 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
     if not rows:
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
-    fit_settings, apart = resolved_fit(rows, settings, gpu_spec)
+    fit_settings, apart = resolved_fit(rows, settings, gpu_spec,
+                                       judge.incumbent(tuned_path or tuned_file(gpu_spec)))
     dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings, reserved(settings))
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
               fit.nearest_model(cited, guards(settings), fit_settings, sha))
@@ -139,6 +146,7 @@ def compare(gpu_spec: str, settings: dict, csv_path: Path, other: Path) -> int:
     (judge.agreement, `reproduce.tolerance` of conf/tuning/dispatch.yaml); 1 if a choice differs
     beyond it."""
     from src.job.training import read
+    from src.job.tuned import tuned_file
     from src.tune import judge
     from src.tune.plan import reserved
 
@@ -147,7 +155,7 @@ def compare(gpu_spec: str, settings: dict, csv_path: Path, other: Path) -> int:
             raise ConfigError(f"--against compares two evidence files; {path} is not one.")
     tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
     rows = read(csv_path)  # every `auto` as this run's fit resolves it, for both runs
-    fit_settings = resolved_fit(rows, settings, gpu_spec)[0]
+    fit_settings = resolved_fit(rows, settings, gpu_spec, judge.incumbent(tuned_file(gpu_spec)))[0]
     reports = judge.agreement(rows, read(other), guards(settings), fit_settings, tolerance,
                               guards(settings, outside_reserved=False), reserved(settings))
     for dispatcher, r in reports.items():

@@ -349,11 +349,16 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
             return value
 
         sha = [("evidence_sha256", nearest["evidence_sha256"])] if nearest.get("evidence_sha256") else []
+        regions = []
+        if nearest.get("regions"):  # one line: the `when`s quoted as the guards are
+            listed = CommentedSeq(DoubleQuotedScalarString(r) for r in nearest["regions"])
+            listed.fa.set_flow_style()
+            regions = [("regions", listed)]
         data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), *sha, ("count", nearest["count"]),
                                         ("weighting", flow(weighs)), ("waves", flow(nearest.get("waves", 0))),
                                         ("small_side", flow(nearest.get("small_side", 0))),
                                         ("caution", flow(nearest.get("caution", 0))),
-                                        ("guards", guards)])
+                                        *regions, ("guards", guards)])
     if not had and not new:  # once: a re-fit replaces the lists and leaves the comment as it is
         data.yaml_set_comment_before_after_key("dispatch", before=HEADER.format(evidence=evidence))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+
+import yaml
 
 from src.job import training
 from src.job.training import NearestModel
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
-from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, small_side,
+from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, regions, small_side,
                               small_side_auto, small_side_options, uses_nearest, waves, waves_auto,
                               waves_options, weighting)
 
@@ -127,7 +130,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         fill = _fill_for(rows, dispatcher, gpu_spec, scale)
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
-        model = NearestModel(count, weighs, fill, scale, weight, worst)
+        model = NearestModel(count, weighs, fill, scale, weight, worst, regions(settings))
         held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
         figures = []
         for shape in whole.shapes:
@@ -193,15 +196,18 @@ def _options_apart(rows: list[dict], guards: dict[str, str | None], settings: di
             for v in options}
 
 
-def chosen_weightings(apart: dict, tie: float, plain="equal") -> dict:
+def chosen_weightings(apart: dict, tie: float, plain="equal", kept: dict | None = None) -> dict:
     """{dispatcher: weighting} that `fit.weighting: auto` takes from `leave_one_out`'s figures,
     at the random draws where there are any (the held-out set's distribution): the higher
     geomean; geomeans within `tie` (relative) of each other, the higher min; minima that close
-    too, `plain`, the plainer model (`equal`; for `waves_apart`'s powers, 0)."""
+    too, the option the tuned file holds now (`kept`, {dispatcher: option}: a tie is noise, and
+    re-running the command should reproduce its choices), else `plain`, the plainer model
+    (`equal`; for `waves_apart`'s powers, 0)."""
     out = {}
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
         figures = {w: cvs[dispatcher].get("drawn") or cvs[dispatcher] for w, cvs in apart.items()}
-        best = plain
+        best = (kept or {}).get(dispatcher, plain)
+        best = best if best in figures else plain
         for w, f in figures.items():
             held = figures[best]
             if f["geomean"] > held["geomean"] * (1 + tie) or (
@@ -214,20 +220,41 @@ def chosen_weightings(apart: dict, tie: float, plain="equal") -> dict:
 def resolved(settings: dict, apart: dict[str, dict[str, dict]],
              powers: dict[float, dict[str, dict]] | None = None,
              sides: dict[float, dict[str, dict]] | None = None,
-             cautions: dict[float, dict[str, dict]] | None = None) -> dict:
+             cautions: dict[float, dict[str, dict]] | None = None,
+             kept: dict[str, dict] | None = None) -> dict:
     """The fit settings with `weighting: auto` resolved per dispatcher from `leave_one_out`'s
     figures (`chosen_weightings`, its `weighting_tie`, default 0.01), `waves: auto` from
     `waves_apart`'s (`powers`, the same rule, 0 the plainer) and `small_side: auto` from
     `small_side_apart`'s (`sides`, the same rule) and `caution: auto` from `caution_apart`'s
-    (`cautions`); other settings as they are."""
-    tie = float(settings.get("weighting_tie", 0.01))
+    (`cautions`); other settings as they are. `kept`: {setting: {dispatcher: value}}, what the
+    tuned file holds now (`incumbent`), which a tie keeps."""
+    tie, kept = float(settings.get("weighting_tie", 0.01)), kept or {}
     if settings.get("weighting") == AUTO:
-        settings = {**settings, "weighting": chosen_weightings(apart, tie)}
+        settings = {**settings, "weighting": chosen_weightings(apart, tie, kept=kept.get("weighting"))}
     for key, is_auto, figures in (("waves", waves_auto, powers), ("small_side", small_side_auto, sides),
                                   ("caution", caution_auto, cautions)):
         if is_auto(settings) and figures is not None:  # the plainer model is the lowest option
-            settings = _numbers_resolved(settings, key, chosen_weightings(figures, tie, plain=min(figures)))
+            settings = _numbers_resolved(settings, key, chosen_weightings(
+                figures, tie, plain=min(figures), kept=kept.get(key)))
     return settings
+
+
+def incumbent(tuned_path: Path) -> dict[str, dict]:
+    """{setting: {dispatcher: value}}: the nearest model's weighting, waves, small_side and
+    caution the tuned file at `tuned_path` holds now (one value for all dispatchers spread to
+    each of them; {} where there is no file or no `nearest:`), for `resolved`'s ties."""
+    if not tuned_path.is_file():
+        return {}
+    data = yaml.safe_load(tuned_path.read_text()) or {}
+    nearest, dispatchers = data.get("nearest") or {}, sorted(data.get("dispatch") or {})
+    out = {}
+    for key in ("weighting", "waves", "small_side", "caution"):
+        value = nearest.get(key)
+        if isinstance(value, dict):
+            out[key] = {d: (float(v) if key != "weighting" else v) for d, v in value.items()}
+        elif value is not None:
+            out[key] = {d: (float(value) if key != "weighting" else value) for d in dispatchers}
+    return out
 
 
 def _numbers_resolved(settings: dict, key: str, chosen: dict) -> dict:
@@ -266,7 +293,7 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
         if nearest:
             fitters = [Fitter(tab, guards, settings) for tab in tabs]
-            model = NearestModel(count, weigh, small_side=side, caution=share)
+            model = NearestModel(count, weigh, small_side=side, caution=share, regions=regions(settings))
             choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, model)
                         for f in fitters]
         else:
@@ -334,7 +361,7 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
         lines.append(f"{dispatcher}: leave-one-out, the {count} nearest shapes' best by each "
                      f"weighting (geomean / min): " + ", ".join(figures)
                      + f"; the fit's is {weighting(fit_settings, dispatcher)}"
-                     + (" (auto: the better at the random draws, geomean first)"
+                     + (" (auto: the better at the random draws, geomean first; a tie keeps the tuned file's)"
                         if auto else ""))
     lines += _option_lines(powers, fit_settings, "waves", waves, "each neighbour's ratio scaled by "
                            "the wave fill here against there to a power")
@@ -369,7 +396,7 @@ def _option_lines(options: dict, fit_settings: dict, key: str, value_of, what: s
         figures = [_figures(f"{value:g}", cvs[dispatcher]) for value, cvs in options.items()]
         lines.append(f"{dispatcher}: leave-one-out, {what} (geomean / min): " + ", ".join(figures)
                      + f"; the fit's is {value_of(fit_settings, dispatcher):g} " + (
-                         "(auto: the better at the random draws, geomean first)"
+                         "(auto: the better at the random draws, geomean first; a tie keeps the tuned file's)"
                          if dispatcher in fit_settings.get(f"{key}_chosen", [dispatcher])
                          else f"(given: conf/tuning/dispatch.yaml fit.{key})"))
     return lines

@@ -17,6 +17,13 @@ def uses_nearest(settings: dict) -> bool:
     return str(settings.get("model", "tree")) == "nearest"
 
 
+def regions(settings: dict) -> tuple[str, ...]:
+    """The shape regions whose sides the nearest model keeps apart (`regions`, which
+    command.resolved_fit sets from conf/tuning/dispatch.yaml's `reserved` where `fit.reserved_sides`
+    holds); () for none."""
+    return tuple(str(r) for r in settings.get("regions") or ())
+
+
 def neighbours(settings: dict) -> int:
     """The training shapes the nearest-neighbour model counts (`fit.neighbours`, default 4)."""
     return int(settings.get("neighbours", 4))
@@ -146,4 +153,5 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict,
             "count": neighbours(settings), "weighting": written("weighting", weighting),
             "waves": written("waves", waves), "small_side": written("small_side", small_side),
             "caution": written("caution", caution),
+            **({"regions": list(regions(settings))} if regions(settings) else {}),
             "guards": {k: v for k, v in sorted(guards.items()) if v}}

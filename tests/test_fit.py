@@ -22,6 +22,7 @@ from src.job import dispatch, training
 from src.job.training import NearestModel
 from src.job.problem import Problem
 from src.tune import evidence, fit, judge
+from src.tune import nearest as nearest_mod
 
 BIG = json.dumps({"bm": 256, "bn": 128}, sort_keys=True)
 SMALL = json.dumps({"bm": 64, "bn": 64}, sort_keys=True)
@@ -744,7 +745,7 @@ def test_inverse_distance_weighting_lets_the_nearer_shape_outvote_the_farther(tm
 
 def test_a_tie_keeps_the_setting_the_tuned_file_holds_and_a_clear_win_replaces_it(tmp_path):
     """`auto` on a tie (geomeans and minima within `weighting_tie`): the option the tuned file
-    holds now stays (judge.incumbent reads it, a mapping or one value for every dispatcher), so
+    holds now stays (nearest_mod.incumbent reads it, a mapping or one value for every dispatcher), so
     that re-running the command on evidence grown by a few shapes does not flip a setting on noise
     (H200, 16 grown shapes: FP32 equal 1.573 / 0.654 against inverse_distance 1.574 / 0.654, and
     caution 0 1.573 against 0.25 1.563, both ties, flipped both settings to the plainer and moved 23
@@ -767,12 +768,12 @@ def test_a_tie_keeps_the_setting_the_tuned_file_holds_and_a_clear_win_replaces_i
     assert judge.resolved(settings, {}, cautions=cautions, kept={"caution": {"tie": 0.5}})["caution"] == {"tie": 0.0}
 
     tuned = tmp_path / "tuned.yaml"
-    assert judge.incumbent(tuned) == {}
+    assert nearest_mod.incumbent(tuned) == {}
     fit.write(tuned, {"best_fp32": [], "best_tf32": []}, "e.csv",
               {"evidence": "e.csv", "count": 4, "weighting": {"best_fp32": "inverse_distance", "best_tf32": "equal"},
                "waves": {"best_fp32": 0.0, "best_tf32": 0.5}, "small_side": 0.0,
                "caution": {"best_fp32": 0.25, "best_tf32": 0.0}, "guards": {}})
-    assert judge.incumbent(tuned) == {
+    assert nearest_mod.incumbent(tuned) == {
         "weighting": {"best_fp32": "inverse_distance", "best_tf32": "equal"},
         "waves": {"best_fp32": 0.0, "best_tf32": 0.5}, "small_side": {"best_fp32": 0.0, "best_tf32": 0.0},
         "caution": {"best_fp32": 0.25, "best_tf32": 0.0}}

@@ -81,7 +81,7 @@ def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str,
     figures they were chosen from: the weightings', the powers' under `"waves"`, the small-side
     weights' under `"small_side"`, the cautions' under `"caution"`): the weighting first, then the
     waves under it, then the small-side weight, then the caution (src/tune/judge.resolved; a tie
-    keeps `kept`'s, the tuned file's now: judge.incumbent)."""
+    keeps `kept`'s, the tuned file's now: nearest.incumbent)."""
     from src.tune import fit, judge
     from src.tune.plan import reserved
 
@@ -110,7 +110,7 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
     an existing file keeps its header)."""
     from src.job.tuned import tuned_file
     from src.job.training import evidence_sha256, read
-    from src.tune import fit, judge
+    from src.tune import fit, nearest
     from src.tune.plan import reserved
 
     sha = evidence_sha256(csv_path)
@@ -119,7 +119,7 @@ def write_fit(gpu_spec: str, settings: dict, csv_path: Path,
         raise ConfigError(f"{csv_path} holds no measured candidate: nothing to fit.")
     cited = str(csv_path.relative_to(ROOT)) if csv_path.is_relative_to(ROOT) else str(csv_path)
     fit_settings, apart = resolved_fit(rows, settings, gpu_spec,
-                                       judge.incumbent(tuned_path or tuned_file(gpu_spec)))
+                                       nearest.incumbent(tuned_path or tuned_file(gpu_spec)))
     dispatch = fit.fit(rows, guards(settings, outside_reserved=False), fit_settings, reserved(settings))
     fit.write(tuned_path or tuned_file(gpu_spec), dispatch, cited,
               fit.nearest_model(cited, guards(settings), fit_settings, sha))
@@ -147,7 +147,7 @@ def compare(gpu_spec: str, settings: dict, csv_path: Path, other: Path) -> int:
     beyond it."""
     from src.job.training import read
     from src.job.tuned import tuned_file
-    from src.tune import judge
+    from src.tune import judge, nearest
     from src.tune.plan import reserved
 
     for path in (csv_path, other):
@@ -155,7 +155,7 @@ def compare(gpu_spec: str, settings: dict, csv_path: Path, other: Path) -> int:
             raise ConfigError(f"--against compares two evidence files; {path} is not one.")
     tolerance = float((settings.get("reproduce") or {}).get("tolerance", 0.02))
     rows = read(csv_path)  # every `auto` as this run's fit resolves it, for both runs
-    fit_settings = resolved_fit(rows, settings, gpu_spec, judge.incumbent(tuned_file(gpu_spec)))[0]
+    fit_settings = resolved_fit(rows, settings, gpu_spec, nearest.incumbent(tuned_file(gpu_spec)))[0]
     reports = judge.agreement(rows, read(other), guards(settings), fit_settings, tolerance,
                               guards(settings, outside_reserved=False), reserved(settings))
     for dispatcher, r in reports.items():

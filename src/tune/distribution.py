@@ -130,9 +130,9 @@ def load(path: Path = DISTRIBUTION_FILE) -> Distribution:
                    f"(rule: the added draws extend the training set's random ones).")
     grown, pool = data["training"].get("grown", 0), data["training"].get("grow_pool", 2048)
     if not isinstance(grown, int) or not isinstance(pool, int) or grown < 0 or pool < grown:
-        raise _bad(f"training.grown must be a whole number of draws, 0 or more, and "
-                   f"training.grow_pool a whole number at least as large, got {grown!r} and "
-                   f"{pool!r} (rule: the grown draws are chosen among the pool's).")
+        raise _bad(f"training.grown must be a whole number of draws, 0 or more, and training.grow_pool a "
+                   f"whole number at least as large, got {grown!r} and {pool!r} (rule: the grown draws are "
+                   f"chosen among the pool's).")
     return Distribution(tuple(classes), int(data["training"]["seed"]),
                         int(data["training"]["random"]), int(data["heldout"]["seed"]),
                         int(data["heldout"]["count"]), int(limits["max_operand_elements"]),
@@ -245,10 +245,9 @@ def suite_shapes(suite_dir: Path = SUITE_DIR) -> list[Shape]:
 
 def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
     """The suites' shapes, then `training.random` draws with `training.seed`, none repeated, then
-    `training.added` more (flagged `added`): the draws of random + added that the first random
-    ones are not, then `training.picked`'s shapes (flagged `added` too), then `training.grown`
-    draws chosen where those are sparsest (`grown`, flagged `added`). Each class extends its
-    own stream, so the first draws stay what they were; the picked shapes change no draw."""
+    `training.added` more (flagged `added`): the draws of random + added that the first random ones
+    are not, then `training.picked`'s and `grown`'s (flagged `added` too). Each class extends its own
+    stream, so the first draws stay what they were; the picked and grown shapes change no draw."""
     dist = dist or load()
     suite = suite_shapes(suite_dir)
     taken = {s.dims for s in suite}
@@ -269,51 +268,28 @@ def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> l
             raise _bad(f"training.picked: {shape.label} is already a training shape (rule: a "
                        f"picked shape adds one the suites and the draws do not hold).")
         seen.add(shape.dims)
-    so_far = suite + first + added + list(dist.picked)
-    return so_far + grown(dist, so_far)
+    return suite + first + added + list(dist.picked) + grown(dist, suite + first + added + list(dist.picked))
 
 
 GROW_SEED = "{seed}/pool"   # the pool's draws: the training seed's, a stream of their own
 
 
 def grown(dist: Distribution, so_far: list[Shape]) -> list[Shape]:
-    """`training.grown` shapes (flagged `added`: the tuner's stage 3) chosen one at a time among
-    `training.grow_pool` draws of the distribution (their own seed, none a training shape): each
-    the draw that most shortens the pool's summed log2 distance (training.distance) to its nearest
-    training shape, the ones chosen before counted. The pool stands for the shapes users run, so
-    the chosen ones land where those are many and the training shapes few (a greedy facility
-    location); a sparse region's held-out shapes otherwise take their neighbours from another
-    kernel's region. Gains are rounded to 1e-9 before the first largest is taken, so float sums
-    that differ in their last bits choose alike."""
+    """`training.grown` draws (stage 3, class `grown:<class>`) where the training set is sparsest for
+    `training.grow_pool` draws of the distribution (their own seed): src/tune/coverage.covering."""
     if not dist.training_grown:
         return []
-    import numpy as np
+    from src.tune.coverage import covering
 
     taken = {s.dims for s in so_far}
     pool = draw(dist, dist.grow_pool, GROW_SEED.format(seed=dist.training_seed), taken)
-    logs = np.log2(np.array([s.dims for s in pool], dtype=np.float64))
-    known = np.log2(np.array(sorted(taken), dtype=np.float64))
-
-    def apart(a, b):  # every row of a to every row of b
-        return np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=-1))
-
-    nearest = apart(logs, known).min(axis=1)
-    between = apart(logs, logs)
-    chosen: list[Shape] = []
-    for _ in range(dist.training_grown):
-        gain = np.round(np.maximum(nearest[:, None] - between, 0.0).sum(axis=0), 9)
-        best = int(np.argmax(gain))
-        if gain[best] <= 0:
-            break
-        chosen.append(Shape(*pool[best].dims, cls=GROWN_CLASS_PREFIX + pool[best].cls, added=True))
-        nearest = np.minimum(nearest, between[:, best])
-    return chosen
+    picks = covering([s.dims for s in pool], sorted(taken), dist.training_grown)
+    return [Shape(*pool[i].dims, cls=GROWN_CLASS_PREFIX + pool[i].cls, added=True) for i in picks]
 
 
 def not_drawn(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> set[tuple[int, int, int]]:
-    """The training shapes that are no plain random draw: the hand-written suites', training.picked's
-    and training.grown's (drawn, but chosen where the training shapes are few: they would weigh the
-    leave-one-out's score towards sparse regions)."""
+    """The training shapes that are no plain random draw: the suites', training.picked's and
+    training.grown's (chosen for sparse regions, they would weigh the leave-one-out towards them)."""
     dist = dist or load()
     return {s.dims for s in training(dist, suite_dir)
             if s.cls.startswith((SUITE_CLASS_PREFIX, PICKED_CLASS_PREFIX, GROWN_CLASS_PREFIX))}

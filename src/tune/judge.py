@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-
-import yaml
 
 from src.job import training
 from src.job.training import NearestModel
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
-from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, regions, small_side,
+from src.tune.nearest import regions as nearest_regions
+from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, small_side,
                               small_side_auto, small_side_options, uses_nearest, waves, waves_auto,
                               waves_options, weighting)
 
@@ -130,7 +128,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         fill = _fill_for(rows, dispatcher, gpu_spec, scale)
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
-        model = NearestModel(count, weighs, fill, scale, weight, worst, regions(settings))
+        model = NearestModel(count, weighs, fill, scale, weight, worst, nearest_regions(settings))
         held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
         figures = []
         for shape in whole.shapes:
@@ -227,7 +225,7 @@ def resolved(settings: dict, apart: dict[str, dict[str, dict]],
     `waves_apart`'s (`powers`, the same rule, 0 the plainer) and `small_side: auto` from
     `small_side_apart`'s (`sides`, the same rule) and `caution: auto` from `caution_apart`'s
     (`cautions`); other settings as they are. `kept`: {setting: {dispatcher: value}}, what the
-    tuned file holds now (`incumbent`), which a tie keeps."""
+    tuned file holds now (`nearest.incumbent`), which a tie keeps."""
     tie, kept = float(settings.get("weighting_tie", 0.01)), kept or {}
     if settings.get("weighting") == AUTO:
         settings = {**settings, "weighting": chosen_weightings(apart, tie, kept=kept.get("weighting"))}
@@ -237,24 +235,6 @@ def resolved(settings: dict, apart: dict[str, dict[str, dict]],
             settings = _numbers_resolved(settings, key, chosen_weightings(
                 figures, tie, plain=min(figures), kept=kept.get(key)))
     return settings
-
-
-def incumbent(tuned_path: Path) -> dict[str, dict]:
-    """{setting: {dispatcher: value}}: the nearest model's weighting, waves, small_side and
-    caution the tuned file at `tuned_path` holds now (one value for all dispatchers spread to
-    each of them; {} where there is no file or no `nearest:`), for `resolved`'s ties."""
-    if not tuned_path.is_file():
-        return {}
-    data = yaml.safe_load(tuned_path.read_text()) or {}
-    nearest, dispatchers = data.get("nearest") or {}, sorted(data.get("dispatch") or {})
-    out = {}
-    for key in ("weighting", "waves", "small_side", "caution"):
-        value = nearest.get(key)
-        if isinstance(value, dict):
-            out[key] = {d: (float(v) if key != "weighting" else v) for d, v in value.items()}
-        elif value is not None:
-            out[key] = {d: (float(value) if key != "weighting" else value) for d in dispatchers}
-    return out
 
 
 def _numbers_resolved(settings: dict, key: str, chosen: dict) -> dict:
@@ -293,7 +273,7 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
         if nearest:
             fitters = [Fitter(tab, guards, settings) for tab in tabs]
-            model = NearestModel(count, weigh, small_side=side, caution=share, regions=regions(settings))
+            model = NearestModel(count, weigh, small_side=side, caution=share, regions=nearest_regions(settings))
             choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, model)
                         for f in fitters]
         else:

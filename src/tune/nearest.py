@@ -2,10 +2,15 @@
 file's `nearest:` section written from them (src/job/dispatch.py reads it at run time): whether
 the fit writes the model, how many neighbours it counts, how it weighs them, how far it scales
 each neighbour's ratio by the candidate's wave fill there, how far its distance counts the
-smaller of m and n again, and how much of a candidate's score its worst neighbour takes. src/tune/fit.py writes the section;
+smaller of m and n again, how much of a candidate's score its worst neighbour takes, and which
+regions' sides it keeps apart; what a tuned file holds now (`incumbent`). src/tune/fit.py writes the section;
 src/tune/judge.py resolves `auto` from the evidence."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
 
 from src.errors import ConfigError
 from src.job import training
@@ -155,3 +160,21 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict,
             "caution": written("caution", caution),
             **({"regions": list(regions(settings))} if regions(settings) else {}),
             "guards": {k: v for k, v in sorted(guards.items()) if v}}
+
+
+def incumbent(tuned_path: Path) -> dict[str, dict]:
+    """{setting: {dispatcher: value}}: the nearest model's weighting, waves, small_side and
+    caution the tuned file at `tuned_path` holds now (one value for all dispatchers spread to
+    each of them; {} where there is no file or no `nearest:`), for judge.resolved's ties."""
+    if not tuned_path.is_file():
+        return {}
+    data = yaml.safe_load(tuned_path.read_text()) or {}
+    nearest, dispatchers = data.get("nearest") or {}, sorted(data.get("dispatch") or {})
+    out = {}
+    for key in ("weighting", "waves", "small_side", "caution"):
+        value = nearest.get(key)
+        if isinstance(value, dict):
+            out[key] = {d: (float(v) if key != "weighting" else v) for d, v in value.items()}
+        elif value is not None:
+            out[key] = {d: (float(value) if key != "weighting" else value) for d in dispatchers}
+    return out

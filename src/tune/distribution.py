@@ -268,7 +268,7 @@ def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> l
             raise _bad(f"training.picked: {shape.label} is already a training shape (rule: a "
                        f"picked shape adds one the suites and the draws do not hold).")
         seen.add(shape.dims)
-    return suite + first + added + list(dist.picked) + grown(dist, suite + first + added + list(dist.picked))
+    return (so_far := suite + first + added + list(dist.picked)) + grown(dist, so_far)
 
 
 GROW_SEED = "{seed}/pool"   # the pool's draws: the training seed's, a stream of their own

@@ -163,18 +163,13 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict,
 
 
 def incumbent(tuned_path: Path) -> dict[str, dict]:
-    """{setting: {dispatcher: value}}: the nearest model's weighting, waves, small_side and
-    caution the tuned file at `tuned_path` holds now (one value for all dispatchers spread to
-    each of them; {} where there is no file or no `nearest:`), for judge.resolved's ties."""
-    if not tuned_path.is_file():
+    """{setting: {dispatcher: value}}: the nearest model's weighting, waves, small_side and caution
+    the tuned file at `tuned_path` holds now, read as the fit's settings are (its `nearest:` has
+    their shape; {} where there is no file or no section), for judge.resolved's ties."""
+    data = (yaml.safe_load(tuned_path.read_text()) or {}) if tuned_path.is_file() else {}
+    model, dispatchers = data.get("nearest"), sorted(data.get("dispatch") or {})
+    if not model:
         return {}
-    data = yaml.safe_load(tuned_path.read_text()) or {}
-    nearest, dispatchers = data.get("nearest") or {}, sorted(data.get("dispatch") or {})
-    out = {}
-    for key in ("weighting", "waves", "small_side", "caution"):
-        value = nearest.get(key)
-        if isinstance(value, dict):
-            out[key] = {d: (float(v) if key != "weighting" else v) for d, v in value.items()}
-        elif value is not None:
-            out[key] = {d: (float(value) if key != "weighting" else value) for d in dispatchers}
-    return out
+    return {key: {d: reader(model, d) for d in dispatchers}
+            for key, reader in (("weighting", weighting), ("waves", waves),
+                                ("small_side", small_side), ("caution", caution))}

@@ -776,7 +776,8 @@ def test_a_tie_keeps_the_setting_the_tuned_file_holds_and_a_clear_win_replaces_i
     assert nearest_mod.incumbent(tuned) == {
         "weighting": {"best_fp32": "inverse_distance", "best_tf32": "equal"},
         "waves": {"best_fp32": 0.0, "best_tf32": 0.5}, "small_side": {"best_fp32": 0.0, "best_tf32": 0.0},
-        "caution": {"best_fp32": 0.25, "best_tf32": 0.0}}
+        "caution": {"best_fp32": 0.25, "best_tf32": 0.0},
+        "reserved_sides": {"best_fp32": False, "best_tf32": False}}
 
 
 def test_auto_weighting_takes_each_dispatchers_better_leave_one_out_figure(tmp_path, monkeypatch):
@@ -1303,6 +1304,66 @@ def test_the_fit_hands_the_reserved_regions_to_the_nearest_model_where_reserved_
         with pytest.raises(LookupError):
             command.resolved_fit([], {**settings, "fit": {**settings["fit"], "reserved_sides": sides}}, "h200")
         assert seen[-1].get("regions") == expected
+
+
+def test_reserved_sides_auto_keeps_them_apart_per_dispatcher_where_the_leave_one_out_favours_it(tmp_path, monkeypatch):
+    """`fit.reserved_sides: auto`: per dispatcher, the sides stay apart where leaving one shape out
+    at a time reads a higher geomean (or, geomeans within the tie, a higher min), as the other
+    `auto` settings; a tie keeps the tuned file's (nearest.incumbent). SYNTHETIC figures shaped like
+    the H200's (TF32 1.267 / 0.651 apart-less against 1.272 / 0.723 kept apart; FP32 1.587 against
+    1.590 with the same min: a tie). The tuned file writes the regions of the dispatchers that keep
+    them apart, the runner reads them per dispatcher, and a value that is no boolean is a
+    ConfigError naming the rule."""
+    import yaml
+
+    import src.job.dispatch as d
+    from src.tune import command, nearest
+    from src.tune.plan import load_settings
+
+    figures = lambda g, m: {"geomean": g, "min": m, "shapes": 9, "unmeasured": 0, "min_shape": "1x1x1"}  # noqa: E731
+    seen = []
+
+    def apart(rows, guards, settings, drawn, gpu_spec, whens):
+        seen.append(whens)
+        return {False: {"best_fp32": figures(1.587, 0.9), "best_tf32": figures(1.267, 0.651)},
+                True: {"best_fp32": figures(1.590, 0.9), "best_tf32": figures(1.272, 0.723)}}
+
+    monkeypatch.setattr(judge, "leave_one_out", lambda *a, **k: {})
+    monkeypatch.setattr(judge, "sides_apart", apart)
+    settings = load_settings()
+    plain = {**settings["fit"], "weighting": "equal", "waves": 0, "small_side": 0, "caution": 0}
+    got, found = command.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "auto"}}, "h200")
+    assert seen == [["min(m, n) <= 2"]] and got["regions"] == {"best_tf32": ["min(m, n) <= 2"]}
+    assert set(found["reserved_sides"]) == {False, True}
+    kept = {"reserved_sides": {"best_fp32": True, "best_tf32": False}}
+    got, _ = command.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "auto"}}, "h200", kept)
+    assert got["regions"] == {"best_fp32": ["min(m, n) <= 2"], "best_tf32": ["min(m, n) <= 2"]}
+    given = {**plain, "reserved_sides": {"best_fp32": False, "best_tf32": True}}
+    assert command.resolved_fit([], {**settings, "fit": given}, "h200")[0]["regions"] == {"best_tf32": ["min(m, n) <= 2"]}
+    with pytest.raises(ConfigError, match="reserved_sides 'yes' is not true, false, auto"):
+        command.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "yes"}}, "h200")
+
+    written = {**SETTINGS, "model": "nearest", "weighting": "equal", "regions": {"best_tf32": ["min(m, n) <= 2"], "best_fp32": []}}
+    model = fit.nearest_model("e.csv", {}, written)
+    assert model["regions"] == {"best_tf32": ["min(m, n) <= 2"]}
+    tuned = tmp_path / "tuned.yaml"
+    fit.write(tuned, {"best_fp32": [], "best_tf32": []}, "e.csv", model)
+    assert '  regions:\n    best_tf32: ["min(m, n) <= 2"]\n' in tuned.read_text()
+    assert nearest.incumbent(tuned)["reserved_sides"] == {"best_fp32": False, "best_tf32": True}
+    inside, outside = [(1692, 2, 473), (1231, 2, 3926), (900, 1, 900)], [(508, 3, 788), (1613, 13, 1210), (455, 18, 1020), (700, 5, 1500)]
+    rows = [{"dispatcher": name, "precision": prec, "kernel": kernel, "params": json.dumps(p, sort_keys=True),
+             "m": s[0], "n": s[1], "k": s[2], "status": "ok", "ratio_best": v}
+            for name, prec in (("best_fp32", "fp32"), ("best_tf32", "tf32"))
+            for kernel, p, at in (("gemm_ffma_skinny", {"rows_per_warp": 4}, {**dict.fromkeys(inside, 1.1), **dict.fromkeys(outside, 0.6)}),
+                                  ("gemm_tf32", {"bm": 64, "bn": 64}, dict.fromkeys(outside, 1.4)))
+            for s, v in at.items()]
+    csv_path = evidence.write(rows, tmp_path / "e.csv")
+    on_file = {**yaml.safe_load(tuned.read_text())["nearest"], "evidence": str(csv_path)}
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": on_file})
+    tf32 = dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-sides-tf32", Problem(606, 3, 889, 0.5, 3.0))
+    fp32 = dispatch.choose({"name": "best_fp32", "default": "17_flagship"}, "synthetic-sides-fp32", Problem(606, 3, 889, 0.5, 3.0))
+    assert tf32.kernel == "gemm_tf32" and "neighbours on its side" in tf32.rule
+    assert fp32.kernel == "gemm_ffma_skinny" and "neighbours on its side" not in fp32.rule
 
 
 def test_the_wave_fill_counts_the_blocks_clusters_place_at_once(monkeypatch):

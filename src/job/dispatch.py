@@ -133,6 +133,8 @@ def _model(gpu_spec: str, name: str, problem: Problem):
     share = _model_number(model, "caution", name, where, training.CAUTION_RULE,
                           most=1.0)
     regions = model.get("regions") or []
+    if isinstance(regions, dict):  # per dispatcher (fit.reserved_sides: auto); one not named: none
+        regions = regions.get(name) or []
     if not isinstance(regions, list) or not all(isinstance(r, str) and r for r in regions):
         raise ConfigError(f"{where}: regions {regions!r} is not {training.REGIONS_RULE} (rule: the "
                           f"nearest model keeps the sides of each reserved region apart).")

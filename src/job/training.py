@@ -266,7 +266,8 @@ WAVES_RULE = ("the power of the wave-fill ratio, here against there, each neighb
 SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again, squared; 0: "
                    "the plain distance")
 REGIONS_RULE = ("a list of shape regions (`when` expressions over m, n and k, the reserved regions "
-                "of conf/tuning/dispatch.yaml): a neighbour counts only on the query's side of each")
+                "of conf/tuning/dispatch.yaml), or a mapping from dispatcher to such a list: a "
+                "neighbour counts only on the query's side of each")
 CAUTION_RULE = ("the share of each candidate's score its worst neighbour's log ratio takes, the "
                 "rest its weighted mean; 0: the mean alone")
 

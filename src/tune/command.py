@@ -80,14 +80,19 @@ def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str,
     """(the fit settings with every `auto` resolved from the evidence `rows`, the leave-one-out
     figures they were chosen from: the weightings', the powers' under `"waves"`, the small-side
     weights' under `"small_side"`, the cautions' under `"caution"`): the weighting first, then the
-    waves under it, then the small-side weight, then the caution (src/tune/judge.resolved; a tie
-    keeps `kept`'s, the tuned file's now: nearest.incumbent)."""
+    waves under it, then the small-side weight, then the caution, then whether the reserved
+    regions' sides stay apart (src/tune/judge.resolved; a tie keeps `kept`'s, the tuned file's
+    now: nearest.incumbent)."""
     from src.tune import fit, judge
     from src.tune.plan import reserved
 
-    fit_settings = settings.get("fit") or {}
-    if fit_settings.get("reserved_sides"):  # the nearest model keeps each reserved region's sides apart
-        fit_settings = {**fit_settings, "regions": sorted(reserved(settings).values())}
+    from src.tune.nearest import AUTO, reserved_sides
+
+    fit_settings, whens = settings.get("fit") or {}, sorted(reserved(settings).values())
+    sides = reserved_sides(fit_settings)  # the nearest model keeps each reserved region's sides apart
+    if sides is True or isinstance(sides, dict):  # given: every dispatcher's LOO keeps them apart
+        fit_settings = {**fit_settings, "regions": whens if sides is True else
+                        {d: whens for d, on in sides.items() if on}}
     apart = judge.leave_one_out(rows, guards(settings), fit_settings, drawn := drawn_shapes(rows))
     fit_settings = judge.resolved(fit_settings, apart, kept=kept)
     if fit.waves_auto(fit_settings):  # chosen under each dispatcher's resolved weighting
@@ -99,6 +104,12 @@ def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str,
     if fit.caution_auto(fit_settings):  # under all the above
         apart["caution"] = judge.caution_apart(rows, guards(settings), fit_settings, drawn, gpu_spec)
         fit_settings = judge.resolved(fit_settings, apart, cautions=apart["caution"], kept=kept)
+    if sides == AUTO:  # under all the above: per dispatcher, kept apart where the LOO favours it
+        apart["reserved_sides"] = judge.sides_apart(rows, guards(settings), fit_settings, drawn, gpu_spec, whens)
+        chosen = judge.chosen_weightings(apart["reserved_sides"], float(fit_settings.get("weighting_tie", 0.01)),
+                                         plain=False, kept=(kept or {}).get("reserved_sides"))
+        fit_settings = {**fit_settings, "regions": {d: whens for d, on in chosen.items() if on},
+                        "reserved_sides_chosen": sorted(chosen)}
     return fit_settings, apart
 
 

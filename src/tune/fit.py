@@ -349,11 +349,14 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
             return value
 
         sha = [("evidence_sha256", nearest["evidence_sha256"])] if nearest.get("evidence_sha256") else []
-        regions = []
-        if nearest.get("regions"):  # one line: the `when`s quoted as the guards are
-            listed = CommentedSeq(DoubleQuotedScalarString(r) for r in nearest["regions"])
+        def quoted(whens):  # one line: the `when`s quoted as the guards are
+            listed = CommentedSeq(DoubleQuotedScalarString(r) for r in whens)
             listed.fa.set_flow_style()
-            regions = [("regions", listed)]
+            return listed
+
+        found = nearest.get("regions")  # one list, or one per dispatcher (fit.reserved_sides: auto)
+        regions = [] if not found else [("regions", CommentedMap(
+            (d, quoted(w)) for d, w in sorted(found.items())) if isinstance(found, dict) else quoted(found))]
         data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), *sha, ("count", nearest["count"]),
                                         ("weighting", flow(weighs)), ("waves", flow(nearest.get("waves", 0))),
                                         ("small_side", flow(nearest.get("small_side", 0))),

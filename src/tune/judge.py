@@ -13,10 +13,9 @@ import math
 from src.job import training
 from src.job.training import NearestModel
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
-from src.tune.nearest import regions as nearest_regions
 from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, small_side,
                               small_side_auto, small_side_options, uses_nearest, waves, waves_auto,
-                              waves_options, weighting)
+                              waves_options, weighting, regions as nearest_regions)
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -109,7 +108,8 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
                             drawn: set[tuple[int, int, int]] | None = None,
                             weights: str | None = None, gpu_spec: str | None = None,
                             power: float | None = None, side: float | None = None,
-                            share: float | None = None) -> dict[str, dict]:
+                            share: float | None = None,
+                            regions: tuple[str, ...] | None = None) -> dict[str, dict]:
     """The other model, judged on the same folds as `cross_validated`: each left-out shape runs
     `nearest_choice` over the other folds' shapes. Printed beside the tree's figures so that the
     choice of model stays a measured one (docs/tuning.md). With `drawn` (the training set's random
@@ -118,7 +118,8 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
     held-out set, all random draws, will read. `folds=None` leaves one shape out at a time (the
     model then sees every other shape, as at a held-out shape); `weights` overrides the
     settings' `fit.weighting`, `power` its `fit.waves` (the wave fills are `gpu_spec`'s; without
-    one, no scaling), `side` its `fit.small_side`, `share` its `fit.caution`."""
+    one, no scaling), `side` its `fit.small_side`, `share` its `fit.caution`, `regions` its
+    reserved regions whose sides stay apart."""
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         weighs = weights or weighting(settings, dispatcher)
@@ -128,7 +129,8 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         fill = _fill_for(rows, dispatcher, gpu_spec, scale)
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
-        model = NearestModel(count, weighs, fill, scale, weight, worst, nearest_regions(settings))
+        apart = nearest_regions(settings, dispatcher) if regions is None else regions
+        model = NearestModel(count, weighs, fill, scale, weight, worst, apart)
         held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
         figures = []
         for shape in whole.shapes:
@@ -138,7 +140,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weighs,
                                "waves": scale if fill is not None else 0.0, "small_side": weight,
-                               "caution": worst,
+                               "caution": worst, "reserved_sides": bool(apart),
                                **_summary(figures, len(whole.shapes))}
             out[dispatcher].update(_drawn_summary(figures, drawn))
     return out
@@ -180,6 +182,15 @@ def caution_apart(rows: list[dict], guards: dict[str, str | None], settings: dic
     of `fit.caution_options`, the other settings as `settings` (resolved) says; what
     `fit.caution: auto` chooses from."""
     return _options_apart(rows, guards, settings, drawn, gpu_spec, "share", caution_options(settings))
+
+
+def sides_apart(rows: list[dict], guards: dict[str, str | None], settings: dict, drawn: set | None,
+                gpu_spec: str, whens: list[str]) -> dict[bool, dict[str, dict]]:
+    """{kept apart: {dispatcher: figures}}: left one out with the sides of the reserved regions
+    `whens` kept apart or not, the rest as `settings` says; what `fit.reserved_sides: auto` weighs."""
+    return {sided: nearest_cross_validated(rows, guards, settings, None, neighbours(settings), drawn,
+                                           gpu_spec=gpu_spec, regions=tuple(whens) if sided else ())
+            for sided in (False, True)}
 
 
 def _options_apart(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -273,7 +284,8 @@ def agreement(rows_a: list[dict], rows_b: list[dict], guards: dict[str, str | No
         tabs = [table(rows, dispatcher) for rows in (rows_a, rows_b)]
         if nearest:
             fitters = [Fitter(tab, guards, settings) for tab in tabs]
-            model = NearestModel(count, weigh, small_side=side, caution=share, regions=nearest_regions(settings))
+            model = NearestModel(count, weigh, small_side=side, caution=share,
+                                 regions=nearest_regions(settings, dispatcher))
             choosers = [lambda shape, f=f: nearest_choice(f, shape, f.tab.shapes, model)
                         for f in fitters]
         else:
@@ -334,8 +346,8 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
     count = neighbours(fit_settings)
     powers = apart.get("waves") or {}
     sides = apart.get("small_side") or {}
-    shares = apart.get("caution") or {}
-    apart = {w: cvs for w, cvs in apart.items() if w not in ("waves", "small_side", "caution")}
+    shares, sided = apart.get("caution") or {}, apart.get("reserved_sides") or {}
+    apart = {w: cvs for w, cvs in apart.items() if w not in ("waves", "small_side", "caution", "reserved_sides")}
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in apart.values()))):
         figures = [_figures(w, cvs[dispatcher]) for w, cvs in apart.items()]
         lines.append(f"{dispatcher}: leave-one-out, the {count} nearest shapes' best by each "
@@ -349,6 +361,8 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
                            "counted again in the distance at a weight")
     lines += _option_lines(shares, fit_settings, "caution", caution, "each candidate's score taking a "
                            "share from its worst neighbour")
+    lines += _option_lines(sided, fit_settings, "reserved_sides", lambda f, d: bool(nearest_regions(f, d)),
+                           "the neighbours on the query's side of each reserved region")
     for dispatcher, top in ceiling(rows, drawn=drawn).items():
         lines.append(f"{dispatcher}: the best measured candidate at each training shape (no "
                      f"dispatch over these candidates does better there), geomean "
@@ -373,10 +387,14 @@ def _option_lines(options: dict, fit_settings: dict, key: str, value_of, what: s
     chosen by auto or given."""
     lines = []
     for dispatcher in sorted(set.intersection(*(set(cvs) for cvs in options.values())) if options else ()):
-        figures = [_figures(f"{value:g}", cvs[dispatcher]) for value, cvs in options.items()]
+        figures = [_figures(_shown(value), cvs[dispatcher]) for value, cvs in options.items()]
         lines.append(f"{dispatcher}: leave-one-out, {what} (geomean / min): " + ", ".join(figures)
-                     + f"; the fit's is {value_of(fit_settings, dispatcher):g} " + (
+                     + f"; the fit's is {_shown(value_of(fit_settings, dispatcher))} " + (
                          "(auto: the better at the random draws, geomean first; a tie keeps the tuned file's)"
                          if dispatcher in fit_settings.get(f"{key}_chosen", [dispatcher])
                          else f"(given: conf/tuning/dispatch.yaml fit.{key})"))
     return lines
+
+
+def _shown(value: float | bool) -> str:  # an option as the report prints it
+    return ("on" if value else "off") if isinstance(value, bool) else f"{value:g}"

@@ -17,24 +17,41 @@ from src.job import training
 from src.job.training import CAUTION_RULE, SMALL_SIDE_RULE, WAVES_RULE
 
 
+AUTO = "auto"  # fit.weighting: per dispatcher, the weighting its leave-one-out figures favour
+
+
 def uses_nearest(settings: dict) -> bool:
     """Whether the fit writes the nearest-neighbour model (`fit.model: nearest`) before the tree."""
     return str(settings.get("model", "tree")) == "nearest"
 
 
-def regions(settings: dict) -> tuple[str, ...]:
-    """The shape regions whose sides the nearest model keeps apart (`regions`, which
-    command.resolved_fit sets from conf/tuning/dispatch.yaml's `reserved` where `fit.reserved_sides`
-    holds); () for none."""
-    return tuple(str(r) for r in settings.get("regions") or ())
+def regions(settings: dict, dispatcher: str | None = None) -> tuple[str, ...]:
+    """The shape regions whose sides the nearest model keeps apart for `dispatcher` (`regions`:
+    one list for every dispatcher or a mapping from dispatcher to list, which command.resolved_fit
+    sets from conf/tuning/dispatch.yaml's `reserved` where `fit.reserved_sides` holds or auto chose
+    it); () for none."""
+    value = settings.get("regions") or ()
+    if isinstance(value, dict):
+        value = value.get(dispatcher) or ()
+    return tuple(str(r) for r in value)
+
+
+def reserved_sides(settings: dict) -> bool | dict | str:
+    """`fit.reserved_sides`: true or false for every dispatcher, a mapping from dispatcher to
+    either, or `auto` (per dispatcher, the better left one shape out at a time: judge.resolved);
+    anything else is a ConfigError naming the rule."""
+    value = settings.get("reserved_sides", False)
+    mapping = value if isinstance(value, dict) else {"": value}
+    if value != AUTO and not all(isinstance(v, bool) for v in mapping.values()):
+        raise ConfigError(f"conf/tuning/dispatch.yaml: fit.reserved_sides {value!r} is not true, "
+                          f"false, auto or a mapping from dispatcher to true or false (rule: the "
+                          f"nearest model keeps each reserved region's sides apart where it holds).")
+    return value
 
 
 def neighbours(settings: dict) -> int:
     """The training shapes the nearest-neighbour model counts (`fit.neighbours`, default 4)."""
     return int(settings.get("neighbours", 4))
-
-
-AUTO = "auto"  # fit.weighting: per dispatcher, the weighting its leave-one-out figures favour
 
 
 def weighting(settings: dict, dispatcher: str | None = None) -> str:
@@ -158,13 +175,23 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict,
             "count": neighbours(settings), "weighting": written("weighting", weighting),
             "waves": written("waves", waves), "small_side": written("small_side", small_side),
             "caution": written("caution", caution),
-            **({"regions": list(regions(settings))} if regions(settings) else {}),
+            **_regions_written(settings),
             "guards": {k: v for k, v in sorted(guards.items()) if v}}
 
 
+def _regions_written(settings: dict) -> dict:
+    """The `regions` entry of the tuned file's section: one list for every dispatcher, or a
+    mapping naming the dispatchers that keep the sides apart; none where no dispatcher does."""
+    value = settings.get("regions") or ()
+    if isinstance(value, dict):
+        kept = {d: list(regions(settings, d)) for d in sorted(value) if regions(settings, d)}
+        return {"regions": kept} if kept else {}
+    return {"regions": list(regions(settings))} if regions(settings) else {}
+
+
 def incumbent(tuned_path: Path) -> dict[str, dict]:
-    """{setting: {dispatcher: value}}: the nearest model's weighting, waves, small_side and caution
-    the tuned file at `tuned_path` holds now, read as the fit's settings are (its `nearest:` has
+    """{setting: {dispatcher: value}}: the nearest model's weighting, waves, small_side, caution
+    and reserved_sides (whether it names regions) the tuned file at `tuned_path` holds now, read as the fit's settings are (its `nearest:` has
     their shape; {} where there is no file or no section), for judge.resolved's ties."""
     data = (yaml.safe_load(tuned_path.read_text()) or {}) if tuned_path.is_file() else {}
     model, dispatchers = data.get("nearest"), sorted(data.get("dispatch") or {})
@@ -172,4 +199,5 @@ def incumbent(tuned_path: Path) -> dict[str, dict]:
         return {}
     return {key: {d: reader(model, d) for d in dispatchers}
             for key, reader in (("weighting", weighting), ("waves", waves),
-                                ("small_side", small_side), ("caution", caution))}
+                                ("small_side", small_side), ("caution", caution),
+                                ("reserved_sides", lambda m, d: bool(regions(m, d))))}

@@ -89,16 +89,24 @@ def test_picked_shapes_come_last_for_stage_three_and_move_no_draw(dist, sets):
 def test_grown_draws_are_the_pools_that_shorten_its_distance_to_training_most(dist, sets):
     """training.grown: chosen one at a time among the pool's draws, each the one that most shortens
     the pool's summed log2 distance to its nearest training shape (checked here against a plain
-    recomputation over a small pool); they come last, flagged for stage 3 under `grown:<class>`,
-    are no plain draw for the leave-one-out, and move neither the training set before them nor the
-    held-out set."""
+    recomputation over a small pool), under `grown:<class>`; with `grown_stage: 3` they come last,
+    flagged for stage 3, with 2 before the added draws, unflagged (every stage-2 survivor measured
+    there). Either way they are no plain draw for the leave-one-out, move neither the screen's
+    shapes, the training set's others nor the held-out set."""
     from src.job.training import distance
+    from src.tune.plan import load_settings, screening
 
     train, held = sets
-    small = dataclasses.replace(dist, training_grown=3, grow_pool=96)
+    small = dataclasses.replace(dist, training_grown=3, grow_pool=96, grown_stage=3)
     without = dist_mod.training(dataclasses.replace(dist, training_grown=0))
     grown = dist_mod.training(small)[len(without):]
     assert len(grown) == 3 and all(s.added and s.cls.startswith("grown:") for s in grown)
+    second = dist_mod.training(dataclasses.replace(small, grown_stage=2))
+    early = [s for s in second if s.cls.startswith("grown:")]
+    assert [s.dims for s in early] == [s.dims for s in grown] and not any(s.added for s in early)
+    assert second.index(early[-1]) < min(i for i, s in enumerate(second) if s.added)
+    assert [s for s in second if s not in early] == without
+    assert screening(second, load_settings())[0] == screening(without, load_settings())[0]
     pool = [s.dims for s in dist_mod.draw(small, 96, dist_mod.GROW_SEED.format(seed=dist.training_seed),
                                           {s.dims for s in without})]
     known = [s.dims for s in without]
@@ -109,17 +117,19 @@ def test_grown_draws_are_the_pools_that_shorten_its_distance_to_training_most(di
         before = sum(nearest)
         nearest = [min(near, distance(p, shape.dims)) for p, near in zip(pool, nearest)]
         assert sum(nearest) < before
-    assert train[:len(without)] == without and len(train) == len(without) + dist.training_grown
+    mine = [s for s in train if s.cls.startswith("grown:")]
+    assert [s for s in train if s not in mine] == without and len(mine) == dist.training_grown
     assert dist_mod.heldout(dataclasses.replace(dist, training_grown=0)) == held
-    assert not {s.dims for s in train[len(without):]} & {s.dims for s in held}
-    assert {s.dims for s in train[len(without):]} <= dist_mod.not_drawn(dist)
+    assert not {s.dims for s in mine} & {s.dims for s in held}
+    assert {s.dims for s in mine} <= dist_mod.not_drawn(dist)
     assert dist_mod.training(dataclasses.replace(dist, training_grown=0, grow_pool=0)) == without
 
 
-@pytest.mark.parametrize("grown,pool", [(-1, 2048), (8, 4)])
-def test_a_bad_grown_count_is_refused_with_its_rule(tmp_path, grown, pool):
+@pytest.mark.parametrize("grown,pool,stage", [(-1, 2048, 2), (8, 4, 2), (8, 2048, 1)])
+def test_a_bad_grown_count_is_refused_with_its_rule(tmp_path, grown, pool, stage):
     text = dist_mod.DISTRIBUTION_FILE.read_text()
     text = re.sub(r"(?m)^  grown: \d+", f"  grown: {grown}", text)
+    text = re.sub(r"(?m)^  grown_stage: \d+", f"  grown_stage: {stage}", text)
     bad = tmp_path / "distribution.yaml"
     bad.write_text(re.sub(r"(?m)^  grow_pool: \d+", f"  grow_pool: {pool}", text))
     with pytest.raises(ConfigError, match="training.grow_pool a whole number at least as large"):
@@ -182,10 +192,11 @@ def test_weights_share_the_count_and_a_small_run_covers_every_class(dist, sets):
     assert sum(counts) == 64 and all(c > 0 for c in counts)
     total = sum(c.weight for c in dist.classes)
     assert all(abs(n - 64 * c.weight / total) < 1 for n, c in zip(counts, dist.classes))
-    classes = {s.cls for s in train if not s.added}   # the stage-3 shapes come after the others
+    late = lambda s: s.added or s.cls.startswith("grown:")  # noqa: E731 (stage 3's and the grown come after the others)
+    classes = {s.cls for s in train if not late(s)}
     picked = dist_mod.stratified(train, len(classes))
     assert {s.cls for s in picked} == classes and len(picked) == len(classes)
-    ordinary = [s for s in train if not s.added]
+    ordinary = [s for s in train if not late(s)]
     assert {s.dims for s in dist_mod.stratified(train, len(ordinary))} == {s.dims for s in ordinary}
     assert dist_mod.stratified(train, None) == train
     assert dist_mod.stratified(train, 20) == dist_mod.stratified(train, 20)

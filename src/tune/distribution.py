@@ -20,6 +20,7 @@ import math
 import random
 import sys
 import textwrap
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,7 @@ class Distribution:
     picked: tuple[Shape, ...] = ()   # training.picked: hand-picked shapes after the draws (stage 3)
     training_grown: int = 0          # training.grown: draws chosen where the training set is sparsest
     grow_pool: int = 2048            # training.grow_pool: the draws they are chosen from
+    grown_stage: int = 3             # training.grown_stage: 2 (every stage-2 survivor) or 3 (the rescreen's)
 
 
 def _bad(rule: str) -> ConfigError:
@@ -100,8 +102,7 @@ def _range(entry: dict, key: str, name: str) -> tuple[int, int] | None:
 
 
 def load(path: Path = DISTRIBUTION_FILE) -> Distribution:
-    """The distribution file, checked: each class has a name, a one-line `why`, a positive weight
-    and its dimensions' bounds."""
+    """The distribution file, checked: each class's name, one-line `why`, weight > 0, bounds."""
     data = yaml.safe_load(path.read_text()) or {}
     classes = []
     for entry in data.get("classes") or []:
@@ -129,16 +130,17 @@ def load(path: Path = DISTRIBUTION_FILE) -> Distribution:
         raise _bad(f"training.added must be a whole number of draws, 0 or more, got {added!r} "
                    f"(rule: the added draws extend the training set's random ones).")
     grown, pool = data["training"].get("grown", 0), data["training"].get("grow_pool", 2048)
-    if not isinstance(grown, int) or not isinstance(pool, int) or grown < 0 or pool < grown:
-        raise _bad(f"training.grown must be a whole number of draws, 0 or more, and training.grow_pool a "
-                   f"whole number at least as large, got {grown!r} and {pool!r} (rule: the grown draws are "
-                   f"chosen among the pool's).")
+    stage = data["training"].get("grown_stage", 3)
+    if not isinstance(grown, int) or not isinstance(pool, int) or grown < 0 or pool < grown or stage not in (2, 3):
+        raise _bad(f"training.grown must be a whole number of draws, 0 or more, training.grow_pool a whole "
+                   f"number at least as large and training.grown_stage 2 or 3, got {grown!r}, {pool!r} and "
+                   f"{stage!r} (rule: the grown draws are chosen among the pool's, measured in stage 2 or 3).")
     return Distribution(tuple(classes), int(data["training"]["seed"]),
                         int(data["training"]["random"]), int(data["heldout"]["seed"]),
                         int(data["heldout"]["count"]), int(limits["max_operand_elements"]),
                         int(limits["max_flop"]), training_added=added,
                         picked=_picked(data["training"].get("picked") or {}),
-                        training_grown=grown, grow_pool=pool)
+                        training_grown=grown, grow_pool=pool, grown_stage=stage)
 
 
 def _picked(groups: dict) -> tuple[Shape, ...]:
@@ -188,13 +190,11 @@ def draw_one(cls: ShapeClass, rng: random.Random) -> Shape:
 
 def within_limits(shape: Shape, dist: Distribution) -> bool:
     m, n, k = shape.dims
-    return (max(m * k, k * n, m * n) <= dist.max_operand_elements
-            and 2 * m * n * k <= dist.max_flop)
+    return max(m * k, k * n, m * n) <= dist.max_operand_elements and 2 * m * n * k <= dist.max_flop
 
 
 def allocate(classes, count: int) -> list[int]:
-    """`count` shapes shared among the classes by weight (largest remainder, ties to the earlier
-    class): the same counts for the same weights."""
+    """`count` shapes shared among the classes by weight (largest remainder, ties to the earlier)."""
     total = sum(c.weight for c in classes)
     exact = [count * c.weight / total for c in classes]
     counts = [int(e) for e in exact]
@@ -227,8 +227,7 @@ def draw(dist: Distribution, count: int, seed: int, exclude: set[tuple[int, int,
 
 
 def suite_shapes(suite_dir: Path = SUITE_DIR) -> list[Shape]:
-    """The hand-written suites' shapes (conf/suite/*.yaml without `generated_from`), each once,
-    in file and list order."""
+    """The hand-written suites' shapes (conf/suite/*.yaml without `generated_from`), once each, in order."""
     from src.job.shapes import parse
 
     found: dict[tuple[int, int, int], Shape] = {}
@@ -244,10 +243,10 @@ def suite_shapes(suite_dir: Path = SUITE_DIR) -> list[Shape]:
 
 
 def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> list[Shape]:
-    """The suites' shapes, then `training.random` draws with `training.seed`, none repeated, then
-    `training.added` more (flagged `added`): the draws of random + added that the first random ones
-    are not, then `training.picked`'s and `grown`'s (flagged `added` too). Each class extends its own
-    stream, so the first draws stay what they were; the picked and grown shapes change no draw."""
+    """The suites' shapes, `training.random` draws with `training.seed`, none repeated, then
+    `training.added` more (flagged `added`: the draws of random + added that the first random ones
+    are not), `training.picked`'s and `grown`'s (flagged `added` in stage 3, else before the added).
+    Each class extends its own stream: the first draws stay; picked and grown shapes change none."""
     dist = dist or load()
     suite = suite_shapes(suite_dir)
     taken = {s.dims for s in suite}
@@ -268,14 +267,15 @@ def training(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> l
             raise _bad(f"training.picked: {shape.label} is already a training shape (rule: a "
                        f"picked shape adds one the suites and the draws do not hold).")
         seen.add(shape.dims)
-    return (so_far := suite + first + added + list(dist.picked)) + grown(dist, so_far)
+    more = grown(dist, so_far := suite + first + added + list(dist.picked))  # stage 2's before stage 3's
+    return so_far + more if dist.grown_stage == 3 else suite + first + more + added + list(dist.picked)
 
 
 GROW_SEED = "{seed}/pool"   # the pool's draws: the training seed's, a stream of their own
 
 
 def grown(dist: Distribution, so_far: list[Shape]) -> list[Shape]:
-    """`training.grown` draws (stage 3, class `grown:<class>`) where the training set is sparsest for
+    """`training.grown` draws (class `grown:<class>`, stage `grown_stage`) where the training set is sparsest for
     `training.grow_pool` draws of the distribution (their own seed): src/tune/coverage.covering."""
     if not dist.training_grown:
         return []
@@ -284,7 +284,8 @@ def grown(dist: Distribution, so_far: list[Shape]) -> list[Shape]:
     taken = {s.dims for s in so_far}
     pool = draw(dist, dist.grow_pool, GROW_SEED.format(seed=dist.training_seed), taken)
     picks = covering([s.dims for s in pool], sorted(taken), dist.training_grown)
-    return [Shape(*pool[i].dims, cls=GROWN_CLASS_PREFIX + pool[i].cls, added=True) for i in picks]
+    return [Shape(*pool[i].dims, cls=GROWN_CLASS_PREFIX + pool[i].cls, added=dist.grown_stage == 3)
+            for i in picks]
 
 
 def not_drawn(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> set[tuple[int, int, int]]:
@@ -309,13 +310,14 @@ def heldout(dist: Distribution | None = None, suite_dir: Path = SUITE_DIR) -> li
 
 
 def stratified(shapes: list[Shape], count: int | None) -> list[Shape]:
-    """The first `count` shapes taken round-robin over the classes (in the order each class first
-    appears), so a small run still covers every class; the stage-3 shapes (`added`: the added
-    draws, the picked shapes) only after all the others; all of them when count is None."""
+    """The first `count` shapes round-robin over the classes (in order of first appearance), so a
+    small run covers every class; the stage-3 (`added`) and grown shapes after all the others (they
+    never move the screen's shapes); all of them when count is None."""
     if count is None or count >= len(shapes):
         return list(shapes)
-    order = _round_robin([s for s in shapes if not s.added]) + _round_robin([s for s in shapes if s.added])
-    return order[:count]
+    late = [s.added or s.cls.startswith(GROWN_CLASS_PREFIX) for s in shapes]
+    return (_round_robin([s for s, x in zip(shapes, late) if not x])
+            + _round_robin([s for s, x in zip(shapes, late) if x]))[:count]
 
 
 def _round_robin(shapes: list[Shape]) -> list[Shape]:
@@ -328,10 +330,9 @@ def _round_robin(shapes: list[Shape]) -> list[Shape]:
 
 def suite_file_text(name: str, shapes: list[Shape], dist: Distribution) -> str:
     """A conf/suite/ file for one generated set (alpha 0.5, beta 3 as the hand-written suites)."""
-    counts: dict[str, int] = {}
-    for shape in shapes:
-        counts[shape.cls] = counts.get(shape.cls, 0) + 1
+    counts = Counter(shape.cls for shape in shapes)  # in the order each class first appears
     seed = dist.training_seed if name == "training" else dist.heldout_seed
+    late, stage_two = (name == "training" and dist.training_grown and dist.grown_stage == s for s in (3, 2))
     what = ("the hand-written suites' shapes plus random draws: the dispatch is tuned on these"
             if name == "training" else
             "random draws never trained on (disjoint from training and the suites): the tuned "
@@ -342,9 +343,10 @@ def suite_file_text(name: str, shapes: list[Shape], dist: Distribution) -> str:
               f"and judged on shapes it never saw. Shapes per class: "
               + ", ".join(f"{cls} {n}" for cls, n in counts.items()) + "."
               + (f" The last {sum(s.added for s in shapes)} are `training.added`'s draws"
-                 + ((", " if dist.training_grown else " and ") + "`training.picked`'s shapes" if dist.picked else "")
-                 + (" and `training.grown`'s draws" if dist.training_grown else "")
-                 + " (the tuner's stage 3)." if any(s.added for s in shapes) else ""))
+                 + ((", " if late else " and ") + "`training.picked`'s shapes" if dist.picked else "")
+                 + (" and `training.grown`'s draws" if late else "")
+                 + " (the tuner's stage 3)." if any(s.added for s in shapes) else "")
+              + (" `training.grown`'s draws are measured in stage 2." if stage_two else ""))
     lines = [
         "# @package _global_",
         *textwrap.wrap(header, 98, initial_indent="# ", subsequent_indent="# "),
@@ -389,9 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
         return 1 if stale else 0
     for name, shapes in (("training", training()), ("heldout", heldout())):
-        counts: dict[str, int] = {}
-        for shape in shapes:
-            counts[shape.cls] = counts.get(shape.cls, 0) + 1
+        counts = Counter(shape.cls for shape in shapes)
         print(f"{name}: {len(shapes)} shapes: " + ", ".join(f"{c} {n}" for c, n in counts.items()))
     return 0
 

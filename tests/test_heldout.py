@@ -117,3 +117,34 @@ def test_rows_measured_through_an_earlier_dispatch_are_counted_listed_and_keep_a
     with pytest.raises(SystemExit):
         heldout.main([str(edited), "--gpu", "h200"])
     assert "--out-dir is required" in capsys.readouterr().err
+
+
+def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispatch():
+    """RECORDED: the H200's held-out row at 2x338x1906 (best_tf32, gemm_ffma_skinny). At two rows
+    of C the skinny kernel clamps `rows_per_warp`, so params that differ only there build the same
+    entry, grid and block (the tuner's twins, KernelSpec.launch_identity): the row measured what
+    today's dispatch runs. Params that build another launch (half the warps a block) are an
+    earlier dispatch, listed with today's choice."""
+    import json
+
+    from src.job.config import kernel_config
+    from src.job.gpu import limits_from_spec
+    from src.job.problem import Problem
+    from src.job.spec import candidate_spec
+    from src.paths import ROOT
+    from src.records.collect import read_runs
+
+    runs = read_runs(ROOT / "results" / "h200" / "heldout_runs.csv")
+    at = runs[(runs.kernel == "best_tf32") & (runs["size"] == "2x338x1906")].index[0]
+    key = ("best_tf32", 2, 338, 1906)
+    assert runs.at[at, "dispatched_to"] == "gemm_ffma_skinny" and heldout.dispatched_today(runs, "h200")[key] is None
+    params = json.loads(runs.at[at, "params"])
+    spec = lambda p: candidate_spec({**kernel_config("gemm_ffma_skinny"), "precision": "tf32"}, p,  # noqa: E731
+                                    Problem(2, 338, 1906, 0.5, 3.0), limits_from_spec("h200"))
+    for rows_per_warp, warps, same in ((1, params["warps"], True), (4, params["warps"], True),
+                                       (params["rows_per_warp"], params["warps"] // 2, False)):
+        edited = {**params, "rows_per_warp": rows_per_warp, "warps": warps}
+        assert (spec(edited).launch_identity() == spec(params).launch_identity()) is same
+        runs.at[at, "params"] = json.dumps(edited)
+        now = heldout.dispatched_today(runs, "h200")[key]
+        assert (now is None) is same and (same or now.startswith("gemm_ffma_skinny {"))

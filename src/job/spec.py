@@ -49,6 +49,13 @@ class KernelSpec:
     resident_ctas: int = 1            # blocks an SM holds at once (launch.resident_ctas): the dispatch's wave fill
     cluster: int = 1                  # blocks a cluster holds (launch.cluster): clusters place fewer blocks at once
 
+    def launch_identity(self) -> str:
+        """What one launch runs: its compiled entry and every launch setting (the measurement
+        cache's key holds the same, src/job/cache.py); not the parameters' names, so two
+        parameter sets that build this are one kernel (the tuner's twins, src/tune/space.py)."""
+        return repr((self.entry, self.grid, self.block, self.dynamic_smem_bytes, self.workspace_bytes,
+                     self.arch, self.tensor_maps, self.prepass) + ((self.tail,) if self.tail else ()))
+
     @property
     def threads(self) -> int:
         total = 1

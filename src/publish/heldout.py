@@ -28,9 +28,10 @@ KERNELS = {"fp32": "best_fp32", "tf32": "best_tf32"}
 
 
 def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | None]:
-    """{(kernel, m, n, k): None where today's dispatch runs what the row measured, else what it
-    runs now ("kernel {params}")} for each ok row of a dispatching kernel that records its choice
-    (`dispatched_to`, `params`): src.job.dispatch.choose at the row's problem with the device
+    """{(kernel, m, n, k): None where today's dispatch runs what the row measured (the same
+    params, or others that build the same launch there), else what it runs now ("kernel
+    {params}")} for each ok row of a dispatching kernel that records its choice (`dispatched_to`,
+    `params`): src.job.dispatch.choose at the row's problem with the device
     limits of `gpu_spec`'s datasheet, as the runner chooses. {} for a spec without a datasheet."""
     from src.job import dispatch
     from src.job import gpu as gpu_mod
@@ -47,10 +48,24 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
             continue
         problem = Problem(int(r.m), int(r.n), int(r.k), float(r.alpha), float(r.beta))
         now = dispatch.choose(kernel_config(r.kernel), gpu_spec, problem, limits)
-        same = now.kernel == chosen and now.params == json.loads(params)
+        same = now.kernel == chosen and (now.params == json.loads(params) or _launch(
+            chosen, json.loads(params), r, limits) == _launch(now.kernel, now.params, r, limits))
         out[(r.kernel, int(r.m), int(r.n), int(r.k))] = (
             None if same else f"{now.kernel} {json.dumps(now.params, sort_keys=True)}")
     return out
+
+
+def _launch(kernel: str, params: dict, row, limits: dict) -> str | None:
+    """What `kernel` with `params` launches at the row's problem (KernelSpec.launch_identity): two
+    parameter sets that build the same launch run the same kernel (the tuner's twins); None where
+    it does not build."""
+    from src.job.config import kernel_config
+    from src.job.problem import Problem
+    from src.job.spec import KernelSpec, candidate_spec
+
+    spec = candidate_spec({**kernel_config(kernel), "precision": str(row.precision)}, params,
+                          Problem(int(row.m), int(row.n), int(row.k), float(row.alpha), float(row.beta)), limits)
+    return spec.launch_identity() if isinstance(spec, KernelSpec) else None
 
 
 def heldout_frame(runs: pd.DataFrame, gpu_spec: str | None = None) -> pd.DataFrame:

@@ -154,11 +154,8 @@ check = candidate_spec  # the candidate's spec, or the rule it breaks (src/job/s
 
 
 def kernel_identity(spec: KernelSpec) -> str:
-    """What one launch of the candidate runs: its compiled entry and every launch setting (the
-    measurement cache's key holds the same, src/job/cache.py); the parameters' names are not part
-    of it."""
-    return repr((spec.entry, spec.grid, spec.block, spec.dynamic_smem_bytes, spec.workspace_bytes,
-                 spec.arch, spec.tensor_maps, spec.prepass) + ((spec.tail,) if spec.tail else ()))
+    """What one launch of the candidate runs (KernelSpec.launch_identity)."""
+    return spec.launch_identity()
 
 
 def built(spec: KernelSpec) -> bytes:

@@ -910,6 +910,34 @@ def test_under_auto_weighting_the_second_screen_keeps_either_weightings_choice()
     assert kept["inverse_distance"] == kept["auto"] == kept["equal"] | {P["G"]}
 
 
+def test_the_second_screen_asks_the_nearest_model_with_the_reserved_sides_the_fit_may_choose(monkeypatch):
+    """`fit.reserved_sides` in the second screen, as `auto` weighting: where the fit may keep the
+    reserved regions' sides apart for a dispatcher (true for it, or auto, settled only on the
+    whole evidence), the nearest model's choice at each left-out shape is asked with those regions,
+    under auto without them too; where it may not, without. Each choice asked is kept."""
+    from src.tune import judge
+
+    shapes = [(d, d, d) for d in (64, 72, 256, 1024)]
+    rows = [row("best_tf32", "gemm_tf32", P["A"], s, 1.0, stage=2) for s in shapes]
+    survivors = {("best_tf32", "gemm_tf32"): {P["A"]}}
+    asked = []
+
+    def choice(fitter, shape, among, model):
+        asked.append(model.regions)
+        return fit.Candidate("gemm_tf32", P["B"]) if model.regions else None
+
+    monkeypatch.setattr(judge, "nearest_choice", choice)
+    whens = ("min(m, n) <= 2",)
+    for sides, expected in ((False, {()}), (True, {whens}), ("auto", {(), whens}),
+                            ({"best_tf32": True, "best_fp32": False}, {whens}), ({"best_fp32": True}, {()})):
+        data = settings(rescreen_margin=0.0)
+        data["fit"] = {**data["fit"], "weighting": "equal", "reserved_sides": sides}
+        asked.clear()
+        kept = screen.rescreened(rows, data, GUARDS, survivors)[("best_tf32", "gemm_tf32")]
+        assert set(asked) == expected and len(asked) == len(shapes) * len(expected)
+        assert (P["B"] in kept) is (whens in expected)
+
+
 def test_added_draws_are_stage_three_an_upper_bound_until_the_second_screen():
     """training.added's draws (flagged `added`) are planned in stage 3: before stage 2 has run with
     stage 2's candidates (the upper bound), then with the second screen's; without a screen they

@@ -18,7 +18,8 @@ The second screen (`rescreened`) picks stage 3's candidates, measured at `traini
 of stage 2's, those that came within `screen.rescreen_margin` of the best at some shape of stages 1
 and 2, or that the nearest model would choose at one of those shapes were it left out (a steady
 second best over a neighbourhood, never close at one shape; under `fit.weighting: auto`, either
-weighting's choice), or the catch-all. Closeness counts
+weighting's choice, and under `fit.reserved_sides: auto` the choice with the reserved regions'
+sides kept apart and without), or the catch-all. Closeness counts
 where the candidate's own launch was measured, not as the twin (`same_as`) of another's: there
 the measured one stands for both. The others ran at every training shape so far and added nothing.
 """
@@ -129,12 +130,15 @@ def rescreened(rows: list[dict], settings: dict, guards: dict[str, str | None],
     """{(dispatcher, candidate kernel): the params keys stage 3 measures}: of `survivors` (stage
     2's), those the second screen keeps over `rows` (stages 1 and 2; see the module's doc)."""
     from src.tune import judge
+    from src.tune.nearest import AUTO, reserved_sides
+    from src.tune.plan import reserved
 
     screen = settings.get("screen") or {}
     margin = float(screen.get("rescreen_margin", screen.get("margin", 0.0)))
     fitting = settings.get("fit") or {}
     # `auto` settles the weighting on the whole evidence, stage 3's too: keep either one's choice
     weighs = list(training.WEIGHTINGS) if fitting.get("weighting") == fit.AUTO else None
+    sides, whens = reserved_sides(fitting), tuple(sorted(reserved(settings).values()))
     out: dict[tuple[str, str], set[str]] = {}
     for dispatcher in settings["dispatchers"]:
         mine = [r for r in rows if r["stage"] in (1, 2) and r["dispatcher"] == dispatcher
@@ -150,13 +154,16 @@ def rescreened(rows: list[dict], settings: dict, guards: dict[str, str | None],
                for r in mine if not r.get("same_as")}  # measured, not a twin
         keep = {c for (shape, c), value in ratio.items()
                 if (shape, c) in own and value >= (1 - margin) * best[shape]}
+        on = sides.get(dispatcher, False) if isinstance(sides, dict) else sides
+        apart = [(), whens] if on == AUTO else [whens if on else ()]  # auto: either one's choice
         for shape in fitter.tab.shapes:
             among = [s for s in fitter.tab.shapes if s != shape]
             for weights in weighs or [fit.weighting(fitting, dispatcher)]:
-                found = judge.nearest_choice(fitter, shape, among,
-                                             NearestModel(fit.neighbours(fitting), weights))
-                if found is not None:
-                    keep.add(found)
+                for regions in apart:
+                    found = judge.nearest_choice(fitter, shape, among,
+                                                 NearestModel(fit.neighbours(fitting), weights, regions=regions))
+                    if found is not None:
+                        keep.add(found)
         if fitter.catch_all is not None:
             keep.add(fitter.catch_all)
         for cand in keep:

@@ -169,8 +169,16 @@ def builds(candidate: training.Candidate, precision: str, problem: Problem,
     """Whether `candidate` builds at `problem` on a device of `limits`: its constraints and size
     rules hold there. One measured at every neighbour may not: a fitted tile's shared memory
     grows with the shape (gemm_tf32 256-row, 5 stages: 241,744 B at 491x2432x2944 on an H100)."""
-    return isinstance(candidate_spec({**kernel_config(candidate.kernel), "precision": precision},
-                                     json.loads(candidate.params), problem, limits), KernelSpec)
+    return launch(candidate, precision, problem, limits) is not None
+
+
+def launch(candidate: training.Candidate, precision: str, problem: Problem,
+           limits: dict[str, int]) -> str | None:
+    """What `candidate` launches at `problem` on a device of `limits` (KernelSpec.launch_identity:
+    two params that build the same are one kernel, the tuner's twins); None where it does not build."""
+    spec = candidate_spec({**kernel_config(candidate.kernel), "precision": precision},
+                          json.loads(candidate.params), problem, limits)
+    return spec.launch_identity() if isinstance(spec, KernelSpec) else None
 
 
 @lru_cache(maxsize=None)

@@ -37,6 +37,7 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
     from src.job import gpu as gpu_mod
     from src.job.config import kernel_config
     from src.job.problem import Problem
+    from src.job.training import Candidate
 
     if gpu_spec not in gpu_mod.known_specs():
         return {}
@@ -48,24 +49,14 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
             continue
         problem = Problem(int(r.m), int(r.n), int(r.k), float(r.alpha), float(r.beta))
         now = dispatch.choose(kernel_config(r.kernel), gpu_spec, problem, limits)
-        same = now.kernel == chosen and (now.params == json.loads(params) or _launch(
-            chosen, json.loads(params), r, limits) == _launch(now.kernel, now.params, r, limits))
+        measured = Candidate(chosen, json.dumps(json.loads(params), sort_keys=True))
+        runs_now = Candidate(now.kernel, json.dumps(now.params, sort_keys=True))
+        same = measured == runs_now or now.kernel == chosen and (  # or the same launch: one kernel
+            dispatch.launch(measured, str(r.precision), problem, limits)
+            == dispatch.launch(runs_now, str(r.precision), problem, limits))
         out[(r.kernel, int(r.m), int(r.n), int(r.k))] = (
             None if same else f"{now.kernel} {json.dumps(now.params, sort_keys=True)}")
     return out
-
-
-def _launch(kernel: str, params: dict, row, limits: dict) -> str | None:
-    """What `kernel` with `params` launches at the row's problem (KernelSpec.launch_identity): two
-    parameter sets that build the same launch run the same kernel (the tuner's twins); None where
-    it does not build."""
-    from src.job.config import kernel_config
-    from src.job.problem import Problem
-    from src.job.spec import KernelSpec, candidate_spec
-
-    spec = candidate_spec({**kernel_config(kernel), "precision": str(row.precision)}, params,
-                          Problem(int(row.m), int(row.n), int(row.k), float(row.alpha), float(row.beta)), limits)
-    return spec.launch_identity() if isinstance(spec, KernelSpec) else None
 
 
 def heldout_frame(runs: pd.DataFrame, gpu_spec: str | None = None) -> pd.DataFrame:

@@ -84,9 +84,8 @@ def resolved_fit(rows: list[dict], settings: dict, gpu_spec: str,
     regions' sides stay apart (src/tune/judge.resolved; a tie keeps `kept`'s, the tuned file's
     now: nearest.incumbent)."""
     from src.tune import fit, judge
-    from src.tune.plan import reserved
-
     from src.tune.nearest import AUTO, reserved_sides
+    from src.tune.plan import reserved
 
     fit_settings, whens = settings.get("fit") or {}, sorted(reserved(settings).values())
     sides = reserved_sides(fit_settings)  # the nearest model keeps each reserved region's sides apart

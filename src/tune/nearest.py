@@ -3,8 +3,8 @@ file's `nearest:` section written from them (src/job/dispatch.py reads it at run
 the fit writes the model, how many neighbours it counts, how it weighs them, how far it scales
 each neighbour's ratio by the candidate's wave fill there, how far its distance counts the
 smaller of m and n again, how much of a candidate's score its worst neighbour takes, and which
-regions' sides it keeps apart; what a tuned file holds now (`incumbent`). src/tune/fit.py writes the section;
-src/tune/judge.py resolves `auto` from the evidence."""
+regions' sides it keeps apart; what a tuned file holds now (`incumbent`). src/tune/fit.py writes
+the section; src/tune/judge.py resolves `auto` from the evidence."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from src.job import training
 from src.job.training import CAUTION_RULE, SMALL_SIDE_RULE, WAVES_RULE
 
 
-AUTO = "auto"  # fit.weighting: per dispatcher, the weighting its leave-one-out figures favour
+AUTO = "auto"  # a fit setting chosen per dispatcher from its leave-one-out figures (src/tune/judge.py)
 
 
 def uses_nearest(settings: dict) -> bool:
@@ -184,15 +184,16 @@ def _regions_written(settings: dict) -> dict:
     mapping naming the dispatchers that keep the sides apart; none where no dispatcher does."""
     value = settings.get("regions") or ()
     if isinstance(value, dict):
-        kept = {d: list(regions(settings, d)) for d in sorted(value) if regions(settings, d)}
+        kept = {d: list(whens) for d in sorted(value) if (whens := regions(settings, d))}
         return {"regions": kept} if kept else {}
     return {"regions": list(regions(settings))} if regions(settings) else {}
 
 
 def incumbent(tuned_path: Path) -> dict[str, dict]:
     """{setting: {dispatcher: value}}: the nearest model's weighting, waves, small_side, caution
-    and reserved_sides (whether it names regions) the tuned file at `tuned_path` holds now, read as the fit's settings are (its `nearest:` has
-    their shape; {} where there is no file or no section), for judge.resolved's ties."""
+    and reserved_sides (whether it names regions) the tuned file at `tuned_path` holds now, read
+    as the fit's settings are (its `nearest:` has their shape; {} where there is no file or no
+    section), for judge.resolved's ties."""
     data = (yaml.safe_load(tuned_path.read_text()) or {}) if tuned_path.is_file() else {}
     model, dispatchers = data.get("nearest"), sorted(data.get("dispatch") or {})
     if not model:

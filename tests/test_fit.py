@@ -1235,7 +1235,7 @@ def test_caution_lets_a_candidate_level_at_every_neighbour_outscore_one_that_gam
         dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-caution", Problem(*query, 0.5, 3.0))
 
 
-def test_reserved_sides_take_the_neighbours_on_the_querys_side_of_a_reserved_region(tmp_path, monkeypatch):
+def test_reserved_sides_take_the_neighbours_on_the_querys_side_of_a_reserved_region(tmp_path, monkeypatch, capsys):
     """`fit.reserved_sides`: inside a reserved region (min(m, n) <= 2) only its owner is measured,
     so a neighbour there has no figure for the kernels that run outside it, and a shape just
     outside takes the owner alone. SYNTHETIC, shaped like 606x3x889 on the H200 (among its four
@@ -1254,7 +1254,7 @@ def test_reserved_sides_take_the_neighbours_on_the_querys_side_of_a_reserved_reg
     inside = [(1692, 2, 473), (1231, 2, 3926), (900, 1, 900)]
     outside = [(508, 3, 788), (1613, 13, 1210), (455, 18, 1020), (700, 5, 1500)]
     rows = [{"dispatcher": "best_tf32", "precision": "tf32", "kernel": kernel, "params": p,
-             "m": s[0], "n": s[1], "k": s[2], "status": "ok", "ratio_best": v}
+             "m": s[0], "n": s[1], "k": s[2], "status": "ok", "ratio_best": v, "gflops": 1000.0 * v}
             for kernel, p, figures in (("gemm_ffma_skinny", row, {**dict.fromkeys(inside, 1.1),
                                                                   **dict.fromkeys(outside, 0.6)}),
                                        ("gemm_tf32", tile, dict.fromkeys(outside, 1.4)))
@@ -1280,6 +1280,14 @@ def test_reserved_sides_take_the_neighbours_on_the_querys_side_of_a_reserved_reg
     monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": written})
     got = dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-sides", Problem(*query, 0.5, 3.0))
     assert got.kernel == "gemm_tf32" and "neighbours on its side of min(m, n) <= 2" in got.rule
+    # explain reads the evidence the tuned file names and shows the neighbours the model weighed
+    from src.tune import explain
+    capsys.readouterr()
+    assert explain.main(["606x3x889", "--gpu", "synthetic-sides", "--precision", "tf32"]) == 0
+    out = capsys.readouterr().out
+    shown = {tuple(int(v) for v in line.split()[2].split("x")) for line in out.splitlines()
+             if line.startswith("measured at ")}
+    assert shown == set(outside) and f"from {csv_path}:" in out
     monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "regions": "min(m, n) <= 2"}})
     with pytest.raises(ConfigError, match="regions 'min.*is not a list of shape regions"):
         dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-sides", Problem(*query, 0.5, 3.0))

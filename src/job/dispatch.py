@@ -106,7 +106,7 @@ def _model(gpu_spec: str, name: str, problem: Problem):
         return None
     where = f"conf/tuned/{gpu_spec}.yaml: nearest"
     evidence = Path(str(model.get("evidence") or ""))
-    path = evidence if evidence.is_absolute() else ROOT / evidence
+    path = evidence_file(gpu_spec) or ROOT / evidence
     if not path.is_file():
         raise ConfigError(f"{where}: evidence {evidence} is not a file (rule: the nearest-neighbour "
                           f"dispatch reads the tuner's evidence, results/tuning/<gpu>.csv, which "
@@ -162,6 +162,29 @@ def ranked(gpu_spec: str, name: str, problem: Problem,
     tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
     shape = (problem.m, problem.n, problem.k)
     return training.nearest_ranked(tab, shape, tab.shapes, runs, settings)[0]
+
+
+def evidence_file(gpu_spec: str) -> Path | None:
+    """The evidence file the tuned file's `nearest:` model was fitted from (as written there,
+    relative to the project root), or None where the file has no model."""
+    model = (tuned_config(gpu_spec) or {}).get("nearest")
+    if not model or not model.get("evidence"):
+        return None
+    evidence = Path(str(model["evidence"]))
+    return evidence if evidence.is_absolute() else ROOT / evidence
+
+
+def neighbours(gpu_spec: str, name: str, problem: Problem) -> list[tuple[int, int, int]]:
+    """The training shapes the nearest-neighbour model weighs at the problem (its count nearest
+    on the problem's side of each reserved region, or the problem alone where it is one); []
+    where the tuned file names no model."""
+    model = _model(gpu_spec, name, problem)
+    if model is None:
+        return []
+    _, _, path, runs, settings = model
+    tab = _table(str(path), path.stat().st_mtime, name)
+    return list(training.nearest_ranked(tab, (problem.m, problem.n, problem.k), tab.shapes, runs,
+                                        settings)[1])
 
 
 def builds(candidate: training.Candidate, precision: str, problem: Problem,

@@ -1,7 +1,8 @@
 """`sgemm-lab explain MxNxK [--gpu SPEC] [--precision fp32|tf32]`: which dispatch rule of
 conf/tuned/<gpu>.yaml chooses what for a shape (kernel, parameters, the rule's `why`), and the
-measured alternatives at the training shapes nearest to it in log-shape space, from the evidence
-file results/tuning/<gpu>.csv (or a plain note that there is none). Reads files only: no GPU.
+measured alternatives at the training shapes nearest to it in log-shape space (those the nearest
+model weighed, where it chose), from the evidence file the tuned file names (default
+results/tuning/<gpu>.csv; or a plain note that there is none). Reads files only: no GPU.
 """
 
 from __future__ import annotations
@@ -46,13 +47,11 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
         return row["kernel"] == choice.kernel and all(
             params.get(k) == v for k, v in json.loads(row["params"]).items())
 
-    count, side = 3, 0.0
-    if choice.when == dispatch.NEAREST:  # show the neighbours the model summed over, as it measures
-        from src.job.config import tuned_config
-
-        count = int(((tuned_config(gpu_spec) or {}).get("nearest") or {}).get("count", 4))
-        side = dispatch.small_side_of(gpu_spec, dispatcher)
-    for near in nearest(rows, dispatcher, shape, count, side):
+    # the neighbours the model summed over (its count, distance and reserved sides); else the 3 nearest
+    by_model = choice.when == dispatch.NEAREST
+    shown = dispatch.neighbours(gpu_spec, dispatcher, problem) if by_model else nearest(rows, dispatcher, shape, 3)
+    side = dispatch.small_side_of(gpu_spec, dispatcher) if by_model else 0.0
+    for near in shown:
         mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
         ok = [r for r in mine if r["status"] == "ok"]
         launches = _launches(ok)
@@ -91,6 +90,7 @@ def _launch_line(rank: int, group: list[dict], chosen: bool) -> str:
 
 def main(argv: list[str]) -> int:
     from src.errors import LabError, NoGPU
+    from src.job import dispatch
     from src.job.shapes import parse
     from src.job.training import evidence_path, read
     from src.tune.command import detected_spec
@@ -110,7 +110,8 @@ def main(argv: list[str]) -> int:
         except NoGPU as exc:  # explain reads files only: a machine without a GPU names the spec
             raise NoGPU(f"{exc} `sgemm-lab explain` reads files only: name the GPU spec with --gpu "
                         f"(a conf/gpu/ file, e.g. --gpu h100_sxm).") from exc
-        path = args.csv or evidence_path(gpu_spec)
+        # the evidence the tuned file's model was fitted from, which may not be the default file
+        path = args.csv or dispatch.evidence_file(gpu_spec) or evidence_path(gpu_spec)
         rows = read(path) if path.is_file() else None
         print(report(dims, gpu_spec, args.precision, rows, str(path)), end="")
     except LabError as exc:

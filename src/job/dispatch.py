@@ -106,7 +106,7 @@ def _model(gpu_spec: str, name: str, problem: Problem):
         return None
     where = f"conf/tuned/{gpu_spec}.yaml: nearest"
     evidence = Path(str(model.get("evidence") or ""))
-    path = evidence_file(gpu_spec) or ROOT / evidence
+    path = _resolved(evidence)
     if not path.is_file():
         raise ConfigError(f"{where}: evidence {evidence} is not a file (rule: the nearest-neighbour "
                           f"dispatch reads the tuner's evidence, results/tuning/<gpu>.csv, which "
@@ -150,41 +150,44 @@ def _model(gpu_spec: str, name: str, problem: Problem):
                                   waves if fill is not None else 0.0, side, share, tuple(regions)))
 
 
+def _ranked(gpu_spec: str, name: str, problem: Problem, tab: training.Table | None = None
+            ) -> tuple[list[tuple[training.Candidate, float]], list[tuple[int, int, int]]]:
+    """training.nearest_ranked at the problem under the tuned file's model, from `tab` or the
+    model's evidence: (the candidates best first, the neighbours); ([], []) without a model."""
+    model = _model(gpu_spec, name, problem)
+    if model is None:
+        return [], []
+    _, _, path, runs, settings = model
+    tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
+    order, near = training.nearest_ranked(tab, (problem.m, problem.n, problem.k), tab.shapes, runs, settings)
+    return order, list(near)
+
+
 def ranked(gpu_spec: str, name: str, problem: Problem,
            tab: training.Table | None = None) -> list[tuple[training.Candidate, float]]:
     """Every candidate the nearest-neighbour model weighs at the problem, best first, each with
     its weighted geomean ratio over the neighbours (the first is `nearest`'s choice), from `tab`
     or the tuned file's evidence; [] where the file names no model."""
-    model = _model(gpu_spec, name, problem)
-    if model is None:
-        return []
-    _, _, path, runs, settings = model
-    tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
-    shape = (problem.m, problem.n, problem.k)
-    return training.nearest_ranked(tab, shape, tab.shapes, runs, settings)[0]
-
-
-def evidence_file(gpu_spec: str) -> Path | None:
-    """The evidence file the tuned file's `nearest:` model was fitted from (as written there,
-    relative to the project root), or None where the file has no model."""
-    model = (tuned_config(gpu_spec) or {}).get("nearest")
-    if not model or not model.get("evidence"):
-        return None
-    evidence = Path(str(model["evidence"]))
-    return evidence if evidence.is_absolute() else ROOT / evidence
+    return _ranked(gpu_spec, name, problem, tab)[0]
 
 
 def neighbours(gpu_spec: str, name: str, problem: Problem) -> list[tuple[int, int, int]]:
     """The training shapes the nearest-neighbour model weighs at the problem (its count nearest
     on the problem's side of each reserved region, or the problem alone where it is one); []
     where the tuned file names no model."""
-    model = _model(gpu_spec, name, problem)
-    if model is None:
-        return []
-    _, _, path, runs, settings = model
-    tab = _table(str(path), path.stat().st_mtime, name)
-    return list(training.nearest_ranked(tab, (problem.m, problem.n, problem.k), tab.shapes, runs,
-                                        settings)[1])
+    return _ranked(gpu_spec, name, problem)[1]
+
+
+def evidence_file(gpu_spec: str) -> Path | None:
+    """The evidence file the tuned file's `nearest:` model was fitted from (as written there,
+    relative to the project root), or None where the file has no model."""
+    model = (tuned_config(gpu_spec) or {}).get("nearest")
+    return _resolved(model["evidence"]) if model and model.get("evidence") else None
+
+
+def _resolved(evidence) -> Path:
+    path = Path(str(evidence or ""))
+    return path if path.is_absolute() else ROOT / path
 
 
 def builds(candidate: training.Candidate, precision: str, problem: Problem,

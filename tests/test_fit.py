@@ -1091,6 +1091,68 @@ def test_wave_fill_scales_each_neighbours_ratio_and_auto_takes_the_better_power(
         dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-bad-waves", Problem(*query, 0.5, 3.0))
 
 
+def test_the_wave_fill_ratio_counts_at_most_its_cap(tmp_path, monkeypatch):
+    """`fit.waves_cap`: the fill ratio here / there counts at most the cap before its power.
+    SYNTHETIC: the big tiles run 0.6 at both neighbours of 100^3, where their launch kept a fifth
+    of one round busy (fill 0.2), and fill the query; the small ones run 1.0, full everywhere.
+    Uncapped at waves 0.5 the big tiles score 0.6 * 5 ** 0.5 = 1.342 and win; capped at 2, 0.6 *
+    2 ** 0.5 = 0.849 and the small ones win (by hand). A neighbour half full (fill 0.5: ratio 2)
+    is scaled alike either way. The leave-one-out judge weighs the settings' cap, the tuned file
+    carries it and the runner's rule says so; a cap below 1 (fit or tuned file) is a ConfigError
+    naming the rule."""
+    import yaml
+
+    import src.job.dispatch as d
+
+    near, far, query = (64, 64, 64), (1024, 1024, 1024), (100, 100, 100)
+    rows = [{"dispatcher": "best_tf32", "precision": "tf32", "kernel": "gemm_tf32", "params": p,
+             "m": s[0], "n": s[1], "k": s[2], "status": "ok", "ratio_best": v}
+            for p, v in ((BIG, 0.6), (SMALL, 1.0)) for s in (near, far, query)]
+    tab = training.table([r for r in rows if (r["m"], r["n"], r["k"]) != query], "best_tf32")
+    anything = lambda c, s: True  # noqa: E731
+    fills = {BIG: {near: 0.2, far: 0.2, query: 1.0}, SMALL: {near: 1.0, far: 1.0, query: 1.0}}
+    fill = lambda c, s: fills[c.params][s]  # noqa: E731
+
+    def ranked(cap, there=0.2):  # [(params, score)], best first
+        fills[BIG].update({near: there, far: there})
+        order, _ = training.nearest_ranked(tab, query, tab.shapes, anything,
+                                           NearestModel(2, "equal", fill, 0.5, waves_cap=cap))
+        return [(c.params, round(score, 3)) for c, score in order]
+
+    assert ranked(0.0) == [(BIG, 1.342), (SMALL, 1.0)] and ranked(2.0) == [(SMALL, 1.0), (BIG, 0.849)]
+    assert ranked(0.0, 0.5) == ranked(2.0, 0.5) == [(SMALL, 1.0), (BIG, 0.849)]
+    fills[BIG].update({near: 0.2, far: 0.2})
+
+    # the judge: left one out at the query (a training shape here), its neighbours the other two
+    monkeypatch.setattr(judge, "_fill_for", lambda rows, dispatcher, gpu, power: fill)
+    settings = {**SETTINGS, "model": "nearest", "weighting": "equal", "waves": {"best_tf32": 0.5}}
+    picked = {cap: judge.nearest_cross_validated(rows, GUARDS, {**settings, "waves_cap": cap}, folds=None,
+                                                 count=2, gpu_spec="synthetic")["best_tf32"]
+              for cap in (0, 2)}
+    assert (picked[0]["min"], picked[0]["min_shape"]) == (0.6, "100x100x100")  # big tiles, measured 0.6
+    assert picked[2]["min"] == 1.0  # every shape left out chooses the small tiles
+    with pytest.raises(ConfigError, match="fit.waves_cap 0.5 is below 1"):
+        nearest_mod.waves_cap({"waves_cap": 0.5})
+
+    csv_path = evidence.write(rows, tmp_path / "e.csv")
+    model = nearest_mod.nearest_model(str(csv_path), GUARDS, {**settings, "waves_cap": 2})
+    assert model["waves_cap"] == 2.0 and "waves_cap" not in nearest_mod.nearest_model(str(csv_path), GUARDS, settings)
+    tuned = tmp_path / "tuned.yaml"
+    fit.write(tuned, {}, str(csv_path), {**model, "count": 2, "guards": {}})
+    written = yaml.safe_load(tuned.read_text())["nearest"]
+    assert written["waves_cap"] == 2.0
+    monkeypatch.setattr(d, "wave_fills", lambda gpu, precision: fill)
+    monkeypatch.setattr(d, "_table", lambda path, mtime, dispatcher: tab)
+    for cap, params in ((2, SMALL), (0, BIG)):
+        monkeypatch.setattr(d, "tuned_config", lambda gpu, c=cap: {"nearest": {**written, "waves_cap": c}})
+        got = dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-cap", Problem(*query, 0.5, 3.0))
+        assert json.dumps(got.params, sort_keys=True) == params
+        assert ("that ratio at most 2" in got.rule) == (cap == 2)
+    monkeypatch.setattr(d, "tuned_config", lambda gpu: {"nearest": {**written, "waves_cap": 0.5}})
+    with pytest.raises(ConfigError, match="waves_cap 0.5 is below 1"):
+        dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-cap", Problem(*query, 0.5, 3.0))
+
+
 def test_the_small_side_weight_makes_a_neighbour_as_far_in_the_smaller_of_m_and_n_count_as_farther(
         tmp_path, monkeypatch):
     """`fit.small_side`: the log2 distance counts the smaller of m and n again, its square times

@@ -129,6 +129,9 @@ def _model(gpu_spec: str, name: str, problem: Problem):
     weighting = str(weighting)
     training.weighting_of(weighting, where)
     waves = _model_number(model, "waves", name, where, training.WAVES_RULE)
+    cap = _model_number(model, "waves_cap", name, where, training.WAVES_CAP_RULE)
+    if 0 < cap < 1:
+        raise ConfigError(f"{where}: waves_cap {cap:g} is below 1 (rule: {training.WAVES_CAP_RULE}).")
     side = _model_number(model, "small_side", name, where, training.SMALL_SIDE_RULE)
     share = _model_number(model, "caution", name, where, training.CAUTION_RULE,
                           most=1.0)
@@ -147,7 +150,7 @@ def _model(gpu_spec: str, name: str, problem: Problem):
     fill = wave_fills(gpu_spec, str(kernel_config(name)["precision"])) if waves else None
     return (where, evidence, path, runs,
             training.NearestModel(int(model.get("count", 4)), weighting, fill,
-                                  waves if fill is not None else 0.0, side, share, tuple(regions)))
+                                  waves if fill is not None else 0.0, side, share, tuple(regions), cap))
 
 
 def _ranked(gpu_spec: str, name: str, problem: Problem, tab: training.Table | None = None
@@ -278,6 +281,7 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
                f"({', '.join('x'.join(map(str, s)) for s in near)}) in {evidence}: "
                f"{geomean:.3f}x the stronger cuBLAS there (geomean, {settings.weighting} weights"
                + (f", each scaled by its wave fill here against there to the power {settings.waves:g}"
+                  + (f", that ratio at most {settings.waves_cap:g}" if settings.waves_cap else "")
                   if settings.waves else "")
                + (f"; the distance counts the smaller of m and n again at {settings.small_side:g}"
                   if settings.small_side else "")

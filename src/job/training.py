@@ -246,23 +246,29 @@ def _splits_tail(fill: float) -> bool:
     return bool(getattr(fill, "split_tail", False))
 
 
-def _corrected(values: list, fills: list, here: float | None, waves: float) -> list:
+def _corrected(values: list, fills: list, here: float | None, waves: float, cap: float = 0.0) -> list:
     """Each neighbour's ratio scaled by (the candidate's wave fill here / there) ** `waves`: a
     neighbour whose last round was part-empty undersells a shape where the same tile fills it.
+    With `cap` > 0 the fill ratio counts at most `cap`: a neighbour whose launch kept a fraction of
+    one round busy ran at its tiles' latency, not at a rate the fill scales (H200, cap 2: leave one
+    out at the 120 draws, TF32 1.272 -> 1.276 with 5 draws better and none worse, yet the held-out
+    set measured 11335x212x516 0.924 -> 0.627, so the fit's is 0; docs/heldout.md).
     Only between launches that both split their tail or both do not: across them a neighbour's
     ratio is kept as measured, since the tail's own launch and its slices' add-up cost what the
     fill does not count (H200, leave-one-out at the 120 draws with the split tail measured: TF32
     1.254 -> 1.262; docs/tuning.md)."""
     if not waves or here is None or any(f is None for f in fills) or any(v is None for v in values):
         return values
-    return [v * (here / f) ** waves if _splits_tail(f) == _splits_tail(here) else v
-            for v, f in zip(values, fills)]
+    return [v * (min(cap, here / f) if cap else here / f) ** waves
+            if _splits_tail(f) == _splits_tail(here) else v for v, f in zip(values, fills)]
 
 
 # what each number of the nearest model means, for the errors of the fit's settings
 # (src/tune/nearest.py) and of a tuned file's `nearest:` (src/job/dispatch.py)
 WAVES_RULE = ("the power of the wave-fill ratio, here against there, each neighbour's ratio is "
               "scaled by; 0: none")
+WAVES_CAP_RULE = ("the most the wave-fill ratio, here against there, counts before its power; 0: "
+                  "no cap, else 1 or more")
 SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again, squared; 0: "
                    "the plain distance")
 REGIONS_RULE = ("a list of shape regions (`when` expressions over m, n and k, the reserved regions "
@@ -284,6 +290,7 @@ class NearestModel:
     small_side: float = 0.0       # the weight `distance` gives the smaller of m and n again
     caution: float = 0.0          # the share of a candidate's score its worst neighbour's log ratio takes
     regions: tuple[str, ...] = ()  # shape regions (`when`s): a neighbour counts only on the query's side of each
+    waves_cap: float = 0.0        # the most the fill ratio counts (0: no cap)
 
     def side(self, shape: tuple[int, int, int]) -> tuple[bool, ...]:
         """Which of `regions` hold at `shape`."""
@@ -303,8 +310,8 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
     shape of `among` itself is its own only neighbour: what was measured there is the evidence (the
     suites' shapes are training shapes). With `model.fill` (a candidate's `wave_fill` at a shape)
     and `model.waves` > 0, each neighbour's ratio is first scaled by the fill here against there to
-    that power (`_corrected`): the neighbours' tile counts fill their waves otherwise than the
-    query's. `model.small_side`: the weight `distance` gives the smaller of m and n again;
+    that power (`_corrected`, the ratio at most `model.waves_cap` where that is > 0): the
+    neighbours' tile counts fill their waves otherwise than the query's. `model.small_side`: the weight `distance` gives the smaller of m and n again;
     `model.caution`: the share of each candidate's score its worst neighbour takes (`_cautious_log`);
     `model.regions`: the neighbours are the shapes on the query's side of each region (a reserved
     region measures its owner alone, so a neighbour inside it has no figure for the kernels that
@@ -335,7 +342,8 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
             continue
         values = [tab.ratio.get((s, c)) for s in near]
         if waves and fill is not None and near != [shape] and None not in values:
-            values = _corrected(values, [fill(c, s) for s in near], fill(c, shape), waves)
+            values = _corrected(values, [fill(c, s) for s in near], fill(c, shape), waves,
+                                model.waves_cap)
         there = _cautious_log(values, weights, model.caution)
         if there is None:
             continue

@@ -359,6 +359,7 @@ def write(path, dispatch: dict, evidence: str, nearest: dict | None = None) -> N
             (d, quoted(w)) for d, w in sorted(found.items())) if isinstance(found, dict) else quoted(found))]
         data["nearest"] = CommentedMap([("evidence", nearest["evidence"]), *sha, ("count", nearest["count"]),
                                         ("weighting", flow(weighs)), ("waves", flow(nearest.get("waves", 0))),
+                                        *([("waves_cap", flow(nearest["waves_cap"]))] if nearest.get("waves_cap") else []),
                                         ("small_side", flow(nearest.get("small_side", 0))),
                                         ("caution", flow(nearest.get("caution", 0))),
                                         *regions, ("guards", guards)])

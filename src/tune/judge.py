@@ -15,7 +15,7 @@ from src.job.training import NearestModel
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
 from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, small_side,
                               small_side_auto, small_side_options, uses_nearest, waves, waves_auto,
-                              waves_options, weighting, regions as nearest_regions)
+                              waves_cap, waves_options, weighting, regions as nearest_regions)
 
 
 def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
@@ -119,7 +119,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
     model then sees every other shape, as at a held-out shape); `weights` overrides the
     settings' `fit.weighting`, `power` its `fit.waves` (the wave fills are `gpu_spec`'s; without
     one, no scaling), `side` its `fit.small_side`, `share` its `fit.caution`, `regions` its
-    reserved regions whose sides stay apart."""
+    reserved regions whose sides stay apart; the fill ratio's cap is the settings' `fit.waves_cap`."""
     out = {}
     for dispatcher in sorted({r["dispatcher"] for r in rows}):
         weighs = weights or weighting(settings, dispatcher)
@@ -130,7 +130,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         whole = table(rows, dispatcher)
         fitter = Fitter(whole, guards, settings)
         apart = nearest_regions(settings, dispatcher) if regions is None else regions
-        model = NearestModel(count, weighs, fill, scale, weight, worst, apart)
+        model = NearestModel(count, weighs, fill, scale, weight, worst, apart, waves_cap(settings, dispatcher))
         held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
         figures = []
         for shape in whole.shapes:
@@ -139,7 +139,7 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
             figures.append((whole.ratio.get((shape, choice)), shape))
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weighs,
-                               "waves": scale if fill is not None else 0.0, "small_side": weight,
+                               "waves": scale if fill is not None else 0.0, "waves_cap": model.waves_cap, "small_side": weight,
                                "caution": worst, "reserved_sides": bool(apart),
                                **_summary(figures, len(whole.shapes))}
             out[dispatcher].update(_drawn_summary(figures, drawn))
@@ -330,8 +330,8 @@ def report(rows: list[dict], kernel_guards: dict[str, str | None],
             rows, kernel_guards, fit_settings, count=neighbours(fit_settings), drawn=drawn,
             gpu_spec=gpu_spec).items():
         lines.append(f"{dispatcher}: the {cv['count']} nearest training shapes' best instead "
-                     f"({cv['weighting']} weights" + (f", wave fill to the power {cv['waves']:g}"
-                                                       if cv["waves"] else "")
+                     f"({cv['weighting']} weights" + (f", wave fill to the power {cv['waves']:g}" + (
+                         f" (its ratio at most {cv['waves_cap']:g})" if cv["waves_cap"] else "") if cv["waves"] else "")
                      + (f", the smaller of m and n again at {cv['small_side']:g}"
                         if cv["small_side"] else "")
                      + (f", {cv['caution']:g} of each score the worst neighbour's" if cv["caution"] else "")

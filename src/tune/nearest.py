@@ -1,7 +1,8 @@
 """The nearest-neighbour model's settings (`fit:` of conf/tuning/dispatch.yaml) and the tuned
 file's `nearest:` section written from them (src/job/dispatch.py reads it at run time): whether
 the fit writes the model, how many neighbours it counts, how it weighs them, how far it scales
-each neighbour's ratio by the candidate's wave fill there, how far its distance counts the
+each neighbour's ratio by the candidate's wave fill there (and how much of that ratio counts at
+most), how far its distance counts the
 smaller of m and n again, how much of a candidate's score its worst neighbour takes, and which
 regions' sides it keeps apart; what a tuned file holds now (`incumbent`). src/tune/fit.py writes
 the section; src/tune/judge.py resolves `auto` from the evidence."""
@@ -14,7 +15,7 @@ import yaml
 
 from src.errors import ConfigError
 from src.job import training
-from src.job.training import CAUTION_RULE, SMALL_SIDE_RULE, WAVES_RULE
+from src.job.training import CAUTION_RULE, SMALL_SIDE_RULE, WAVES_CAP_RULE, WAVES_RULE
 
 
 AUTO = "auto"  # a fit setting chosen per dispatcher from its leave-one-out figures (src/tune/judge.py)
@@ -113,6 +114,17 @@ def waves(settings: dict, dispatcher: str | None = None) -> float:
     return _number(settings, "waves", dispatcher, WAVES_RULE)
 
 
+def waves_cap(settings: dict, dispatcher: str | None = None) -> float:
+    """The most the wave-fill ratio counts before its power (`fit.waves_cap`, default 0: no cap;
+    src/job/training._corrected): one number, 0 or at least 1, for every dispatcher or a mapping,
+    as `waves`; anything else is a ConfigError naming the rule."""
+    value = _number(settings, "waves_cap", dispatcher, WAVES_CAP_RULE)
+    if 0 < value < 1:
+        raise ConfigError(f"conf/tuning/dispatch.yaml: fit.waves_cap {value:g} is below 1 (rule: "
+                          f"{WAVES_CAP_RULE}).")
+    return value
+
+
 def waves_auto(settings: dict) -> bool:
     """Whether `fit.waves` leaves any dispatcher's power to `auto` (all of them, or those a
     mapping names `auto`): then src/tune/judge.resolved chooses it from the evidence."""
@@ -173,7 +185,9 @@ def nearest_model(evidence: str, guards: dict[str, str | None], settings: dict,
 
     return {"evidence": evidence, **({"evidence_sha256": evidence_sha256} if evidence_sha256 else {}),
             "count": neighbours(settings), "weighting": written("weighting", weighting),
-            "waves": written("waves", waves), "small_side": written("small_side", small_side),
+            "waves": written("waves", waves),
+            **({"waves_cap": written("waves_cap", waves_cap)} if settings.get("waves_cap") else {}),
+            "small_side": written("small_side", small_side),
             "caution": written("caution", caution),
             **_regions_written(settings),
             "guards": {k: v for k, v in sorted(guards.items()) if v}}

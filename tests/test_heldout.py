@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from src.publish import heldout
+from src.publish import dispatched, heldout
 from tests.runs_fixture import as_dispatched
 
 
@@ -83,7 +83,7 @@ def test_rows_measured_through_an_earlier_dispatch_are_counted_listed_and_keep_a
 
     recorded = ROOT / "results" / "h200" / "heldout_runs.csv"
     runs = read_runs(recorded)
-    before = {key for key, now in heldout.dispatched_today(runs, "h200").items() if now}
+    before = {key for key, now in dispatched.dispatched_today(runs, "h200").items() if now}
     fp32 = runs[(runs.kernel == "best_fp32") & (runs.dispatched_to == "gemm_3xtf32")]
     fp32 = fp32[[("best_fp32", int(r.m), int(r.n), int(r.k)) not in before for r in fp32.itertuples()]].index[0]
     params = json.loads(runs.at[fp32, "params"])
@@ -137,7 +137,7 @@ def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispa
     runs = read_runs(ROOT / "results" / "h200" / "heldout_runs.csv")
     at = runs[(runs.kernel == "best_tf32") & (runs["size"] == "2x338x1906")].index[0]
     key = ("best_tf32", 2, 338, 1906)
-    assert runs.at[at, "dispatched_to"] == "gemm_ffma_skinny" and heldout.dispatched_today(runs, "h200")[key] is None
+    assert runs.at[at, "dispatched_to"] == "gemm_ffma_skinny" and dispatched.dispatched_today(runs, "h200")[key] is None
     params = json.loads(runs.at[at, "params"])
     spec = lambda p: candidate_spec({**kernel_config("gemm_ffma_skinny"), "precision": "tf32"}, p,  # noqa: E731
                                     Problem(2, 338, 1906, 0.5, 3.0), limits_from_spec("h200"))
@@ -146,5 +146,5 @@ def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispa
         edited = {**params, "rows_per_warp": rows_per_warp, "warps": warps}
         assert (spec(edited).launch_identity() == spec(params).launch_identity()) is same
         runs.at[at, "params"] = json.dumps(edited)
-        now = heldout.dispatched_today(runs, "h200")[key]
+        now = dispatched.dispatched_today(runs, "h200")[key]
         assert (now is None) is same and (same or now.startswith("gemm_ffma_skinny {"))

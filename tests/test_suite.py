@@ -281,3 +281,45 @@ def test_a_gpu_set_refuses_another_gpus_suite_runs(tmp_path):
 def test_summary_ignores_non_dispatching_kernels():
     frame = suite_frame(read_runs(EXPLORATION))
     assert frame.empty and summary(frame) == {}
+
+
+def test_suite_rows_measured_through_an_earlier_dispatch_are_counted_and_listed(tmp_path, capsys):
+    """RECORDED: the H200's published suite runs (results/h200/suite_runs.csv), every row measured
+    through today's conf/tuned/h200.yaml (`earlier dispatch` 0). One TF32 row edited to record
+    another tile, as if a re-fit had moved its choice since, and one FP32 row another kernel: each
+    precision counts one row of an earlier dispatch (suite.md's column and suite_metrics.json),
+    lists it with what today's dispatch runs, the published suite.csv names it in
+    `dispatch_now`, and `python -m src.publish.dispatched` prints the two as sweeps."""
+    from src.publish import dispatched
+
+    recorded = ROOT / "results" / "h200" / "suite_runs.csv"
+    runs = read_runs(recorded)
+    metrics = publish(recorded, tmp_path / "today", "h200")["h200"]
+    assert metrics["fp32"]["earlier_dispatch"] == metrics["tf32"]["earlier_dispatch"] == 0
+    assert "measured through an earlier dispatch\n" not in (tmp_path / "today" / "suite.md").read_text()
+
+    tf32 = runs[(runs.kernel == "best_tf32") & (runs.dispatched_to == "gemm_tf32")].index[0]
+    params = json.loads(runs.at[tf32, "params"])
+    params["stages"] = params["stages"] + 1
+    runs.at[tf32, "params"] = json.dumps(params)
+    fp32 = runs[(runs.kernel == "best_fp32") & (runs.dispatched_to == "gemm_3xtf32")].index[-1]
+    runs.at[fp32, "dispatched_to"] = "gemm_ffma"
+    edited = tmp_path / "runs.csv"
+    runs.to_csv(edited, index=False)
+    metrics = publish(edited, tmp_path / "h200", "h200")["h200"]
+    assert metrics["fp32"]["earlier_dispatch"] == metrics["tf32"]["earlier_dispatch"] == 1
+    assert json.loads((tmp_path / "h200" / "suite_metrics.json").read_text())["h200"] == metrics
+    text = (tmp_path / "h200" / "suite.md").read_text()
+    shape = lambda at: f"{runs.at[at, 'm']}x{runs.at[at, 'n']}x{runs.at[at, 'k']}"  # noqa: E731
+    for kernel, at, now in (("best_tf32", tf32, "gemm_tf32 {"), ("best_fp32", fp32, "gemm_3xtf32 {")):
+        section = text.split(f"## {kernel}: measured through an earlier dispatch")[1].split("\n## ")[0]
+        line = next(x for x in section.splitlines() if f"| {shape(at)} |" in x)
+        assert line.split(" | ")[-1].startswith(now)
+    assert f"| {metrics['tf32']['shapes']} (" in text and " | 0 | 1 | " in text  # failed 0, earlier 1
+    published = pd.read_csv(tmp_path / "h200" / "suite.csv")
+    assert published.dispatch_now.notna().sum() == 2
+
+    assert dispatched.main([str(edited), "--gpu", "h200"]) == 0
+    printed = capsys.readouterr().out.split("\n")
+    for kernel, at in (("best_fp32", fp32), ("best_tf32", tf32)):
+        assert printed.count(f"{kernel} {shape(at)}") == 1

@@ -7,17 +7,18 @@ figures of the dispatch that runs today.
 
 `python -m src.publish.heldout RUNS_CSV --gpu GPU --out-dir results/GPU`
 `python -m src.publish.heldout RUNS_CSV --gpu GPU --stale`: the rows to measure again, as sweeps
+(src/publish/dispatched.py, which decides which rows ran today's dispatch)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from src.publish.dispatched import stale_sweeps
 from src.publish.staged import staged
 from src.publish.suite import geomean, suite_frame
 from src.records.collect import read_runs, runs_refusal
@@ -27,49 +28,15 @@ GOALS = {"fp32": (1.5, 0.95), "tf32": (1.05, 0.90)}
 KERNELS = {"fp32": "best_fp32", "tf32": "best_tf32"}
 
 
-def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | None]:
-    """{(kernel, m, n, k): None where today's dispatch runs what the row measured (the same
-    params, or others that build the same launch there), else what it runs now ("kernel
-    {params}")} for each ok row of a dispatching kernel that records its choice (`dispatched_to`,
-    `params`): src.job.dispatch.choose at the row's problem with the device
-    limits of `gpu_spec`'s datasheet, as the runner chooses. {} for a spec without a datasheet."""
-    from src.job import dispatch
-    from src.job import gpu as gpu_mod
-    from src.job.config import kernel_config
-    from src.job.problem import Problem
-    from src.job.training import Candidate
-
-    if gpu_spec not in gpu_mod.known_specs():
-        return {}
-    limits = gpu_mod.limits_from_spec(gpu_spec)
-    out = {}
-    for r in runs[runs.kernel.isin(KERNELS.values()) & (runs.status == "ok")].itertuples(index=False):
-        chosen, params = getattr(r, "dispatched_to", None), getattr(r, "params", None)
-        if not isinstance(chosen, str) or not isinstance(params, str):
-            continue
-        problem = Problem(int(r.m), int(r.n), int(r.k), float(r.alpha), float(r.beta))
-        now = dispatch.choose(kernel_config(r.kernel), gpu_spec, problem, limits)
-        measured = Candidate(chosen, json.dumps(json.loads(params), sort_keys=True))
-        runs_now = Candidate(now.kernel, json.dumps(now.params, sort_keys=True))
-        same = measured == runs_now or now.kernel == chosen and (  # or the same launch: one kernel
-            dispatch.launch(measured, str(r.precision), problem, limits)
-            == dispatch.launch(runs_now, str(r.precision), problem, limits))
-        out[(r.kernel, int(r.m), int(r.n), int(r.k))] = (
-            None if same else f"{now.kernel} {json.dumps(now.params, sort_keys=True)}")
-    return out
-
-
 def heldout_frame(runs: pd.DataFrame, gpu_spec: str | None = None) -> pd.DataFrame:
     """The dispatching kernels' rows, with `value` the ratio the report uses and, with the GPU
     spec, `dispatch_now`: what today's dispatch runs instead where a re-fit moved the row's
     choice (empty where it runs the same, or the row was not checked)."""
-    frame = suite_frame(runs).copy()
+    frame = suite_frame(runs, gpu_spec=gpu_spec).copy()
     frame["suite"] = "heldout"
     frame["value"] = frame.ratio_best.where(frame.ratio_best.notna(), frame.ratio)
     frame["against"] = ["best cuBLAS" if pd.notna(b) else "cuBLAS" for b in frame.ratio_best]
-    today = dispatched_today(runs, gpu_spec) if gpu_spec else {}
-    frame["dispatch_now"] = [today.get((r.kernel, r.m, r.n, r.k)) for r in frame.itertuples(index=False)]
-    return frame
+    return frame[[c for c in frame.columns if c != "dispatch_now"] + ["dispatch_now"]]  # last, as published
 
 
 def summary(frame: pd.DataFrame) -> dict:
@@ -126,18 +93,6 @@ def markdown(frame: pd.DataFrame, gpu_spec: str) -> str:
             lines += [f"| {r['shape']} | {r['chosen']} | {r['value']:.3f} | {r['dispatch_now']} |"
                       for _, r in moved.sort_values(["m", "n", "k"]).iterrows()]
     return "\n".join(lines) + "\n"
-
-
-def stale_sweeps(runs_csv: Path, gpu_spec: str) -> list[str]:
-    """'KERNEL MxNxK,MxNxK,...' per dispatching kernel: the held-out rows today's dispatch no
-    longer runs as measured, to measure again (`python -m src.run -m kernel=KERNEL shape=...`)."""
-    today = dispatched_today(read_runs(runs_csv), gpu_spec)
-    out = []
-    for kernel in KERNELS.values():
-        shapes = [f"{m}x{n}x{k}" for (name, m, n, k), now in sorted(today.items()) if name == kernel and now]
-        if shapes:
-            out.append(f"{kernel} {','.join(shapes)}")
-    return out
 
 
 PREFIX = "heldout"  # results/<gpu>/heldout.csv, heldout.md

@@ -13,7 +13,8 @@ For the GPU spec named (h100_sxm, h200, ...; its runs only):
   each point coloured by its math (FFMA, 3xTF32 or TF32).
 - suite_wide.md: the tables with both ratios' 95% intervals and which cuBLAS was stronger.
 and suite_metrics.json: keyed by the GPU spec, per precision, the geometric mean and minimum of
-both ratios over the shapes that ran, the number of shapes and of failed ones. A failed job has no ratio anywhere: it
+both ratios over the shapes that ran, the number of shapes, of failed ones and of rows measured
+through an earlier dispatch than today's conf/tuned/<gpu>.yaml (src/publish/dispatched.py). A failed job has no ratio anywhere: it
 is counted as failed, and a goal over "every shape" is not met while any failed.
 """
 
@@ -30,6 +31,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from src.paths import CONF_DIR
+from src.publish.dispatched import dispatched_today
 from src.publish.staged import staged
 from src.records import math_units
 from src.records.collect import read_runs, runs_refusal
@@ -39,7 +41,7 @@ COLUMNS = ["suite", "shape", "m", "n", "k", "alpha", "beta", "kernel", "chosen",
            "status",
            "gflops", "baseline", "baseline_gflops", "ratio", "ratio_ci_low", "ratio_ci_high",
            "verdict", "cublaslt_gflops", "best_cublas", "ratio_best", "ratio_best_ci_low",
-           "ratio_best_ci_high", "verdict_best", "rel_err", "error"]
+           "ratio_best_ci_high", "verdict_best", "rel_err", "error", "dispatch_now"]
 # After COLUMNS when any row has them: the strongest peer timed in the same rounds (the kernel
 # config's `peers`: Triton)
 PEER_COLUMNS = ["peer", "peer_gflops", "ratio_peer", "ratio_peer_ci_low", "ratio_peer_ci_high",
@@ -69,9 +71,13 @@ def _number(value, digits: int):
     return None if value is None or pd.isna(value) else round(float(value), digits)
 
 
-def suite_frame(runs: pd.DataFrame, conf_dir: Path = CONF_DIR) -> pd.DataFrame:
-    """The dispatching kernels' rows of a runs frame, as COLUMNS (ratios as factors, not %)."""
+def suite_frame(runs: pd.DataFrame, conf_dir: Path = CONF_DIR, gpu_spec: str | None = None) -> pd.DataFrame:
+    """The dispatching kernels' rows of a runs frame, as COLUMNS (ratios as factors, not %); with
+    the GPU spec, `dispatch_now`: what today's conf/tuned/<gpu>.yaml runs instead where a re-fit
+    moved the row's choice since it was measured (src/publish/dispatched.py; empty where it runs
+    the same, or the row was not checked)."""
     named = suites(conf_dir)
+    today = dispatched_today(runs, gpu_spec) if gpu_spec else {}
     rows = []
     mine = runs[runs.kernel.isin(DISPATCHERS)]
     for r in mine.itertuples(index=False):
@@ -97,6 +103,7 @@ def suite_frame(runs: pd.DataFrame, conf_dir: Path = CONF_DIR) -> pd.DataFrame:
             "ratio_best_ci_high": ratio("pct_best_ci_high"), "verdict_best": get("verdict_best"),
             "rel_err": _number(getattr(r, "rel_err", None), 10),
             "error": None if ok else getattr(r, "error", None),
+            "dispatch_now": today.get((r.kernel, int(r.m), int(r.n), int(r.k))),
             "peer": _text(get("peer_name")), "peer_gflops": _number(get("peer_gflops"), 1),
             "ratio_peer": ratio("pct_of_peer"), "ratio_peer_ci_low": ratio("pct_peer_ci_low"),
             "ratio_peer_ci_high": ratio("pct_peer_ci_high"), "verdict_peer": _text(get("verdict_peer")),
@@ -129,7 +136,8 @@ def summary(frame: pd.DataFrame) -> dict:
         if rows.empty:
             continue
         ok = rows[rows.status == "ok"]
-        entry = {"kernel": kernel, "shapes": int(len(rows)), "failed": int(len(rows) - len(ok))}
+        entry = {"kernel": kernel, "shapes": int(len(rows)), "failed": int(len(rows) - len(ok)),
+                 "earlier_dispatch": int(rows.dispatch_now.notna().sum()) if "dispatch_now" in rows else 0}
         for key, column in (("vs_default", "ratio"), ("vs_best", "ratio_best"),
                             ("vs_peer", "ratio_peer")):
             values = ok[column].dropna() if column in ok else ok.iloc[0:0]
@@ -171,15 +179,15 @@ def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=())
     lines = [f"# Shape suite on {', '.join(gpus) or gpu_spec} ({gpu_spec})", ""]
     stats = summary(frame)
     peers = has_peers(frame)
-    lines += ["| precision | kernel | shapes (math) | failed | geomean / min vs cuBLAS | "
+    lines += ["| precision | kernel | shapes (math) | failed | earlier dispatch | geomean / min vs cuBLAS | "
               "geomean / min vs best cuBLAS |" + (" geomean / min vs strongest peer |" if peers else ""),
-              "| --- | --- | --- | --- | --- | --- |" + (" --- |" if peers else "")]
+              "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if peers else "")]
     for precision, s in stats.items():
         d, b, p = s.get("vs_default", {}), s.get("vs_best", {}), s.get("vs_peer", {})
         peer = (f"{p['geomean']} / {p['min']} ({p['min_shape']})"
                 + (" (below 1.0: the peer is faster)" if p["geomean"] < 1.0 else "")) if p else ""
         lines.append(f"| {precision} | {s['kernel']} | {s['shapes']} ({_maths(s['by_math'])}) | "
-                     f"{s['failed']} | {d.get('geomean', '')} / {d.get('min', '')} "
+                     f"{s['failed']} | {s['earlier_dispatch']} | {d.get('geomean', '')} / {d.get('min', '')} "
                      f"({d.get('min_shape', '')}) | {b.get('geomean', '')} / {b.get('min', '')} "
                      f"({b.get('min_shape', '')}) |" + (f" {peer} |" if peers else ""))
     notes = ["The math column says what each shape ran on: FFMA (FP32 on the SIMT cores), 3xTF32 "
@@ -189,6 +197,9 @@ def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=())
              "Ratios are kernel speed / baseline speed, paired in the same job, with 95% "
              "intervals; `best cuBLAS` is the stronger of cuBLAS's default and autotuned "
              "cuBLASLt at that shape. faster / slower only when the interval excludes 1.0."]
+    notes.append(f"Earlier dispatch: rows whose choice conf/tuned/{gpu_spec}.yaml has moved since "
+                 "they were measured (a re-fit); they are listed with what runs today below, and "
+                 "`python -m src.publish.dispatched` prints them as sweeps to measure again.")
     if peers:
         notes.append("`vs peer`: against the strongest peer a user would pick instead, timed in "
                      "the same rounds (best_fp32: the FP32-accurate ones, Triton's tf32x3 and ieee "
@@ -219,6 +230,17 @@ def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=())
             lines.append(f"| {r.suite} | {r.shape} | {r.chosen} | {math} | {r.gflops:,.1f} | "
                          f"{r.ratio:.3f} {r.verdict} | {best} |" + (f" {_peer_cell(r)} |" if peers else ""))
         lines.append("")
+    for kernel in DISPATCHERS:
+        moved = frame[(frame.kernel == kernel) & frame.dispatch_now.notna()] if "dispatch_now" in frame \
+            else frame.iloc[:0]
+        if len(moved):
+            lines += [f"## {kernel}: measured through an earlier dispatch", "",
+                      "| suite | shape | measured | vs best cuBLAS | today's dispatch runs |",
+                      "| --- | --- | --- | --- | --- |"]
+            lines += [f"| {r.suite} | {r.shape} | {r.chosen} | "
+                      f"{'' if pd.isna(r.ratio_best) else f'{r.ratio_best:.3f}'} | {r.dispatch_now} |"
+                      for r in moved.sort_values(["m", "n", "k"]).itertuples(index=False)]
+            lines.append("")
     lines.append(f"Intervals and which cuBLAS was stronger: {PREFIX}_wide.md and {PREFIX}.csv.")
     return "\n".join(lines) + "\n"
 
@@ -319,13 +341,13 @@ def publish(runs_csv: Path, out_dir: Path, gpu_spec: str) -> dict:
     out_dir (results/<gpu_spec>/), all replacing the published ones together or none
     (staged.py). Rows of another GPU spec are refused: a set holds one GPU's figures only.
     Returns the metrics."""
-    frame = suite_frame(read_runs(runs_csv))
+    runs = read_runs(runs_csv)
+    frame = suite_frame(runs, gpu_spec=gpu_spec)
     if frame.empty:
         raise ValueError(f"{runs_csv} has no best_fp32 / best_tf32 jobs: nothing to publish")
     refusal = runs_refusal(gpu_spec, runs_csv)  # a set holds one GPU's figures only
     if refusal:
         raise ValueError(refusal)
-    runs = read_runs(runs_csv)
     mine = runs[runs.gpu_spec == gpu_spec] if "gpu_spec" in runs else runs.iloc[:0]
     gpus = sorted(mine.gpu.dropna().unique()) if "gpu" in mine else []
     stamps = mine.timestamp if "timestamp" in mine else []

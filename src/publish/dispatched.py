@@ -1,0 +1,79 @@
+"""Which published rows ran the dispatch of today: a dispatching kernel's row (best_fp32,
+best_tf32) records its choice (`dispatched_to`, `params`), and a re-fit of conf/tuned/<gpu>.yaml
+may move that choice since. The suite and held-out reports count and list the rows measured
+through an earlier dispatch, and their goals are met by today's rows only.
+
+`python -m src.publish.dispatched RUNS_CSV --gpu GPU`: the rows to measure again, as sweeps
+('KERNEL MxNxK,...': `python -m src.run -m kernel=KERNEL shape=...`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from src.records.collect import read_runs
+
+
+def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | None]:
+    """{(kernel, m, n, k): None where today's dispatch runs what the row measured (the same
+    params, or others that build the same launch there), else what it runs now ("kernel
+    {params}")} for each ok row of a dispatching kernel that records its choice (`dispatched_to`,
+    `params`): src.job.dispatch.choose at the row's problem with the device limits of
+    `gpu_spec`'s datasheet, as the runner chooses. {} for a spec without a datasheet."""
+    from src.job import dispatch
+    from src.job import gpu as gpu_mod
+    from src.job.config import kernel_config
+    from src.job.problem import Problem
+    from src.job.training import Candidate
+
+    if gpu_spec not in gpu_mod.known_specs() or runs.empty:
+        return {}
+    limits = gpu_mod.limits_from_spec(gpu_spec)
+    configs: dict[str, dict] = {}
+    out = {}
+    for r in runs[runs.status == "ok"].itertuples(index=False):
+        chosen, params = getattr(r, "dispatched_to", None), getattr(r, "params", None)
+        if not isinstance(chosen, str) or not isinstance(params, str):
+            continue  # not a dispatching kernel's row, or one from before they recorded it
+        if r.kernel not in configs:
+            configs[r.kernel] = kernel_config(r.kernel)
+        if not dispatch.is_dispatcher(configs[r.kernel]):
+            continue
+        problem = Problem(int(r.m), int(r.n), int(r.k), float(r.alpha), float(r.beta))
+        now = dispatch.choose(configs[r.kernel], gpu_spec, problem, limits)
+        measured = Candidate(chosen, json.dumps(json.loads(params), sort_keys=True))
+        runs_now = Candidate(now.kernel, json.dumps(now.params, sort_keys=True))
+        same = measured == runs_now or now.kernel == chosen and (  # or the same launch: one kernel
+            dispatch.launch(measured, str(r.precision), problem, limits)
+            == dispatch.launch(runs_now, str(r.precision), problem, limits))
+        out[(r.kernel, int(r.m), int(r.n), int(r.k))] = (
+            None if same else f"{now.kernel} {json.dumps(now.params, sort_keys=True)}")
+    return out
+
+
+def stale_sweeps(runs_csv: Path, gpu_spec: str) -> list[str]:
+    """'KERNEL MxNxK,MxNxK,...' per dispatching kernel (in name order): the rows today's dispatch
+    no longer runs as measured, to measure again (`python -m src.run -m kernel=KERNEL shape=...`)."""
+    moved: dict[str, list[str]] = {}
+    for (kernel, m, n, k), now in sorted(dispatched_today(read_runs(runs_csv), gpu_spec).items()):
+        if now:
+            moved.setdefault(kernel, []).append(f"{m}x{n}x{k}")
+    return [f"{kernel} {','.join(shapes)}" for kernel, shapes in moved.items()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path, help="a runs CSV (src.records.collect): suite or held-out")
+    parser.add_argument("--gpu", required=True, help="the GPU spec whose conf/tuned/<gpu>.yaml dispatches")
+    args = parser.parse_args(argv)
+    print("\n".join(stale_sweeps(args.runs, args.gpu)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Which published rows ran the dispatch of today: a dispatching kernel's row (best_fp32,
 best_tf32) records its choice (`dispatched_to`, `params`), and a re-fit of conf/tuned/<gpu>.yaml
 may move that choice since. The suite and held-out reports count and list the rows measured
-through an earlier dispatch, and their goals are met by today's rows only.
+through an earlier dispatch (the held-out report meets a goal by today's rows only).
 
 `python -m src.publish.dispatched RUNS_CSV --gpu GPU`: the rows to measure again, as sweeps
 ('KERNEL MxNxK,...': `python -m src.run -m kernel=KERNEL shape=...`)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from src.paths import COMPARE_DIR, RESULTS_DIR
 from src.publish.staged import staged
-from src.publish.suite import DISPATCHERS, RATIO_TICKS, geomean
+from src.publish.ratios import DISPATCHERS, RATIO_TICKS, geomean
 from src.records import math_units
 from src.records.summary import size_key
 

@@ -20,7 +20,8 @@ import pandas as pd
 
 from src.publish.dispatched import stale_sweeps
 from src.publish.staged import staged
-from src.publish.suite import geomean, suite_frame
+from src.publish.ratios import geomean
+from src.publish.suite import suite_frame
 from src.records.collect import read_runs, runs_refusal
 
 # Issue 39's bar on shapes the dispatch never saw, against the stronger cuBLAS: (geomean, min)

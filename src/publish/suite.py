@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import textwrap
 from pathlib import Path
@@ -32,11 +31,11 @@ from omegaconf import OmegaConf
 
 from src.paths import CONF_DIR
 from src.publish.dispatched import dispatched_today
+from src.publish.ratios import DISPATCHERS, RATIO_TICKS, geomean
 from src.publish.staged import staged
 from src.records import math_units
 from src.records.collect import read_runs, runs_refusal
 
-DISPATCHERS = {"best_fp32": "fp32", "best_tf32": "tf32"}
 COLUMNS = ["suite", "shape", "m", "n", "k", "alpha", "beta", "kernel", "chosen", "math", "rule",
            "status",
            "gflops", "baseline", "baseline_gflops", "ratio", "ratio_ci_low", "ratio_ci_high",
@@ -120,11 +119,6 @@ def suite_frame(runs: pd.DataFrame, conf_dir: Path = CONF_DIR, gpu_spec: str | N
 def has_peers(frame: pd.DataFrame) -> bool:
     """Whether any row was compared with a peer (the peer columns are shown only then)."""
     return "ratio_peer" in frame and bool(frame.ratio_peer.notna().any())
-
-
-def geomean(values) -> float | None:
-    values = [float(v) for v in values if v is not None and not pd.isna(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def summary(frame: pd.DataFrame) -> dict:
@@ -282,7 +276,6 @@ def markdown_wide(frame: pd.DataFrame, gpu_spec: str) -> str:
 
 
 MATH_COLOURS = {"ffma": "#1f77b4", "3xtf32": "#2ca02c", "tf32": "#ff7f0e"}
-RATIO_TICKS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
 
 
 def figure(frame: pd.DataFrame, gpu_spec: str):

@@ -323,3 +323,10 @@ def test_suite_rows_measured_through_an_earlier_dispatch_are_counted_and_listed(
     printed = capsys.readouterr().out.split("\n")
     for kernel, at in (("best_fp32", fp32), ("best_tf32", tf32)):
         assert printed.count(f"{kernel} {shape(at)}") == 1
+    # no file, or a GPU without a datasheet: a one-paragraph error naming the rule, nothing printed
+    assert dispatched.main([str(tmp_path / "none.csv"), "--gpu", "h200"]) == 1
+    out, err = capsys.readouterr()
+    assert not out and "is not a file (rule:" in err
+    assert dispatched.main([str(edited), "--gpu", "a100_made_up"]) == 1
+    out, err = capsys.readouterr()
+    assert not out and "names no GPU datasheet" in err and "h200" in err

@@ -66,11 +66,29 @@ def stale_sweeps(runs_csv: Path, gpu_spec: str) -> list[str]:
     return [f"{kernel} {','.join(shapes)}" for kernel, shapes in moved.items()]
 
 
+def refusal(runs_csv: Path, gpu_spec: str) -> str | None:
+    """Why the rows of `runs_csv` cannot be checked against `gpu_spec`'s dispatch (no such file,
+    or a spec without a datasheet, whose dispatch the runner cannot rebuild), or None."""
+    from src.job import gpu as gpu_mod
+
+    if not runs_csv.is_file():
+        return (f"{runs_csv} is not a file (rule: the rows checked against today's dispatch are a "
+                f"runs CSV, e.g. results/<gpu>/heldout_runs.csv or suite_runs.csv).")
+    if gpu_spec not in gpu_mod.known_specs():
+        return (f"--gpu {gpu_spec} names no GPU datasheet (conf/gpu/{gpu_spec}.yaml) (rule: the "
+                f"dispatch is rebuilt with that GPU's limits; known: {', '.join(sorted(gpu_mod.known_specs()))}).")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, help="a runs CSV (src.records.collect): suite or held-out")
     parser.add_argument("--gpu", required=True, help="the GPU spec whose conf/tuned/<gpu>.yaml dispatches")
     args = parser.parse_args(argv)
+    refused = refusal(args.runs, args.gpu)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
     print("\n".join(stale_sweeps(args.runs, args.gpu)))
     return 0
 

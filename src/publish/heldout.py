@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from src.publish.dispatched import stale_sweeps
+from src.publish.dispatched import refusal, stale_sweeps
 from src.publish.staged import staged
 from src.publish.ratios import geomean
 from src.publish.suite import suite_frame
@@ -128,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
                              "'KERNEL shape,...' lines to measure again; write nothing")
     args = parser.parse_args(argv)
     if args.stale:
+        refused = refusal(args.runs, args.gpu)
+        if refused:
+            print(f"error: {refused}", file=sys.stderr)
+            return 1
         print("\n".join(stale_sweeps(args.runs, args.gpu)))
         return 0
     if args.out_dir is None:

@@ -129,9 +129,8 @@ def _model(gpu_spec: str, name: str, problem: Problem):
     weighting = str(weighting)
     training.weighting_of(weighting, where)
     waves = _model_number(model, "waves", name, where, training.WAVES_RULE)
-    cap = _model_number(model, "waves_cap", name, where, training.WAVES_CAP_RULE)
-    if 0 < cap < 1:
-        raise ConfigError(f"{where}: waves_cap {cap:g} is below 1 (rule: {training.WAVES_CAP_RULE}).")
+    cap = training.waves_cap_checked(_model_number(model, "waves_cap", name, where, training.WAVES_CAP_RULE),
+                                     f"{where}: waves_cap")
     side = _model_number(model, "small_side", name, where, training.SMALL_SIDE_RULE)
     share = _model_number(model, "caution", name, where, training.CAUTION_RULE,
                           most=1.0)

@@ -269,6 +269,14 @@ WAVES_RULE = ("the power of the wave-fill ratio, here against there, each neighb
               "scaled by; 0: none")
 WAVES_CAP_RULE = ("the most the wave-fill ratio, here against there, counts before its power; 0: "
                   "no cap, else 1 or more")
+
+
+def waves_cap_checked(cap: float, where: str) -> float:
+    """`cap` where it is 0 or at least 1 (WAVES_CAP_RULE), for the fit's settings and the tuned
+    file alike; else a ConfigError naming the rule at `where`."""
+    if 0 < cap < 1:
+        raise ConfigError(f"{where} {cap:g} is below 1 (rule: {WAVES_CAP_RULE}).")
+    return cap
 SMALL_SIDE_RULE = ("the weight the log2 distance gives the smaller of m and n again, squared; 0: "
                    "the plain distance")
 REGIONS_RULE = ("a list of shape regions (`when` expressions over m, n and k, the reserved regions "

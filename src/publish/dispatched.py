@@ -80,17 +80,22 @@ def refusal(runs_csv: Path, gpu_spec: str) -> str | None:
     return None
 
 
+def print_stale(runs_csv: Path, gpu_spec: str) -> int:
+    """Print `stale_sweeps` (the command's output), or the refusal on stderr; the exit status."""
+    refused = refusal(runs_csv, gpu_spec)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
+    print("\n".join(stale_sweeps(runs_csv, gpu_spec)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, help="a runs CSV (src.records.collect): suite or held-out")
     parser.add_argument("--gpu", required=True, help="the GPU spec whose conf/tuned/<gpu>.yaml dispatches")
     args = parser.parse_args(argv)
-    refused = refusal(args.runs, args.gpu)
-    if refused:
-        print(f"error: {refused}", file=sys.stderr)
-        return 1
-    print("\n".join(stale_sweeps(args.runs, args.gpu)))
-    return 0
+    return print_stale(args.runs, args.gpu)
 
 
 if __name__ == "__main__":

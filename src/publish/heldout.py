@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from src.publish.dispatched import refusal, stale_sweeps
+from src.publish.dispatched import print_stale
 from src.publish.staged import staged
 from src.publish.ratios import geomean
 from src.publish.suite import suite_frame
@@ -128,12 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                              "'KERNEL shape,...' lines to measure again; write nothing")
     args = parser.parse_args(argv)
     if args.stale:
-        refused = refusal(args.runs, args.gpu)
-        if refused:
-            print(f"error: {refused}", file=sys.stderr)
-            return 1
-        print("\n".join(stale_sweeps(args.runs, args.gpu)))
-        return 0
+        return print_stale(args.runs, args.gpu)
     if args.out_dir is None:
         parser.error("--out-dir is required to publish (rule: the report goes into its GPU's set, "
                      "results/<gpu>/)")

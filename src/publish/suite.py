@@ -131,7 +131,7 @@ def summary(frame: pd.DataFrame) -> dict:
             continue
         ok = rows[rows.status == "ok"]
         entry = {"kernel": kernel, "shapes": int(len(rows)), "failed": int(len(rows) - len(ok)),
-                 "earlier_dispatch": int(rows.dispatch_now.notna().sum()) if "dispatch_now" in rows else 0}
+                 "earlier_dispatch": int(rows.dispatch_now.notna().sum())}
         for key, column in (("vs_default", "ratio"), ("vs_best", "ratio_best"),
                             ("vs_peer", "ratio_peer")):
             values = ok[column].dropna() if column in ok else ok.iloc[0:0]
@@ -225,8 +225,7 @@ def markdown(frame: pd.DataFrame, gpu_spec: str, gpus: list[str], timestamps=())
                          f"{r.ratio:.3f} {r.verdict} | {best} |" + (f" {_peer_cell(r)} |" if peers else ""))
         lines.append("")
     for kernel in DISPATCHERS:
-        moved = frame[(frame.kernel == kernel) & frame.dispatch_now.notna()] if "dispatch_now" in frame \
-            else frame.iloc[:0]
+        moved = frame[(frame.kernel == kernel) & frame.dispatch_now.notna()]
         if len(moved):
             lines += [f"## {kernel}: measured through an earlier dispatch", "",
                       "| suite | shape | measured | vs best cuBLAS | today's dispatch runs |",

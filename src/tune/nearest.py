@@ -118,11 +118,8 @@ def waves_cap(settings: dict, dispatcher: str | None = None) -> float:
     """The most the wave-fill ratio counts before its power (`fit.waves_cap`, default 0: no cap;
     src/job/training._corrected): one number, 0 or at least 1, for every dispatcher or a mapping,
     as `waves`; anything else is a ConfigError naming the rule."""
-    value = _number(settings, "waves_cap", dispatcher, WAVES_CAP_RULE)
-    if 0 < value < 1:
-        raise ConfigError(f"conf/tuning/dispatch.yaml: fit.waves_cap {value:g} is below 1 (rule: "
-                          f"{WAVES_CAP_RULE}).")
-    return value
+    return training.waves_cap_checked(_number(settings, "waves_cap", dispatcher, WAVES_CAP_RULE),
+                                      "conf/tuning/dispatch.yaml: fit.waves_cap")
 
 
 def waves_auto(settings: dict) -> bool:

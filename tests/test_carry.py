@@ -71,7 +71,7 @@ def row(params: dict, shape: tuple, source: str, **extra) -> dict:
 def test_rows_of_an_earlier_source_are_carried_over_where_they_build_the_same(tmp_path, monkeypatch):
     """gemm_tf32's rows measured at REV, an aligned shape and one with unaligned rows (padded by
     the pre-pass then as with unaligned_rows 1 now), carried over: today's source, unaligned_rows
-    1 and split_tail 0 added, the old source kept in carried_from, a same_as row with them. A row whose REV build
+    1, split_tail 0 and c_staged 0 added, the old source kept in carried_from, a same_as row with them. A row whose REV build
     differs from today's (stood in for: today's identity altered) and one of a source REV did not
     have stay as they were; a row of today's source is not rebuilt."""
     with_tree = tmp_path / "tree"
@@ -97,8 +97,8 @@ def test_rows_of_an_earlier_source_are_carried_over_where_they_build_the_same(tm
     monkeypatch.setattr(carry, "identities", fifth_differs)
     out, report = carry.carry_over(rows, REV, "h100_sxm", ROOT, tmp_path / "cache")
     assert report == {"gemm_tf32": (3, 2)}
-    # the parameters REV did not have, at today's defaults: unaligned_rows 1, split_tail 0
-    completed = json.dumps({**TILE, "unaligned_rows": 1, "split_tail": 0}, sort_keys=True)
+    # the parameters REV did not have, at today's defaults: unaligned_rows 1, split_tail 0, c_staged 0
+    completed = json.dumps({**TILE, "unaligned_rows": 1, "split_tail": 0, "c_staged": 0}, sort_keys=True)
     for r in (out[0], out[2]):
         assert r["params"] == completed and r["source_sha256"] == today and r["carried_from"] == then
     assert out[1]["same_as"] == completed and out[1]["carried_from"] == then

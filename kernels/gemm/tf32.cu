@@ -15,7 +15,10 @@
 //   size (wgmma_rows.cuh): 19 rows run in a 24-row tile, 1156 in ten of 120, not of 128.
 // - Short K with a large C (PREFETCH_C, the config's derived `c_prefetched`): with beta != 0 the
 //   producer threads left idle request the block's old C into L2 (c_prefetch.cuh), so that the
-//   epilogue, most of such a kernel's time, reads it from L2 rather than DRAM.
+//   epilogue, most of such a kernel's time, reads it from L2 rather than DRAM. PREFETCH_C 2
+//   (`c_staged`; one block per tile, no split tail, N % 4 == 0): they copy the old C whole into
+//   shared memory with 16-byte cp.async while the main loop runs, and the epilogue reads it there,
+//   so no global load waits after the main loop (c_prefetch.cuh, wgmma_epilogue.cuh).
 // Tile hierarchy: block tile BM x BN, k tiles of 32 (one 128-byte swizzle row), STAGES stages in
 // the producer -> consumer ring -> consumer warpgroup BM x 64 (wgmma m64nBMk8 on C^T = B^T A^T)
 // -> warp 16 columns of C -> thread tile 2 columns x BM / 4 rows. K slice: a run of a tile's k
@@ -33,7 +36,8 @@
 #include "../include/k_slices.cuh"
 // copy_swizzled_rows: the unaligned operands' boxes by 4-byte cp.async (STREAM 1)
 #include "../include/swizzled_rows.cuh"
-// prefetch_c_box: the old C requested into L2 by the idle producer threads (PREFETCH_C)
+// prefetch_c_box / copy_c_box: the old C requested into L2 (PREFETCH_C 1) or copied into shared
+// memory (PREFETCH_C 2) by the idle producer threads
 #include "../include/c_prefetch.cuh"
 
 // --- Pre-pass: workspace = [A copy (only when K % 4 != 0) | B copy (only when N % 4 != 0)],
@@ -140,18 +144,27 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
   static_assert(SLICES == 1 || STAGES * (A_STAGE + B_STAGE) >= BM * BN * 4,
                 "the partial tile must fit in the stage ring it reuses");
 
+  // PREFETCH_C 2: the old C copied whole into shared memory (N % 4 == 0), one block per tile; a
+  // row's floats BN + 4 apart, so that a warp's rows of the epilogue fall in other banks
+  static_assert(PREFETCH_C != 2 || SLICES == 1, "the staged C is a whole tile's");
+  constexpr int C_STRIDE = BN + 4;
+  constexpr int C_TILE = PREFETCH_C == 2 ? BM * C_STRIDE * 4 : 0;
+
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   unsigned char* a_tiles = smem;
   unsigned char* b_tiles = smem + STAGES * A_STAGE;
-  u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_STAGE);
+  float* c_tile = reinterpret_cast<float*>(b_tiles + STAGES * B_STAGE);
+  u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_STAGE + C_TILE);
   u64* empty = full + STAGES;
+  u64* c_ready = empty + STAGES;  // PREFETCH_C 2: every producer thread's copies of C landed
 
   // This block's tile and K slice (k_slices.cuh).
   const SliceOfTile work = slice_of_tile<BM, BN, BK, GROUP_M, SLICES, LAST_TILES>(M, N, K);
   const int m0 = work.m0, n0 = work.n0, slice = work.slice, kt0 = work.kt0, k_tiles = work.k_tiles;
 
   if (threadIdx.x == 0) {
+    if constexpr (PREFETCH_C == 2) mbar_init(c_ready, 128);  // the ring's init fences it
     if constexpr (STREAM)
       stream_ring_init<STAGES, CONSUMERS>(full, empty);
     else
@@ -166,7 +179,12 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
                                               n0, kt0, k_tiles, A, B, M, N, K);
     // PREFETCH_C: the producers done (at once, for all but thread 0 unless STREAM), this block's
     // rows of the old C (its share after the K slices) are requested into L2 for the epilogue
-    if (PREFETCH_C && beta != 0.0f) {
+    if constexpr (PREFETCH_C == 2) {  // no copies with beta 0: the arrival is at once
+      if (beta != 0.0f)
+        copy_c_box<C_STRIDE, 128>(c_tile, C, N, m0, min(M, m0 + BM), n0, min(N, n0 + BN),
+                                  threadIdx.x);
+      cp_async_mbar_arrive(c_ready);
+    } else if (PREFETCH_C && beta != 0.0f) {
       const int row0 = m0 + slice * (BM / SLICES);
       prefetch_c_box<128>(C, N, row0, min(M, row0 + BM / SLICES), n0, min(N, n0 + BN),
                           threadIdx.x);
@@ -241,7 +259,10 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
   for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(d[i]));  // d only after the wait
 
   const int n = n0 + box * 32 + 4 * chunk + 2 * (g & 1);
-  if constexpr (SLICES == 1) {
+  if constexpr (PREFETCH_C == 2) {
+    mbar_wait(c_ready, 0);
+    store_row_groups_from<BM / 8, C_STRIDE>(d, c_tile, C, M, N, m0, n0, n, t, alpha, beta);
+  } else if constexpr (SLICES == 1) {
     store_tile<BM>(d, C, M, N, m0, n, t, alpha, beta);
   } else {
     constexpr int SHARE = k_slice_share(BM, SLICES);

@@ -3,6 +3,7 @@
 // main loop (at a short K the epilogue's traffic is most of the kernel's).
 #ifndef SGEMM_LAB_C_PREFETCH_CUH
 #define SGEMM_LAB_C_PREFETCH_CUH
+#include "cp_async.cuh"
 
 // Rows [row0, row_end) x columns [col0, col_end) of C (both ends already clipped to M and N), one
 // `prefetch.global.L2` per 128-byte line, the lines spread over THREADS threads (thread: this
@@ -19,6 +20,21 @@ __device__ __forceinline__ void prefetch_c_box(const float* C, int N, int row0, 
         (reinterpret_cast<unsigned long long>(first) & ~127ull) + 128ull * (i % lines);
     if (line <= reinterpret_cast<unsigned long long>(first + (col_end - col0) - 1))
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+}
+
+// Rows [row0, row_end) x columns [col0, col_end) of C copied into `tile` (row r at
+// tile + r * STRIDE) with 16-byte cp.async spread over THREADS threads; N % 4 == 0 and
+// col0 % 4 == 0, so every chunk is 16-byte aligned and inside its row. The caller arrives on a
+// barrier when its copies land (cp_async_mbar_arrive).
+template <int STRIDE, int THREADS>
+__device__ __forceinline__ void copy_c_box(float* tile, const float* C, int N, int row0,
+                                           int row_end, int col0, int col_end, int thread) {
+  const int chunks = (col_end - col0) / 4;  // whole chunks: col_end is N or col0 + BN
+  if (chunks <= 0) return;
+  for (int i = thread; i < (row_end - row0) * chunks; i += THREADS) {
+    const int r = i / chunks, c = 4 * (i % chunks);
+    cp_async_16(tile + r * STRIDE + c, C + (size_t)(row0 + r) * N + col0 + c, 16);
   }
 }
 

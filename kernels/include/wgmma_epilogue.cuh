@@ -59,6 +59,31 @@ __device__ __forceinline__ void store_row_groups(const float* acc, float* C, int
     store_row_groups<GROUPS - WHOLE>(acc + 4 * WHOLE, C, M, N, m0 + 8 * WHOLE, n, t, alpha, beta);
 }
 
+// The same epilogue with the old C read from a copy of the block's tile in shared memory (row r,
+// column c of the tile at old[r * STRIDE + c], rows from m0, columns from n0), which the producer
+// threads filled while the main loop ran: no global load after the main loop. N % 4 == 0 (the copy
+// moved whole 16-byte chunks), so a lane's two columns are a float2 in C. With beta 0 nothing was
+// copied and nothing is read.
+template <int GROUPS, int STRIDE>
+__device__ __forceinline__ void store_row_groups_from(const float* acc, const float* old, float* C,
+                                                      int M, int N, int m0, int n0, int n, int t,
+                                                      float alpha, float beta) {
+  if (n >= N) return;
+#pragma unroll
+  for (int j = 0; j < GROUPS; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 8 * j + 2 * t + h, m = m0 + r;
+      if (m >= M) continue;
+      const float2 was = beta != 0.0f
+          ? *reinterpret_cast<const float2*>(old + r * STRIDE + (n - n0))
+          : make_float2(0.0f, 0.0f);
+      const float* v = acc + 4 * j + h;
+      *reinterpret_cast<float2*>(C + (size_t)m * N + n) =
+          make_float2(alpha * v[0] + beta * was.x, alpha * v[2] + beta * was.y);
+    }
+}
+
 // A consumer lane's whole block tile: BM / 4 rows, BM / 8 row groups.
 template <int BM>
 __device__ __forceinline__ void store_tile(const float* acc, float* C, int M, int N, int m0,

@@ -57,6 +57,20 @@ def test_prefetching_build_issues_l2_prefetches_and_the_other_none(kernel, param
     assert "prefetch.global.L2" not in ptx[off.entry]
 
 
+def verified_run(compose, kernel: str, shape: tuple, params: dict, beta: float):
+    """`kernel` run by name at `shape` with `params`, alpha 0.5 and `beta` (quick protocol): the
+    record, after asserting it verified (every check within the tolerance) with no local memory."""
+    m, n, k = shape
+    record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
+                             f"beta={beta}", *[f"kernel.params.{p}={v}" for p, v in params.items()],
+                             *QUICK, *pinned_inputs(shape)),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+    return record
+
+
 PREFETCH_CASES = [
     # (kernel, shape, params, beta, smoke)
     ("gemm_tf32", (2048, 1024, 100), {}, 3.0, False),
@@ -79,14 +93,7 @@ PREFETCH_CASES = [
                  marks=[pytest.mark.chapter(kernel)] + ([pytest.mark.smoke] if smoke else []))
     for kernel, shape, params, beta, smoke in PREFETCH_CASES])
 def test_prefetching_builds_verified_alpha_beta(compose, kernel, shape, params, beta):
-    m, n, k = shape
-    record = run_job(compose(f"kernel={kernel}", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
-                             f"beta={beta}", *[f"kernel.params.{p}={v}" for p, v in params.items()],
-                             *QUICK, *pinned_inputs(shape)),
-                     explicit_params=set(params))
-    assert record.status == "ok", record.error
-    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
-    assert record.local_bytes == 0
+    record = verified_run(compose, kernel, shape, params, beta)
     assert template_args(record.entry)[-2] == 1, record.entry
     if params.get("min_slice_k") == 32:  # the K slices ran: a cluster launch or a sliced tail
         assert "_cluster<" in record.entry or params.get("split_tail") == 1, record.entry

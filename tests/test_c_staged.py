@@ -12,12 +12,10 @@ import pytest
 from src.errors import InvalidParams
 from src.job.compile import expand_source, nvrtc_ptx
 from src.job.gpu import limits_from_spec
-from src.job.pipeline import run_job
 from src.job.problem import Problem
 from src.job.spec import build_spec
-from tests.test_c_prefetch import template_args
+from tests.test_c_prefetch import template_args, verified_run
 from tests.test_compile import needs_nvrtc
-from tests.test_gpu import QUICK, pinned_inputs
 from tests.test_spec import kernel_cfg
 
 H200 = limits_from_spec("h200")
@@ -86,13 +84,5 @@ STAGED_CASES = [
                  marks=[pytest.mark.smoke] if smoke else [])
     for shape, params, beta, smoke in STAGED_CASES])
 def test_staging_builds_verified_alpha_beta(compose, shape, params, beta):
-    m, n, k = shape
-    params = {**TILE, "c_staged": 1, **params}
-    record = run_job(compose("kernel=gemm_tf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5",
-                             f"beta={beta}", *[f"kernel.params.{p}={v}" for p, v in params.items()],
-                             *QUICK, *pinned_inputs(shape)),
-                     explicit_params=set(params))
-    assert record.status == "ok", record.error
-    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
-    assert record.local_bytes == 0
+    record = verified_run(compose, "gemm_tf32", shape, {**TILE, "c_staged": 1, **params}, beta)
     assert template_args(record.entry)[-2] == 2, record.entry

@@ -1034,6 +1034,49 @@ def test_a_new_twin_of_a_kept_twin_names_the_row_that_holds_the_figures(tmp_path
     assert back[tune.params_key(c)]["same_as"] == tune.params_key(a)
 
 
+def test_a_launch_the_evidence_holds_by_a_twin_is_not_measured_again(tmp_path):
+    """`--missing` after an axis was added before a measured value (c_staged 1 listed first): at
+    a shape where staging builds nothing (N % 4 != 0), c_staged 1 and 0 build one launch and the
+    grid keeps c_staged 1 as its first. The evidence holds c_staged 0's row: the plan holds the
+    launch (no job), and the sweep's rows give c_staged 1 that row's figures (the H200's
+    2026-12-04 `--missing` measured such launches again). SYNTHETIC figures."""
+    from src.tune import evidence
+
+    base = {"bm": 128, "bn": 128, "fit": 1, "stages": 4, "group_m": 8, "in_flight": 2,
+            "split_k": 8, "min_slice_k": 256, "split_tail": 0, "min_slices": 0, "unaligned_rows": 1}
+    staged, plain, other = {**base, "c_staged": 1}, {**base, "c_staged": 0}, {**base, "stages": 5, "c_staged": 0}
+    shape = distribution.Shape(8067, 417, 114)
+    limits = limits_from_spec("h200")
+    cfg = plan_mod.candidate_config("gemm_tf32", "tf32")
+    problem = Problem(*shape.dims, 0.5, 3.0)
+    pruning = tune.prune(cfg, [staged, plain, other], problem, limits)
+    assert [tune.params_key(p) for p, _ in pruning.valid] == [tune.params_key(staged), tune.params_key(other)]
+    assert pruning.same_as == {tune.params_key(plain): tune.params_key(staged)}
+    source = evidence.source_sha256("gemm_tf32")
+    kept = [{**row("best_tf32", "gemm_tf32", tune.params_key(plain), shape.dims, 0.93, stage=2),
+             "source_sha256": source, "precision": "tf32", "gpu_spec": "h200"}]
+    held = evidence.held_pairs(kept)
+    space = {name: [staged[name]] if name != "c_staged" else [1, 0] for name in staged}
+    space["stages"] = [4, 5]
+    sweep, _ = plan_mod._sweep("best_tf32", "tf32", "gemm_tf32", space, [shape], limits,
+                               plan_mod.load_settings(), stage=2, candidates=[staged, plain, other],
+                               tag="_stage2", held=held)
+    # one job (the 5-stage launch), the staged launch held by its twin's row
+    assert sweep.jobs_at == {shape.label: 1} and sweep.held == {shape.label: [tune.params_key(staged)]}
+    new = evidence.sweep_rows(sweep, tmp_path, "h200", plan_mod.load_settings(), kept)
+    assert [(r["params"], r["same_as"], r["ratio_best"]) for r in new] == [
+        (tune.params_key(staged), tune.params_key(plain), 0.93)]
+    evidence.write(kept + new, tmp_path / "e.csv")   # accepted: the new row names a written row
+    back = {r["params"]: r for r in read_evidence(tmp_path / "e.csv")}
+    assert back[tune.params_key(staged)]["same_as"] == tune.params_key(plain)
+    # without the kept row the launch is a job again and no row is made up
+    sweep, _ = plan_mod._sweep("best_tf32", "tf32", "gemm_tf32", space, [shape], limits,
+                               plan_mod.load_settings(), stage=2, candidates=[staged, plain, other],
+                               tag="_stage2", held={})
+    assert sweep.jobs_at == {shape.label: 2} and sweep.held == {}
+    assert evidence.sweep_rows(sweep, tmp_path, "h200", plan_mod.load_settings(), []) == []
+
+
 def test_a_long_sweep_runs_in_parts_and_a_cut_loses_one_part_at_most(tmp_path, monkeypatch):
     """`sweep_max_jobs`: a sweep of more jobs runs as parts of whole shapes, none over the cap
     unless one shape alone is, together its shapes, jobs and held pairs exactly; a tune cut in a

@@ -65,7 +65,8 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
                kept: list[dict] = ()) -> list[dict]:
     """The rows of one planned sweep (src/tune/plan.Sweep): its records, and a row for each
     candidate that is the same kernel as a measured one at a shape, or as one of the `kept` rows
-    (the evidence it was planned around, `sgemm-lab tune --missing`) that is not itself held."""
+    (the evidence it was planned around, `sgemm-lab tune --missing`) that is not itself held: the
+    first of a launch too, where the plan held it for a kept twin."""
     from src.job.gpu import limits_from_spec
     from src.job.problem import Problem
     from src.tune import plan
@@ -90,14 +91,23 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
     pruner = tune.Pruner(cfg, sweep.candidate_list(), limits)
     for shape in sweep.covered:
         outline = pruner.at(Problem(*shape.dims, settings["alpha"], settings["beta"]))
+        builds: dict[str, list[str]] = {pruner.keys[i]: [] for i in outline.valid}  # first: twins
         for dup, first in pruner.same_as(outline).items():
-            dup, first = (json.dumps(json.loads(p), sort_keys=True) for p in (dup, first))
-            source = measured.get((shape.label, first)) or known.get((shape.label, first))
-            if source is not None and (shape.label, dup) not in known:
-                # a kept source may itself be a twin (the earlier run's grid kept another first):
-                # name the row that holds the figures
-                rows.append({**source, "params": dup,
-                             "same_as": source.get("same_as") or source["params"]})
+            builds[first].append(dup)
+        for first, dups in builds.items():
+            members = [json.dumps(json.loads(p), sort_keys=True) for p in (first, *dups)]
+            # the launch's figures: the first's measurement, else any kept row of the launch (the
+            # plan held the launch for it and measured nothing)
+            source = measured.get((shape.label, members[0])) or next(
+                (known[(shape.label, p)] for p in members if (shape.label, p) in known), None)
+            if source is None:
+                continue
+            for p in members:
+                if (shape.label, p) not in known and (shape.label, p) not in measured:
+                    # a kept source may itself be a twin (the earlier run's grid kept another
+                    # first): name the row that holds the figures
+                    rows.append({**source, "params": p,
+                                 "same_as": source.get("same_as") or source["params"]})
     return rows
 
 

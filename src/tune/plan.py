@@ -234,7 +234,13 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
             runnable.add(shape.dims)
             sweep.covered.append(shape)
             keys = [pruner.keys[i] for i in outline.valid]
-            held_here = sorted(k for k in keys if k in mine.get(shape.label, ()))
+            # a launch is held when any candidate that builds it is: the evidence may hold a twin
+            # of today's first (a grid that grew an axis lists a new value before the measured one)
+            builds = {k: {k} for k in keys}
+            for dup, first in pruner.same_as(outline).items():
+                builds[first].add(dup)
+            there = mine.get(shape.label, ())
+            held_here = sorted(k for k in keys if not builds[k].isdisjoint(there))
             if len(held_here) < len(keys):
                 sweep.shapes.append(shape)
                 sweep.jobs_at[shape.label] = len(keys) - len(held_here)

@@ -195,6 +195,17 @@ def write(rows: list[dict], path: Path) -> Path:
     return path
 
 
+def held_launches(pruner, kept, held) -> list[str]:
+    """The first params keys (sorted) of the launches of `kept` (a Pruner's Outline at a shape)
+    that any of `held` (params keys the evidence holds there) builds, the first or a twin: the
+    evidence may hold a twin of today's first (a grid that grew an axis lists its new value
+    before the measured one)."""
+    builds = {pruner.keys[i]: {pruner.keys[i]} for i in kept.valid}
+    for dup, first in pruner.same_as(kept).items():
+        builds[first].add(dup)
+    return sorted(k for k, keys in builds.items() if not keys.isdisjoint(held))
+
+
 def held_pairs(rows: list[dict]) -> dict:
     """{(dispatcher, kernel): {shape: params keys}} of evidence rows (a same_as row too: its
     candidate builds the measured one's kernel there)."""

@@ -217,6 +217,8 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
     ({(dispatcher, kernel): {shape: params keys}}): pairs the evidence holds, left out of its
     jobs (a shape where every candidate is held has no job but stays `covered`: the evidence
     gives its same_as rows there)."""
+    from src.tune.evidence import held_launches  # (pandas: not at import)
+
     cfg = candidate_config(kernel, precision)
     sweep = Sweep(dispatcher, precision, kernel, space, fallback=fallback, stage=stage,
                   candidates=candidates, tag=tag)
@@ -233,17 +235,10 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
         if outline.valid:
             runnable.add(shape.dims)
             sweep.covered.append(shape)
-            keys = [pruner.keys[i] for i in outline.valid]
-            # a launch is held when any candidate that builds it is: the evidence may hold a twin
-            # of today's first (a grid that grew an axis lists a new value before the measured one)
-            builds = {k: {k} for k in keys}
-            for dup, first in pruner.same_as(outline).items():
-                builds[first].add(dup)
-            there = mine.get(shape.label, ())
-            held_here = sorted(k for k in keys if not builds[k].isdisjoint(there))
-            if len(held_here) < len(keys):
+            held_here = held_launches(pruner, outline, mine.get(shape.label, ()))
+            if len(held_here) < len(outline.valid):
                 sweep.shapes.append(shape)
-                sweep.jobs_at[shape.label] = len(keys) - len(held_here)
+                sweep.jobs_at[shape.label] = len(outline.valid) - len(held_here)
                 if held_here:
                     sweep.held[shape.label] = held_here
         else:

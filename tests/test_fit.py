@@ -82,6 +82,26 @@ def loo_figures(geomean: float, low: float, drawn: tuple[float, float] | None = 
     return out
 
 
+
+def test_a_table_keeps_one_candidate_object_and_regroups_its_ratios_by_candidate():
+    """`table` keys every ratio by the very Candidate object it lists (a lookup matches by
+    identity, not the dataclass's __eq__: the fit's speed), and `Table.of` gives each candidate's
+    {shape: ratio} as `ratio` holds it, a failed run absent (SYNTHETIC evidence)."""
+    rows = synthetic_rows()
+    failed = next(r for r in rows if r["params"] == BIG)
+    rows = [{**r, "status": "failed_verification"} if r is failed else r for r in rows]
+    tab = fit.table(rows, "best_tf32")
+    listed = {id(c) for c in tab.candidates}
+    assert {id(c) for _, c in tab.ratio} == listed and len(tab.candidates) == 3
+    for c in tab.candidates:
+        mine = {s: v for (s, cand), v in tab.ratio.items() if cand == c}
+        assert tab.of(c) == mine and mine
+    big = next(c for c in tab.candidates if c.params == BIG)
+    gone = (int(failed["m"]), int(failed["n"]), int(failed["k"]))
+    assert gone not in tab.of(big) and (gone, big) in tab.failed
+    assert tab.of(training.Candidate("gemm_nonesuch", "{}")) == {}
+
+
 def test_each_rule_is_the_best_geomean_candidate_of_its_class():
     rows = synthetic_rows()
     rules = fit.fit(rows, GUARDS, SETTINGS)["best_tf32"]

@@ -156,6 +156,15 @@ class Table:
     candidates: list[Candidate]
     ratio: dict = field(default_factory=dict)
     failed: set = field(default_factory=set)
+    _by_candidate: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def of(self, candidate: Candidate) -> dict:
+        """{shape: ratio} of `candidate`'s ok runs (`ratio` regrouped once, on the first call):
+        the nearest model reads a candidate at a few shapes, thousands of candidates a query."""
+        if not self._by_candidate:
+            for (shape, c), value in self.ratio.items():
+                self._by_candidate.setdefault(c, {})[shape] = value
+        return self._by_candidate.get(candidate, {})
 
 
 def table(rows: list[dict], dispatcher: str) -> Table:
@@ -167,11 +176,13 @@ def table(rows: list[dict], dispatcher: str) -> Table:
     survivors = {(r["kernel"], r["params"]) for r in mine if r.get("stage") == 2}
     if survivors:  # two stages: a candidate the screen dropped is not a choice
         mine = [r for r in mine if (r["kernel"], r["params"]) in survivors]
-    cands = sorted({Candidate(r["kernel"], r["params"]) for r in mine},
-                   key=lambda c: (c.kernel, c.params))
-    out = Table(shapes, cands)
+    # one Candidate object per candidate, the keys' too: a lookup then matches by identity, not
+    # by the dataclass's __eq__ (the fit and the nearest model make hundreds of millions)
+    one = {(r["kernel"], r["params"]): None for r in mine}
+    one = {key: Candidate(*key) for key in sorted(one)}
+    out = Table(shapes, list(one.values()))
     for r in mine:
-        key = ((int(r["m"]), int(r["n"]), int(r["k"])), Candidate(r["kernel"], r["params"]))
+        key = ((int(r["m"]), int(r["n"]), int(r["k"])), one[(r["kernel"], r["params"])])
         value = score(r) if r["status"] == "ok" else None
         if value is None:
             out.failed.add(key)
@@ -348,14 +359,15 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
     for order, c in enumerate(tab.candidates):
         if not near or not runs(c, shape):
             continue
-        values = [tab.ratio.get((s, c)) for s in near]
+        got = tab.of(c)
+        values = [got.get(s) for s in near]
         if waves and fill is not None and near != [shape] and None not in values:
             values = _corrected(values, [fill(c, s) for s in near], fill(c, shape), waves,
                                 model.waves_cap)
         there = _cautious_log(values, weights, model.caution)
         if there is None:
             continue
-        alike_there = _mean_log([tab.ratio.get((s, c)) for s in alike], [1.0] * len(alike))
+        alike_there = _mean_log([got.get(s) for s in alike], [1.0] * len(alike))
         scored.append((-there, math.inf if alike_there is None else -alike_there, order, c))
     return [(c, math.exp(-total)) for total, _, _, c in sorted(scored)], near
 

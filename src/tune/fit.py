@@ -79,6 +79,7 @@ class Fitter:
         self.min_gain = math.log(1 + float(settings.get("min_gain", 0.01)))
         self.features = list(settings.get("features", ["m", "n", "k", "m * n"]))
         self._holds: dict = {}
+        self._logs = {c: {s: math.log(v) for s, v in tab.of(c).items()} for c in tab.candidates}
         self.catch_all = self._catch_all()
 
     def _catch_all(self) -> Candidate | None:
@@ -98,12 +99,13 @@ class Fitter:
 
     def total(self, c: Candidate, shapes) -> float | None:
         """Sum of `c`'s log ratios over `shapes`; None where it failed or was not measured."""
+        logs = self._logs.get(c, {})
         out = 0.0
         for s in shapes:
-            v = self.tab.ratio.get((s, c))
+            v = logs.get(s)
             if v is None:
                 return None
-            out += math.log(v)
+            out += v
         return out
 
     def best_plain(self, shapes) -> tuple[Candidate, float] | None:

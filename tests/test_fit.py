@@ -82,7 +82,6 @@ def loo_figures(geomean: float, low: float, drawn: tuple[float, float] | None = 
     return out
 
 
-
 def test_a_table_keeps_one_candidate_object_and_regroups_its_ratios_by_candidate():
     """`table` keys every ratio by the very Candidate object it lists (a lookup matches by
     identity, not the dataclass's __eq__: the fit's speed), and `Table.of` gives each candidate's

@@ -178,8 +178,7 @@ def table(rows: list[dict], dispatcher: str) -> Table:
         mine = [r for r in mine if (r["kernel"], r["params"]) in survivors]
     # one Candidate object per candidate, the keys' too: a lookup then matches by identity, not
     # by the dataclass's __eq__ (the fit and the nearest model make hundreds of millions)
-    one = {(r["kernel"], r["params"]): None for r in mine}
-    one = {key: Candidate(*key) for key in sorted(one)}
+    one = {key: Candidate(*key) for key in sorted({(r["kernel"], r["params"]) for r in mine})}
     out = Table(shapes, list(one.values()))
     for r in mine:
         key = ((int(r["m"]), int(r["n"]), int(r["k"])), one[(r["kernel"], r["params"])])

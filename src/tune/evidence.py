@@ -91,11 +91,8 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
     pruner = tune.Pruner(cfg, sweep.candidate_list(), limits)
     for shape in sweep.covered:
         outline = pruner.at(Problem(*shape.dims, settings["alpha"], settings["beta"]))
-        builds: dict[str, list[str]] = {pruner.keys[i]: [] for i in outline.valid}  # first: twins
-        for dup, first in pruner.same_as(outline).items():
-            builds[first].append(dup)
-        for first, dups in builds.items():
-            members = [json.dumps(json.loads(p), sort_keys=True) for p in (first, *dups)]
+        for launch in launches(pruner, outline).values():
+            members = [json.dumps(json.loads(p), sort_keys=True) for p in launch]
             # the launch's figures: the first's measurement, else any kept row of the launch (the
             # plan held the launch for it and measured nothing)
             source = measured.get((shape.label, members[0])) or next(
@@ -195,15 +192,21 @@ def write(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def held_launches(pruner, kept, held) -> list[str]:
-    """The first params keys (sorted) of the launches of `kept` (a Pruner's Outline at a shape)
-    that any of `held` (params keys the evidence holds there) builds, the first or a twin: the
-    evidence may hold a twin of today's first (a grid that grew an axis lists its new value
-    before the measured one)."""
-    builds = {pruner.keys[i]: {pruner.keys[i]} for i in kept.valid}
+def launches(pruner, kept) -> dict[str, list[str]]:
+    """{the first params key of each launch of `kept` (a Pruner's Outline at a shape): that key
+    and its twins' (the candidates that build the same launch there)}."""
+    out = {pruner.keys[i]: [pruner.keys[i]] for i in kept.valid}
     for dup, first in pruner.same_as(kept).items():
-        builds[first].add(dup)
-    return sorted(k for k, keys in builds.items() if not keys.isdisjoint(held))
+        out[first].append(dup)
+    return out
+
+
+def held_launches(pruner, kept, held) -> list[str]:
+    """The first params keys (sorted) of the launches of `kept` that any of `held` (params keys
+    the evidence holds there) builds, the first or a twin: the evidence may hold a twin of
+    today's first (a grid that grew an axis lists its new value before the measured one)."""
+    return sorted(first for first, keys in launches(pruner, kept).items()
+                  if not set(keys).isdisjoint(held))
 
 
 def held_pairs(rows: list[dict]) -> dict:

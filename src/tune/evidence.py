@@ -91,7 +91,7 @@ def sweep_rows(sweep, sweep_dir: Path, gpu_spec: str, settings: dict,
     pruner = tune.Pruner(cfg, sweep.candidate_list(), limits)
     for shape in sweep.covered:
         outline = pruner.at(Problem(*shape.dims, settings["alpha"], settings["beta"]))
-        for launch in launches(pruner, outline).values():
+        for launch in pruner.launches(outline).values():
             members = [json.dumps(json.loads(p), sort_keys=True) for p in launch]
             # the launch's figures: the first's measurement, else any kept row of the launch (the
             # plan held the launch for it and measured nothing)
@@ -190,23 +190,6 @@ def write(rows: list[dict], path: Path) -> Path:
                              "same_launch": json.dumps(changes) if changes else None})
     tmp.replace(path)
     return path
-
-
-def launches(pruner, kept) -> dict[str, list[str]]:
-    """{the first params key of each launch of `kept` (a Pruner's Outline at a shape): that key
-    and its twins' (the candidates that build the same launch there)}."""
-    out = {pruner.keys[i]: [pruner.keys[i]] for i in kept.valid}
-    for dup, first in pruner.same_as(kept).items():
-        out[first].append(dup)
-    return out
-
-
-def held_launches(pruner, kept, held) -> list[str]:
-    """The first params keys (sorted) of the launches of `kept` that any of `held` (params keys
-    the evidence holds there) builds, the first or a twin: the evidence may hold a twin of
-    today's first (a grid that grew an axis lists its new value before the measured one)."""
-    return sorted(first for first, keys in launches(pruner, kept).items()
-                  if not set(keys).isdisjoint(held))
 
 
 def held_pairs(rows: list[dict]) -> dict:

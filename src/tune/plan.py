@@ -217,8 +217,6 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
     ({(dispatcher, kernel): {shape: params keys}}): pairs the evidence holds, left out of its
     jobs (a shape where every candidate is held has no job but stays `covered`: the evidence
     gives its same_as rows there)."""
-    from src.tune.evidence import held_launches  # (pandas: not at import)
-
     cfg = candidate_config(kernel, precision)
     sweep = Sweep(dispatcher, precision, kernel, space, fallback=fallback, stage=stage,
                   candidates=candidates, tag=tag)
@@ -235,7 +233,10 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
         if outline.valid:
             runnable.add(shape.dims)
             sweep.covered.append(shape)
-            held_here = held_launches(pruner, outline, mine.get(shape.label, ()))
+            # held when any candidate of the launch is (a grown axis lists a new value first)
+            there = mine.get(shape.label, set())
+            held_here = sorted(first for first, keys in pruner.launches(outline).items()
+                               if not there.isdisjoint(keys))
             if len(held_here) < len(outline.valid):
                 sweep.shapes.append(shape)
                 sweep.jobs_at[shape.label] = len(outline.valid) - len(held_here)

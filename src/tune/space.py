@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -114,10 +115,7 @@ def candidates_of(settings: Settings) -> list[dict]:
 
 
 def space_size(space: dict[str, list]) -> int:
-    total = 1
-    for values in space.values():
-        total *= len(values)
-    return total
+    return math.prod(len(values) for values in space.values())
 
 
 HELD = "measured already: the evidence file holds it (sgemm-lab tune --missing)"
@@ -125,9 +123,7 @@ HELD = "measured already: the evidence file holds it (sgemm-lab tune --missing)"
 
 def held_at(settings: Settings, problem: Problem) -> set[str]:
     """The params keys `settings.held` lists at the problem's shape."""
-    if settings.held is None:
-        return set()
-    held = json.loads(Path(settings.held).read_text())
+    held = {} if settings.held is None else json.loads(Path(settings.held).read_text())
     return set(held.get(f"{problem.m}x{problem.n}x{problem.k}", []))
 
 
@@ -235,6 +231,13 @@ class Pruner:
     def same_as(self, kept: Outline) -> dict[str, str]:
         """{a twin's params key: the first's}, as Pruning.same_as."""
         return {self.keys[d]: self.keys[f] for d, f in kept.same_as}
+
+    def launches(self, kept: Outline) -> dict[str, list[str]]:
+        """{the first params key of each launch of `kept`: it and its twins' keys, in order}."""
+        out = {self.keys[i]: [self.keys[i]] for i in kept.valid}
+        for dup, first in kept.same_as:
+            out[self.keys[first]].append(self.keys[dup])
+        return out
 
 
 def overrides_for(params: dict) -> list[str]:

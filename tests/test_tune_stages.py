@@ -610,6 +610,30 @@ def test_a_tune_cut_short_keeps_its_finished_sweeps_and_missing_resumes_it(tmp_p
     assert sorted(before + after) == sorted(whole_measured)
 
 
+def test_no_fit_writes_the_evidence_alone_and_fit_only_then_fits_it(tmp_path, monkeypatch, capsys):
+    """`--no-fit` (the GPU box measures, the fit runs elsewhere): the tune writes its evidence and
+    neither writes nor touches the tuned file; `--fit-only` afterwards fits that evidence (the
+    tuned file names its sha256, so the dispatch takes it). With --fit-only itself it is refused."""
+    from src.cli import main as cli
+    from src.job.training import evidence_sha256
+
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 2), "--csv", str(tmp_path / "e.csv"),
+              "--tuned", str(tmp_path / "t.yaml")]
+    measured: list = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, measured))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "nofit"), "--no-fit"]) == 0
+    rows = read_evidence(tmp_path / "e.csv")
+    assert measured and {(r["dispatcher"], r["kernel"], r["shape"], r["params"])
+                         for r in rows if not r["same_as"]} == set(measured)
+    assert not (tmp_path / "t.yaml").exists()
+    assert "--no-fit" in capsys.readouterr().out
+    assert cli(common + ["--fit-only"]) == 0
+    assert f"evidence_sha256: {evidence_sha256(tmp_path / 'e.csv')}" in (tmp_path / "t.yaml").read_text()
+    assert cli(common + ["--fit-only", "--no-fit"]) == 1
+    assert "rule: --no-fit goes with a tune that measures" in capsys.readouterr().err
+
+
 def test_a_capped_kernel_keeps_its_winners_then_the_closest_near_misses():
     """SYNTHETIC: seven variants of one kernel all within the margin at two screening shapes;
     `max_survivors: 4` keeps the two that were best at a shape, then the two closest others

@@ -297,6 +297,11 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     print(f"tuning sweeps: {' + '.join(f'{s:.0f} s' for s in seconds)} (stages "
           f"{', '.join(str(i + 1) for i in range(len(seconds)))}) on {gpus} GPU(s); {len(rows)} rows, "
           f"{cached} of them from the measurement cache", flush=True)
+    if args.no_fit:  # the GPU box measures; the fit (minutes of CPU) runs anywhere, later
+        print(f"--no-fit: {args.tuned or 'conf/tuned/' + gpu_spec + '.yaml'} is not refitted, and "
+              f"its dispatch refuses the new evidence until `sgemm-lab tune --gpu {gpu_spec} "
+              f"--fit-only` (no GPU) has run")
+        return 1 if failed else 0
     dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
     print(f"fitted {sum(len(r) for r in dispatch.values())} rules -> "
           f"{args.tuned or 'conf/tuned/' + gpu_spec + '.yaml'}")
@@ -328,6 +333,8 @@ def main(argv: list[str]) -> int:
                         help="measure only what the evidence file lacks: its rows of today's "
                              "sources are kept, the plan's other candidates measured")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument("--no-fit", action="store_true",
+                        help="measure and write the evidence, leave the fit to --fit-only")
     parser.add_argument("--against", type=Path, default=None,
                         help="another run's evidence: do both fit the same choices? (no GPU)")
     parser.add_argument("overrides", nargs="*", help="more overrides for every sweep (after --)")
@@ -335,6 +342,10 @@ def main(argv: list[str]) -> int:
     from src.tune import distribution, evidence, plan as plan_mod
 
     try:
+        if args.no_fit and (args.fit_only or args.carry_over or args.against is not None):
+            raise ConfigError("--no-fit measures and leaves the fit out; --fit-only, --carry-over "
+                              "and --against measure nothing (rule: --no-fit goes with a tune "
+                              "that measures, e.g. --missing); drop one of them.")
         settings = plan_mod.load_settings()
         if args.protocol:
             settings["protocol"] = args.protocol

@@ -111,12 +111,41 @@ def test_bad_tuning_settings_name_the_rule(block, needle):
         tune.Settings.from_cfg(block)
 
 
+def test_the_verdicts_computed_on_other_cores_are_the_pruners_own(monkeypatch):
+    """src/tune/prefill.py: the plan's verdicts, split by shape over two worker processes, are
+    the ones each sweep's Pruner computes itself, kept under the same keys; with the work too
+    small to split, or one core, nothing is computed and nothing kept."""
+    from src.tune import distribution, prefill
+    from src.tune import plan as plan_mod
+
+    settings = plan_mod.load_settings()
+    shapes = distribution.stratified(distribution.training(), 6)
+    monkeypatch.setattr(tune.Pruner, "_memo", {})
+    assert prefill.prefill(settings, shapes, H100, workers=2) == 0  # under MIN_VERDICTS
+    assert prefill.prefill(settings, shapes, H100, workers=1) == 0 and not tune.Pruner._memo
+    monkeypatch.setattr(prefill, "MIN_VERDICTS", 0)
+    total = prefill.prefill(settings, shapes, H100, workers=2)
+    parallel = dict(tune.Pruner._memo)
+    work = prefill.tasks(settings, shapes, H100)
+    assert total == len(parallel) == sum(len(c) * len(d) for _, c, d in work) > 0
+    monkeypatch.setattr(tune.Pruner, "_memo", {})
+    for cfg, candidates, dims in work:
+        pruner = tune.Pruner(cfg, candidates, H100)
+        for d in dims:
+            pruner.at(Problem(*d, settings["alpha"], settings["beta"]))
+    assert tune.Pruner._memo == parallel
+    assert any(isinstance(v, bytes) for v in parallel.values())  # built launches
+    assert any(isinstance(v, str) for v in parallel.values())    # and broken rules
+
+
 def test_tpe_asks_within_the_space_and_learns_from_what_it_is_told():
     """A synthetic objective (no GPU): peaked at one corner of a 3 x 3 x 3 x 3 space; after
     asks and tells, TPE's best is the peak and it asked only values from the space."""
     pytest.importorskip("optuna")
     space = {"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 2, 3], "d": [1, 2, 3]}
-    search = tune.TpeSearch(space, seed=0, startup=8)
+    from src.tune.tpe import TpeSearch
+
+    search = TpeSearch(space, seed=0, startup=8)
     best = 0.0
     for _ in range(40):
         trial, params = search.ask()

@@ -201,8 +201,9 @@ class TuneSweeper(Sweeper):
 
     def _tpe(self, settings, kernel_cfg, problem, limits, state, compile_ahead, evaluate) -> None:
         from src.tune import space as tune
+        from src.tune.tpe import TpeSearch
 
-        search = tune.TpeSearch(settings.space, settings.seed)
+        search = TpeSearch(settings.space, settings.seed)
         max_asks = 50 * settings.trials
         asks = 0
         while len(state.records) < settings.trials and asks < max_asks:

@@ -308,7 +308,8 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     return 1 if failed else 0
 
 
-def main(argv: list[str]) -> int:
+def arguments() -> argparse.ArgumentParser:
+    """`sgemm-lab tune`'s command line."""
     parser = argparse.ArgumentParser(prog="sgemm-lab tune", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", help="the GPU spec (default: the detected device's)")
     parser.add_argument("--shapes", type=int, default=None,
@@ -338,8 +339,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--against", type=Path, default=None,
                         help="another run's evidence: do both fit the same choices? (no GPU)")
     parser.add_argument("overrides", nargs="*", help="more overrides for every sweep (after --)")
-    args = parser.parse_args(argv)
-    from src.tune import distribution, evidence, plan as plan_mod
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = arguments().parse_args(argv)
+    from src.tune import distribution, evidence, plan as plan_mod, prefill
 
     try:
         if args.no_fit and (args.fit_only or args.carry_over or args.against is not None):
@@ -364,6 +369,7 @@ def main(argv: list[str]) -> int:
             return 0
         gpus = visible_gpus()
         per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
+        prefill.for_plan(gpu_spec, settings, args.shapes)  # the plan's verdicts, on every core
         plan = plan_mod.within_budget(gpu_spec, distribution.training(), args.budget,
                                       args.shapes, per_job, gpus, settings)
         only, kept = None, []

@@ -1,5 +1,5 @@
 """Tuning step: a kernel's search space -> candidates pruned by its constraints -> measured by a
-strategy (exhaustive grid or Optuna TPE) -> the best per GPU and size class, written back to
+strategy (exhaustive grid, or Optuna TPE: src/tune/tpe.py) -> the best per GPU and size class, written back to
 conf/tuned/<gpu>.yaml.
 
 The space is data (`tune.space` in conf/tune/<kernel>.yaml: parameter -> values) and so are
@@ -213,16 +213,28 @@ class Pruner:
         self._base = (json.dumps(kernel_cfg, sort_keys=True, default=str),
                       json.dumps(limits, sort_keys=True, default=str))
 
+    @staticmethod
+    def verdict(kernel_cfg: dict, params: dict, problem: Problem, limits: dict) -> str | bytes:
+        """A candidate's verdict at `problem`: the rule it breaks, or `built`'s digest."""
+        spec = check(kernel_cfg, params, problem, limits)
+        return built(spec) if isinstance(spec, KernelSpec) else spec
+
     def _verdict(self, params: dict, key: str, problem: Problem) -> str | bytes:
         memo_key = (self._base, problem.m, problem.n, problem.k, problem.alpha, problem.beta, key)
         verdict = self._memo.get(memo_key)
         if verdict is None:
-            spec = check(self.kernel_cfg, params, problem, self.limits)
-            verdict = built(spec) if isinstance(spec, KernelSpec) else spec
+            verdict = self.verdict(self.kernel_cfg, params, problem, self.limits)
+            self.keep(problem, [verdict], [key])
+        return verdict
+
+    def keep(self, problem: Problem, verdicts: list, keys: list[str] | None = None) -> None:
+        """Verdicts at `problem` (of `keys`, default every candidate's in order), computed here or
+        on other cores (src/tune/prefill.py), kept for the process."""
+        for key, verdict in zip(self.keys if keys is None else keys, verdicts):
             if len(self._memo) >= self.MEMO_LIMIT:
                 self._memo.clear()
-            self._memo[memo_key] = verdict
-        return verdict
+            self._memo[(self._base, problem.m, problem.n, problem.k, problem.alpha, problem.beta,
+                        key)] = verdict
 
     def at(self, problem: Problem) -> Outline:
         """`prune`'s outline at `problem`."""
@@ -246,40 +258,6 @@ def overrides_for(params: dict) -> list[str]:
 
 def params_key(params: dict) -> str:
     return json.dumps(params, sort_keys=True)
-
-
-# --- model-based search ------------------------------------------------------------------------
-
-class TpeSearch:
-    """Optuna's TPE sampler over the space (every parameter categorical), driven by ask and
-    tell: the sweeper asks for a batch, prunes, measures, and tells each result. A pruned
-    candidate is told PRUNED (TPE counts it among the bad ones and learns to avoid its
-    region), a failed one FAIL, a measured one its GFLOP/s. Optuna is imported only here."""
-
-    def __init__(self, space: dict[str, list], seed: int, startup: int = 10):
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self._optuna = optuna
-        self.space = space
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup,
-                                             multivariate=True, constant_liar=True)
-        self.study = optuna.create_study(direction="maximize", sampler=sampler)
-
-    def ask(self):
-        trial = self.study.ask()
-        params = {name: trial.suggest_categorical(name, values)
-                  for name, values in self.space.items()}
-        return trial, params
-
-    def tell(self, trial, gflops: float | None, pruned: bool = False) -> None:
-        state = self._optuna.trial.TrialState
-        if pruned:
-            self.study.tell(trial, state=state.PRUNED)
-        elif gflops is None:
-            self.study.tell(trial, state=state.FAIL)
-        else:
-            self.study.tell(trial, gflops)
 
 
 # --- summary and write-back ------------------------------------------------------------------------

@@ -1503,3 +1503,40 @@ def test_the_wave_fill_counts_the_blocks_clusters_place_at_once(monkeypatch):
     monkeypatch.undo()
     dispatch._cluster_blocks.cache_clear()
     dispatch._fill.cache_clear()
+
+
+def test_explain_shows_how_the_nearest_model_weighed_its_first_launches_on_the_h200s_evidence():
+    """On the committed H200 evidence and tuned file (recorded real results), at a held-out shape
+    the nearest model chooses: explain lists its first launches, the first being what runs, each
+    with its ratio at every neighbour as measured and as weighed, and weighed = measured x (the
+    wave fill here / there) ** the tuned file's power; scores best first."""
+    from src.job import dispatch
+    from src.job.config import tuned_config
+    from src.job.gpu import limits_from_spec
+    from src.job.problem import Problem
+    from src.job.training import Candidate
+    from src.tune import explain
+
+    path = dispatch.evidence_file("h200")
+    shape, problem = (8067, 417, 114), Problem(8067, 417, 114, 0.5, 3.0)
+    out = explain.report(shape, "h200", "tf32", training.read(path), str(path))
+    runs = json.loads(out.splitlines()[1].split(" ", 4)[4])
+    assert "nearest" in out.splitlines()[2] and "the nearest model's first 5 launches here" in out
+    launches, near = dispatch.weighing("h200", "best_tf32", problem, "tf32", limits_from_spec("h200"))
+    assert len(launches) == 5 and len(near) == 4
+    first, score = launches[0][0], launches[0][1]
+    assert first.kernel == "gemm_tf32" and all(runs[k] == v for k, v in json.loads(first.params).items())
+    assert f"  1. {score:.3f}x {first.kernel} {first.params}" in out
+    assert [s for _, s, _, _ in launches] == sorted((s for _, s, _, _ in launches), reverse=True)
+    model = tuned_config("h200")["nearest"]
+    power, cap = model["waves"]["best_tf32"], model.get("waves_cap") or 0
+    fill = dispatch.wave_fills("h200", "tf32")
+    for candidate, _, twins, at in launches:
+        assert twins >= 0 and len(at) == len(near)
+        c = Candidate(candidate.kernel, candidate.params)
+        here = fill(c, shape)
+        for s, (measured, as_weighed) in zip(near, at):
+            there = fill(c, s)
+            ratio = min(cap, here / there) if cap else here / there
+            alike = getattr(here, "split_tail", False) == getattr(there, "split_tail", False)
+            assert as_weighed == pytest.approx(measured * ratio ** power if alike else measured)

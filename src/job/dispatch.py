@@ -180,6 +180,29 @@ def neighbours(gpu_spec: str, name: str, problem: Problem) -> list[tuple[int, in
     return _ranked(gpu_spec, name, problem)[1]
 
 
+def weighing(gpu_spec: str, name: str, problem: Problem, precision: str, limits: dict[str, int],
+             top: int = 5) -> tuple[list[tuple], list[tuple[int, int, int]]]:
+    """How the nearest-neighbour model weighed its first `top` launches at the problem (candidates
+    that build one launch there count once, the first of them named): [(candidate, its score,
+    how many more build that launch here, training.weighed at each neighbour)], and the
+    neighbours; ([], []) without a model. What `sgemm-lab explain` prints."""
+    model = _model(gpu_spec, name, problem)
+    if model is None:
+        return [], []
+    _, _, path, runs, settings = model
+    tab = _table(str(path), path.stat().st_mtime, name)
+    shape = (problem.m, problem.n, problem.k)
+    order, near = training.nearest_ranked(tab, shape, tab.shapes, runs, settings)
+    launches: dict[str, list] = {}
+    for candidate, score in order:
+        key = launch(candidate, precision, problem, limits) or candidate.label()
+        if key in launches:
+            launches[key][2] += 1
+        elif len(launches) < top:
+            launches[key] = [candidate, score, 0, training.weighed(tab, candidate, shape, near, settings)]
+    return [tuple(v) for v in launches.values()], list(near)
+
+
 def evidence_file(gpu_spec: str) -> Path | None:
     """The evidence file the tuned file's `nearest:` model was fitted from (as written there,
     relative to the project root), or None where the file has no model."""

@@ -341,7 +341,7 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
     alignment (`aligned`), where such a parameter changes the launch (H200, cross-validated at the
     96 random draws: FP32 min 0.60 -> 0.80, TF32 0.62 -> 0.73; docs/tuning.md); then to the
     candidates' order."""
-    count, fill, waves = model.count, model.fill, model.waves
+    count = model.count
 
     def far(s: tuple[int, int, int]) -> float:
         return distance(s, shape, model.small_side)
@@ -359,16 +359,28 @@ def nearest_ranked(tab: Table, shape: tuple[int, int, int], among: list,
         if not near or not runs(c, shape):
             continue
         got = tab.of(c)
-        values = [got.get(s) for s in near]
-        if waves and fill is not None and near != [shape] and None not in values:
-            values = _corrected(values, [fill(c, s) for s in near], fill(c, shape), waves,
-                                model.waves_cap)
+        values = _weighed([got.get(s) for s in near], c, shape, near, model)
         there = _cautious_log(values, weights, model.caution)
         if there is None:
             continue
         alike_there = _mean_log([got.get(s) for s in alike], [1.0] * len(alike))
         scored.append((-there, math.inf if alike_there is None else -alike_there, order, c))
     return [(c, math.exp(-total)) for total, _, _, c in sorted(scored)], near
+
+
+def _weighed(values: list, c: Candidate, shape: tuple, near: list, model: NearestModel) -> list:
+    if model.waves and model.fill is not None and near != [shape] and None not in values:
+        return _corrected(values, [model.fill(c, s) for s in near], model.fill(c, shape),
+                          model.waves, model.waves_cap)
+    return values
+
+
+def weighed(tab: Table, candidate: Candidate, shape: tuple[int, int, int], near: list,
+            model: NearestModel) -> list[tuple[float | None, float | None]]:
+    """(its measured ratio, that ratio as nearest_ranked weighs it: scaled by the wave fill here
+    against there where `model.waves`) at each of `near`, for `candidate` at `shape`."""
+    measured = [tab.of(candidate).get(s) for s in near]
+    return list(zip(measured, _weighed(measured, candidate, shape, near, model)))
 
 
 def nearest_choice(tab: Table, shape: tuple[int, int, int], among: list,

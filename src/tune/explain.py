@@ -51,6 +51,8 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
     by_model = choice.when == dispatch.NEAREST
     shown = dispatch.neighbours(gpu_spec, dispatcher, problem) if by_model else nearest(rows, dispatcher, shape, 3)
     side = dispatch.small_side_of(gpu_spec, dispatcher) if by_model else 0.0
+    if by_model and limits is not None:
+        lines += _weighing(*dispatch.weighing(gpu_spec, dispatcher, problem, precision, limits, top))
     for near in shown:
         mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
         ok = [r for r in mine if r["status"] == "ok"]
@@ -65,6 +67,19 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
     if not nearest(rows, dispatcher, shape):
         lines.append(f"{evidence_name} has no {dispatcher} rows")
     return "\n".join(lines) + "\n"
+
+
+def _weighing(launches: list[tuple], near: list[tuple[int, int, int]]) -> list[str]:
+    """The nearest model's first launches here, each with its score and its ratio at each
+    neighbour as measured -> as weighed (scaled by the wave fill here against there)."""
+    lines = [f"the nearest model's first {len(launches)} launches here (score: the neighbours' "
+             f"mean; at {', '.join('x'.join(map(str, s)) for s in near)}: measured -> as weighed):"]
+    for rank, (candidate, score, twins, at) in enumerate(launches, start=1):
+        also = f" (+{twins} that build it here)" if twins else ""
+        lines.append(f"  {rank}. {score:.3f}x {candidate.kernel} {candidate.params}{also}: " + ", ".join(
+            "-" if got is None else f"{got:.3f}" if abs(scaled - got) < 5e-4 else f"{got:.3f} -> {scaled:.3f}"
+            for got, scaled in at))
+    return lines
 
 
 def _launches(ok: list[dict]) -> list[list[dict]]:

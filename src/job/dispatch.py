@@ -153,16 +153,17 @@ def _model(gpu_spec: str, name: str, problem: Problem):
 
 
 def _ranked(gpu_spec: str, name: str, problem: Problem, tab: training.Table | None = None
-            ) -> tuple[list[tuple[training.Candidate, float]], list[tuple[int, int, int]]]:
+            ) -> tuple[list[tuple[training.Candidate, float]], list[tuple[int, int, int]], tuple]:
     """training.nearest_ranked at the problem under the tuned file's model, from `tab` or the
-    model's evidence: (the candidates best first, the neighbours); ([], []) without a model."""
+    model's evidence: (the candidates best first, the neighbours, (the table, the model's
+    settings)); ([], [], ()) without a model."""
     model = _model(gpu_spec, name, problem)
     if model is None:
-        return [], []
+        return [], [], ()
     _, _, path, runs, settings = model
     tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
     order, near = training.nearest_ranked(tab, (problem.m, problem.n, problem.k), tab.shapes, runs, settings)
-    return order, list(near)
+    return order, list(near), (tab, settings)
 
 
 def ranked(gpu_spec: str, name: str, problem: Problem,
@@ -186,13 +187,11 @@ def weighing(gpu_spec: str, name: str, problem: Problem, precision: str, limits:
     that build one launch there count once, the first of them named): [(candidate, its score,
     how many more build that launch here, training.weighed at each neighbour)], and the
     neighbours; ([], []) without a model. What `sgemm-lab explain` prints."""
-    model = _model(gpu_spec, name, problem)
-    if model is None:
+    order, near, weighed_by = _ranked(gpu_spec, name, problem)
+    if not weighed_by:
         return [], []
-    _, _, path, runs, settings = model
-    tab = _table(str(path), path.stat().st_mtime, name)
+    tab, settings = weighed_by
     shape = (problem.m, problem.n, problem.k)
-    order, near = training.nearest_ranked(tab, shape, tab.shapes, runs, settings)
     launches: dict[str, list] = {}
     for candidate, score in order:
         key = launch(candidate, precision, problem, limits) or candidate.label()
@@ -200,7 +199,7 @@ def weighing(gpu_spec: str, name: str, problem: Problem, precision: str, limits:
             launches[key][2] += 1
         elif len(launches) < top:
             launches[key] = [candidate, score, 0, training.weighed(tab, candidate, shape, near, settings)]
-    return [tuple(v) for v in launches.values()], list(near)
+    return [tuple(v) for v in launches.values()], near
 
 
 def evidence_file(gpu_spec: str) -> Path | None:

@@ -63,9 +63,9 @@ def prefill(settings: dict, shapes, limits: dict, workers: int | None = None) ->
             jobs = [(i, dims[j::workers]) for i, (_, _, dims) in enumerate(work)
                     for j in range(workers) if dims[j::workers]]
             futures = [(i, chunk, pool.submit(_verdicts, i, chunk, alpha, beta)) for i, chunk in jobs]
+            pruners = [tune.Pruner(cfg, candidates, limits) for cfg, candidates, _ in _TASKS]
             for i, chunk, future in futures:
-                cfg, candidates, _ = _TASKS[i]
-                pruner = tune.Pruner(cfg, candidates, limits)
+                pruner = pruners[i]
                 for d, verdicts in zip(chunk, future.result()):
                     pruner.keep(Problem(*d, alpha, beta), verdicts)
     finally:

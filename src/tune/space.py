@@ -1,6 +1,6 @@
 """Tuning step: a kernel's search space -> candidates pruned by its constraints -> measured by a
-strategy (exhaustive grid, or Optuna TPE: src/tune/tpe.py) -> the best per GPU and size class, written back to
-conf/tuned/<gpu>.yaml.
+strategy (exhaustive grid, or Optuna TPE: src/tune/tpe.py) -> the best per GPU and size class,
+written back to conf/tuned/<gpu>.yaml.
 
 The space is data (`tune.space` in conf/tune/<kernel>.yaml: parameter -> values) and so are
 the rules: a candidate is checked against the kernel config's own constraints and size
@@ -219,9 +219,11 @@ class Pruner:
         spec = check(kernel_cfg, params, problem, limits)
         return built(spec) if isinstance(spec, KernelSpec) else spec
 
+    def _memo_key(self, problem: Problem, key: str) -> tuple:
+        return (self._base, problem.m, problem.n, problem.k, problem.alpha, problem.beta, key)
+
     def _verdict(self, params: dict, key: str, problem: Problem) -> str | bytes:
-        memo_key = (self._base, problem.m, problem.n, problem.k, problem.alpha, problem.beta, key)
-        verdict = self._memo.get(memo_key)
+        verdict = self._memo.get(self._memo_key(problem, key))
         if verdict is None:
             verdict = self.verdict(self.kernel_cfg, params, problem, self.limits)
             self.keep(problem, [verdict], [key])
@@ -233,8 +235,7 @@ class Pruner:
         for key, verdict in zip(self.keys if keys is None else keys, verdicts):
             if len(self._memo) >= self.MEMO_LIMIT:
                 self._memo.clear()
-            self._memo[(self._base, problem.m, problem.n, problem.k, problem.alpha, problem.beta,
-                        key)] = verdict
+            self._memo[self._memo_key(problem, key)] = verdict
 
     def at(self, problem: Problem) -> Outline:
         """`prune`'s outline at `problem`."""

@@ -1143,7 +1143,7 @@ def test_the_wave_fill_ratio_counts_at_most_its_cap(tmp_path, monkeypatch):
     fills[BIG].update({near: 0.2, far: 0.2})
 
     # the judge: left one out at the query (a training shape here), its neighbours the other two
-    monkeypatch.setattr(judge, "_fill_for", lambda rows, dispatcher, gpu, power: fill)
+    monkeypatch.setattr(judge, "fill_of", lambda rows, dispatcher, whole, gpu, power: fill)
     settings = {**SETTINGS, "model": "nearest", "weighting": "equal", "waves": {"best_tf32": 0.5}}
     picked = {cap: judge.nearest_cross_validated(rows, GUARDS, {**settings, "waves_cap": cap}, folds=None,
                                                  count=2, gpu_spec="synthetic")["best_tf32"]

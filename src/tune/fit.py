@@ -279,9 +279,13 @@ def rules_for(rows: list[dict], dispatcher: str, guards: dict[str, str | None],
 
 def fit(rows: list[dict], guards: dict[str, str | None], settings: dict,
         regions: dict[str, str] | None = None) -> dict:
-    """{dispatcher: rules} for every dispatching kernel in the evidence, in name order."""
-    return {d: rules_for(rows, d, guards, settings, regions)
-            for d in sorted({r["dispatcher"] for r in rows})}
+    """{dispatcher: rules} for every dispatching kernel in the evidence, in name order, each
+    dispatcher's tree on a core of its own (src/tune/forked.py)."""
+    from src.tune import forked
+
+    names = sorted({r["dispatcher"] for r in rows})
+    return dict(zip(names, forked.mapped(lambda d: rules_for(rows, d, guards, settings, regions), names,
+                                            cost=len(rows))))
 
 
 def guard_of(kernel_cfg: dict) -> str | None:

@@ -12,9 +12,10 @@ import math
 
 from src.job import training
 from src.job.training import NearestModel
+from src.tune import forked
 from src.tune.fit import Candidate, Fitter, holds, rules_for, table
-from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, neighbours, small_side,
-                              small_side_auto, small_side_options, uses_nearest, waves, waves_auto,
+from src.tune.nearest import (AUTO, caution, caution_auto, caution_options, fill_of, neighbours,
+                              small_side, small_side_auto, small_side_options, uses_nearest, waves, waves_auto,
                               waves_cap, waves_options, weighting, regions as nearest_regions)
 
 
@@ -26,19 +27,21 @@ def cross_validated(rows: list[dict], guards: dict[str, str | None], settings: d
     ratio of that choice there is the shape's figure. A choice not measured at the shape (the
     screen dropped it there) is counted apart. The held-out set is the judge; this says before
     measuring it whether the classes carry over or only remember their shapes."""
-    out = {}
-    for dispatcher in sorted({r["dispatcher"] for r in rows}):
-        whole = table(rows, dispatcher)
-        held = {s: i % folds for i, s in enumerate(whole.shapes)}
-        figures = []
-        for fold in range(min(folds, len(whole.shapes))):
-            train = [r for r in rows if r["dispatcher"] == dispatcher
-                     and held[(int(r["m"]), int(r["n"]), int(r["k"]))] != fold]
-            rules = rules_for(train, dispatcher, guards, settings, regions)
-            for shape in (s for s in whole.shapes if held[s] == fold):
-                figures.append((whole.ratio.get((shape, choice_at(rules, shape))), shape))
+    wholes = {d: table(rows, d) for d in sorted({r["dispatcher"] for r in rows})}
+    held = {d: {s: i % folds for i, s in enumerate(w.shapes)} for d, w in wholes.items()}
+    fits = [(d, fold) for d, w in wholes.items() for fold in range(min(folds, len(w.shapes)))]
+
+    def fold_rules(fit_of: tuple[str, int]) -> list[dict]:  # every dispatcher's folds on every core
+        d, fold = fit_of
+        train = [r for r in rows
+                 if r["dispatcher"] == d and held[d][(int(r["m"]), int(r["n"]), int(r["k"]))] != fold]
+        return rules_for(train, d, guards, settings, regions)
+
+    out, rules = {}, dict(zip(fits, forked.mapped(fold_rules, fits, cost=len(rows))))
+    for d, whole in wholes.items():
+        figures = [(whole.ratio.get((s, choice_at(rules[d, held[d][s]], s))), s) for s in whole.shapes]
         if any(v is not None for v, _ in figures):
-            out[dispatcher] = {"folds": folds, **_summary(figures, len(whole.shapes))}
+            out[d] = {"folds": folds, **_summary(figures, len(whole.shapes))}
     return out
 
 
@@ -92,17 +95,6 @@ def nearest_choice(fitter: Fitter, shape: tuple[int, int, int], among: list,
     return None if found is None else found[0]
 
 
-def _fill_for(rows: list[dict], dispatcher: str, gpu_spec: str | None, power: float):
-    """The wave fill of `dispatcher`'s candidates on `gpu_spec` (src/job/dispatch.wave_fills, in
-    the precision its evidence rows name), or None where no power is asked or no GPU named."""
-    if not power or gpu_spec is None:
-        return None
-    from src.job.dispatch import wave_fills
-
-    precision = next(str(r["precision"]) for r in rows if r["dispatcher"] == dispatcher)
-    return wave_fills(gpu_spec, precision)
-
-
 def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], settings: dict,
                             folds: int | None = 5, count: int = 4,
                             drawn: set[tuple[int, int, int]] | None = None,
@@ -126,17 +118,19 @@ def nearest_cross_validated(rows: list[dict], guards: dict[str, str | None], set
         scale = power if power is not None else waves(settings, dispatcher)
         weight = side if side is not None else small_side(settings, dispatcher)
         worst = share if share is not None else caution(settings, dispatcher)
-        fill = _fill_for(rows, dispatcher, gpu_spec, scale)
         whole = table(rows, dispatcher)
+        fill = fill_of(rows, dispatcher, whole, gpu_spec, scale)
         fitter = Fitter(whole, guards, settings)
         apart = nearest_regions(settings, dispatcher) if regions is None else regions
         model = NearestModel(count, weighs, fill, scale, weight, worst, apart, waves_cap(settings, dispatcher))
         held = {s: i if folds is None else i % folds for i, s in enumerate(whole.shapes)}
-        figures = []
-        for shape in whole.shapes:
+
+        def figure(shape: tuple[int, int, int]) -> tuple[float | None, tuple[int, int, int]]:
             among = [s for s in whole.shapes if held[s] != held[shape]]
-            choice = nearest_choice(fitter, shape, among, model)
-            figures.append((whole.ratio.get((shape, choice)), shape))
+            return whole.ratio.get((shape, nearest_choice(fitter, shape, among, model))), shape
+
+        figures = forked.mapped(figure, whole.shapes, chunks="stripes",
+                                 cost=len(whole.shapes) * len(whole.candidates))
         if any(v is not None for v, _ in figures):
             out[dispatcher] = {"folds": folds, "count": count, "weighting": weighs,
                                "waves": scale if fill is not None else 0.0, "waves_cap": model.waves_cap, "small_side": weight,

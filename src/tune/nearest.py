@@ -9,6 +9,7 @@ the section; src/tune/judge.py resolves `auto` from the evidence."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -19,6 +20,47 @@ from src.job.training import CAUTION_RULE, SMALL_SIDE_RULE, WAVES_CAP_RULE, WAVE
 
 
 AUTO = "auto"  # a fit setting chosen per dispatcher from its leave-one-out figures (src/tune/judge.py)
+_MISSING = object()
+
+
+def fill_of(rows: list[dict], dispatcher: str, whole: training.Table, gpu_spec: str | None,
+            power: float):
+    """The wave fill the judge's nearest model scales by: `fill_table` of `whole`'s candidates at
+    its shapes (training.table of `dispatcher`'s `rows`, in the precision they name) on
+    `gpu_spec`, or None where no power is asked or no GPU named."""
+    if not power or gpu_spec is None:
+        return None
+    precision = next(str(r["precision"]) for r in rows if r["dispatcher"] == dispatcher)
+    return fill_table(gpu_spec, precision, tuple(whole.candidates), tuple(whole.shapes))
+
+
+def fill_table(gpu_spec: str, precision: str, candidates: tuple, shapes: tuple):
+    """fill(candidate, shape) as src/job/dispatch.wave_fills gives it, every pair of `candidates`
+    and `shapes` built once on every core (src/tune/forked.py) and looked up after: the fit's
+    leave-one-outs weigh each candidate at thousands of (query, neighbour) pairs, a spec build
+    each otherwise (the H200's evidence: 160,000 builds, 35 s on one core). A pair outside the
+    table is built when asked. None for a spec without a datasheet (no scaling)."""
+    from src.job import dispatch
+
+    return _fill_table(dispatch.wave_fills, gpu_spec, precision, candidates, shapes)
+
+
+@lru_cache(maxsize=8)  # the fit weighs the same table under every option it tries
+def _fill_table(wave_fills, gpu_spec: str, precision: str, candidates: tuple, shapes: tuple):
+    from src.tune import forked
+
+    fill = wave_fills(gpu_spec, precision)
+    if fill is None:
+        return None
+    built = forked.mapped(lambda c: [fill(c, s) for s in shapes], candidates, chunks="stripes",
+                          cost=len(candidates) * len(shapes))
+    known = {(c, s): f for c, row in zip(candidates, built) for s, f in zip(shapes, row)}
+
+    def looked_up(candidate: training.Candidate, shape: tuple) -> float | None:
+        got = known.get((candidate, tuple(shape)), _MISSING)
+        return fill(candidate, shape) if got is _MISSING else got
+
+    return looked_up
 
 
 def uses_nearest(settings: dict) -> bool:

@@ -5,30 +5,16 @@ space.Pruner, which the plan then reads. The first plan of a tune builds every c
 at every shape (the H200's 172 shapes: 620,808 specs, about 90 s on one core, before a GPU job
 runs); the verdicts are pure functions of the kernel config, the parameters, the problem and the
 GPU's limits, so the work splits by shape. Off where there is one core, too little to split, or
-no `fork` (the workers inherit the configs instead of receiving them)."""
+no `fork` (src/tune/forked.py: the workers inherit the configs instead of receiving them)."""
 from __future__ import annotations
 
-import multiprocessing
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 from src.job.problem import Problem
 from src.tune import space as tune
+from src.tune.forked import can_split, cores, mapped
 
 MIN_VERDICTS = 50_000  # below this one core is about as fast as starting the workers
-_TASKS: list = []      # [(kernel config, candidates, limits)]: the workers read it as forked
-
-
-def _verdicts(task: int, dims: list[tuple[int, int, int]], alpha: float, beta: float) -> list[list]:
-    cfg, candidates, limits = _TASKS[task]
-    return [[tune.Pruner.verdict(cfg, params, problem, limits) for params in candidates]
-            for problem in (Problem(*d, alpha, beta) for d in dims)]
-
-
-def cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def tasks(settings: dict, shapes, limits: dict) -> list[tuple[dict, list[dict], list]]:
@@ -48,28 +34,27 @@ def tasks(settings: dict, shapes, limits: dict) -> list[tuple[dict, list[dict], 
 
 
 def prefill(settings: dict, shapes, limits: dict, workers: int | None = None) -> int:
-    """The verdicts of `tasks` computed on `workers` processes (default: every core) and kept by
-    space.Pruner for this process; how many (0 where it did not split the work)."""
-    global _TASKS
+    """The verdicts of `tasks` computed on `workers` processes (default: every core,
+    src/tune/forked.py) and kept by space.Pruner for this process; how many (0 where it did not
+    split the work)."""
     workers = cores() if workers is None else workers
     work = tasks(settings, shapes, limits)
     total = sum(len(candidates) * len(dims) for _, candidates, dims in work)
-    if workers < 2 or total < MIN_VERDICTS or "fork" not in multiprocessing.get_all_start_methods():
+    if total < MIN_VERDICTS or not can_split(workers, 2):
         return 0
-    _TASKS = [(cfg, candidates, limits) for cfg, candidates, _ in work]
     alpha, beta = settings["alpha"], settings["beta"]
-    try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            jobs = [(i, dims[j::workers]) for i, (_, _, dims) in enumerate(work)
-                    for j in range(workers) if dims[j::workers]]
-            futures = [(i, chunk, pool.submit(_verdicts, i, chunk, alpha, beta)) for i, chunk in jobs]
-            pruners = [tune.Pruner(cfg, candidates, limits) for cfg, candidates, _ in _TASKS]
-            for i, chunk, future in futures:
-                pruner = pruners[i]
-                for d, verdicts in zip(chunk, future.result()):
-                    pruner.keep(Problem(*d, alpha, beta), verdicts)
-    finally:
-        _TASKS = []
+    jobs = [(i, dims[j::workers]) for i, (_, _, dims) in enumerate(work)
+            for j in range(workers) if dims[j::workers]]
+
+    def verdicts(job: tuple[int, list]) -> list[list]:
+        cfg, candidates, _ = work[job[0]]
+        return [[tune.Pruner.verdict(cfg, params, problem, limits) for params in candidates]
+                for problem in (Problem(*d, alpha, beta) for d in job[1])]
+
+    pruners = [tune.Pruner(cfg, candidates, limits) for cfg, candidates, _ in work]
+    for (i, chunk), found in zip(jobs, mapped(verdicts, jobs, workers)):
+        for d, verdict in zip(chunk, found):
+            pruners[i].keep(Problem(*d, alpha, beta), verdict)
     return total
 
 

@@ -42,7 +42,7 @@ def pin_xdist_worker_to_one_gpu() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not (worker.startswith("gw") and worker[2:].isdigit()):
         return
-    from src.sweep.devices import sweep_gpus  # no CUDA: the environment or NVML
+    from src.job.devices import sweep_gpus  # no CUDA: the environment or NVML
 
     gpus = sweep_gpus()
     if gpus:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from src.errors import ConfigError
-from src.sweep import devices
-from src.sweep.devices import Gpu, sweep_gpus
+from src.job import devices
+from src.job.devices import Gpu, sweep_gpus
 from src.sweep.pool import Pool
 from tests import fault_jobs
 from tests.conftest import ROOT

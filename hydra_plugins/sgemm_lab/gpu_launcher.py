@@ -132,9 +132,9 @@ class GpuLauncher(BasicLauncher):
 
     @property
     def gpus(self) -> list:
-        """The sweep's GPUs (src/sweep/devices.py); a bad hydra.launcher.devices raises ConfigError."""
+        """The sweep's GPUs (src/job/devices.py); a bad hydra.launcher.devices raises ConfigError."""
         if self._gpus is None:
-            from src.sweep.devices import sweep_gpus
+            from src.job.devices import sweep_gpus
 
             self._gpus = sweep_gpus(self.devices)
         return self._gpus

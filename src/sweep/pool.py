@@ -1,4 +1,4 @@
-"""Sweep step on several GPUs: a pool of slots, one per GPU (src/sweep/devices.py), each a process
+"""Sweep step on several GPUs: a pool of slots, one per GPU (src/job/devices.py), each a process
 pinned to its GPU (CUDA_VISIBLE_DEVICES) that runs the sweep's jobs one at a time, exactly as
 Hydra's basic launcher runs them in the launching process: Hydra's run_job, the job's MLflow child
 run, its worker process (src/sweep/worker.py: a fault or a hang costs that job alone, and the slot
@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
-from src.sweep.devices import Gpu
+from src.job.devices import Gpu
 from src.sweep.tracking import signals
 from src.sweep.worker import die_with_parent
 

@@ -45,7 +45,7 @@ def detected_spec() -> str:
 
 
 def visible_gpus() -> int:
-    from src.sweep.devices import sweep_gpus
+    from src.job.devices import sweep_gpus
 
     try:
         return max(1, len(sweep_gpus()))

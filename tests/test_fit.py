@@ -670,7 +670,7 @@ def test_the_nearest_model_written_by_the_fit_is_what_the_runner_dispatches_by(t
 
 def test_a_dispatch_refuses_evidence_other_than_the_bytes_its_fit_saw(tmp_path, monkeypatch):
     """SYNTHETIC evidence written to a file and fitted as `sgemm-lab tune --fit-only` does
-    (command.write_fit): the tuned file's `nearest:` names the evidence's sha256, and the runner's
+    (refit.write_fit): the tuned file's `nearest:` names the evidence's sha256, and the runner's
     dispatch takes the nearest model's choice while the file is those bytes. One row's ratio
     changed afterwards (a `git checkout` of an older evidence file, a `--missing` run that did not
     refit) is a ConfigError naming the rule and the refit; a refit of the changed file dispatches
@@ -681,14 +681,14 @@ def test_a_dispatch_refuses_evidence_other_than_the_bytes_its_fit_saw(tmp_path, 
     from src.errors import ConfigError
     from src.job import training
     from src.job.config import forget
-    from src.tune import command
+    from src.tune import refit
 
     csv_path = evidence.write(synthetic_rows(), tmp_path / "e.csv")
     tuned = tmp_path / "t.yaml"
     settings = {"fit": {**SETTINGS, "model": "nearest"}, "dispatchers": {}}
-    monkeypatch.setattr(command, "guards", lambda s, outside_reserved=True: GUARDS)
-    monkeypatch.setattr(command, "resolved_fit", lambda rows, s, gpu, kept=None: (s["fit"], {}))
-    command.write_fit("synthetic", settings, csv_path, tuned)
+    monkeypatch.setattr(refit, "guards", lambda s, outside_reserved=True: GUARDS)
+    monkeypatch.setattr(refit, "resolved_fit", lambda rows, s, gpu, kept=None: (s["fit"], {}))
+    refit.write_fit("synthetic", settings, csv_path, tuned)
     written = OmegaConf.to_container(OmegaConf.load(tuned))
     assert written["nearest"]["evidence_sha256"] == hashlib.sha256(csv_path.read_bytes()).hexdigest()
     monkeypatch.setattr(d, "tuned_config", lambda gpu: written)
@@ -702,7 +702,7 @@ def test_a_dispatch_refuses_evidence_other_than_the_bytes_its_fit_saw(tmp_path, 
     csv_path.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
     with pytest.raises(ConfigError, match="not the file this dispatch was fitted from.*--fit-only"):
         dispatch.choose(cfg, "synthetic", problem)
-    command.write_fit("synthetic", settings, csv_path, tuned)
+    refit.write_fit("synthetic", settings, csv_path, tuned)
     written = OmegaConf.to_container(OmegaConf.load(tuned))
     assert dispatch.choose(cfg, "synthetic", problem).when == d.NEAREST
     old = {k: v for k, v in written["nearest"].items() if k != "evidence_sha256"}
@@ -941,13 +941,13 @@ def test_a_committed_dispatch_is_the_fit_of_its_committed_evidence(gpu, tmp_path
     import shutil
 
     from src.paths import CONF_DIR, ROOT
-    from src.tune import command
+    from src.tune import refit
     from src.tune.plan import load_settings
 
     committed = CONF_DIR / "tuned" / f"{gpu}.yaml"
     copy = tmp_path / committed.name
     shutil.copy(committed, copy)
-    command.write_fit(gpu, load_settings(), ROOT / "results" / "tuning" / f"{gpu}.csv", copy)
+    refit.write_fit(gpu, load_settings(), ROOT / "results" / "tuning" / f"{gpu}.csv", copy)
     assert copy.read_text() == committed.read_text()
 
 
@@ -1375,10 +1375,10 @@ def test_reserved_sides_take_the_neighbours_on_the_querys_side_of_a_reserved_reg
 
 
 def test_the_fit_hands_the_reserved_regions_to_the_nearest_model_where_reserved_sides_holds(monkeypatch):
-    """command.resolved_fit: with `fit.reserved_sides` the leave-one-out (and so the tuned file)
+    """refit.resolved_fit: with `fit.reserved_sides` the leave-one-out (and so the tuned file)
     judge the model with conf/tuning/dispatch.yaml's reserved regions as `regions`; without it,
     none (the committed files: docs/heldout.md says why it is not adopted yet)."""
-    from src.tune import command
+    from src.tune import refit
     from src.tune.plan import load_settings
 
     seen = []
@@ -1391,7 +1391,7 @@ def test_the_fit_hands_the_reserved_regions_to_the_nearest_model_where_reserved_
     settings = load_settings()
     for sides, expected in ((True, ["min(m, n) <= 2"]), (False, None)):
         with pytest.raises(LookupError):
-            command.resolved_fit([], {**settings, "fit": {**settings["fit"], "reserved_sides": sides}}, "h200")
+            refit.resolved_fit([], {**settings, "fit": {**settings["fit"], "reserved_sides": sides}}, "h200")
         assert seen[-1].get("regions") == expected
 
 
@@ -1406,7 +1406,7 @@ def test_reserved_sides_auto_keeps_them_apart_per_dispatcher_where_the_leave_one
     import yaml
 
     import src.job.dispatch as d
-    from src.tune import command, nearest
+    from src.tune import nearest, refit
     from src.tune.plan import load_settings
 
     figures = lambda g, m: {"geomean": g, "min": m, "shapes": 9, "unmeasured": 0, "min_shape": "1x1x1"}  # noqa: E731
@@ -1421,16 +1421,16 @@ def test_reserved_sides_auto_keeps_them_apart_per_dispatcher_where_the_leave_one
     monkeypatch.setattr(judge, "sides_apart", apart)
     settings = load_settings()
     plain = {**settings["fit"], "weighting": "equal", "waves": 0, "small_side": 0, "caution": 0}
-    got, found = command.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "auto"}}, "h200")
+    got, found = refit.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "auto"}}, "h200")
     assert seen == [["min(m, n) <= 2"]] and got["regions"] == {"best_tf32": ["min(m, n) <= 2"]}
     assert set(found["reserved_sides"]) == {False, True}
     kept = {"reserved_sides": {"best_fp32": True, "best_tf32": False}}
-    got, _ = command.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "auto"}}, "h200", kept)
+    got, _ = refit.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "auto"}}, "h200", kept)
     assert got["regions"] == {"best_fp32": ["min(m, n) <= 2"], "best_tf32": ["min(m, n) <= 2"]}
     given = {**plain, "reserved_sides": {"best_fp32": False, "best_tf32": True}}
-    assert command.resolved_fit([], {**settings, "fit": given}, "h200")[0]["regions"] == {"best_tf32": ["min(m, n) <= 2"]}
+    assert refit.resolved_fit([], {**settings, "fit": given}, "h200")[0]["regions"] == {"best_tf32": ["min(m, n) <= 2"]}
     with pytest.raises(ConfigError, match="reserved_sides 'yes' is not true, false, auto"):
-        command.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "yes"}}, "h200")
+        refit.resolved_fit([], {**settings, "fit": {**plain, "reserved_sides": "yes"}}, "h200")
 
     written = {**SETTINGS, "model": "nearest", "weighting": "equal", "regions": {"best_tf32": ["min(m, n) <= 2"], "best_fp32": []}}
     model = fit.nearest_model("e.csv", {}, written)

@@ -76,7 +76,7 @@ def test_the_judges_leave_one_out_on_every_core_is_the_one_core_figure(monkeypat
     from src.job import training
     from src.paths import ROOT
     from src.tune import judge
-    from src.tune.command import guards
+    from src.tune.refit import guards
     from src.tune.plan import load_settings
 
     every = training.read(ROOT / "results" / "tuning" / "h200.csv")

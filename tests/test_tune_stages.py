@@ -24,7 +24,7 @@ from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.paths import ROOT
 from src.records.record import Record
-from src.tune import command, distribution, fit, partial, screen, sweeps
+from src.tune import command, distribution, fit, partial, refit, screen, sweeps
 from src.tune import plan as plan_mod
 from src.tune import space as tune
 
@@ -90,9 +90,9 @@ def test_a_candidate_is_measured_only_where_its_measured_where_holds_and_carries
     for sweep in ffma:
         assert sweep.shapes and all(fit.holds(where, s.dims) for s in sweep.shapes)
         assert sweep.skipped[f"measured_where: {where}"] == len(outside)
-    tree = command.guards(data, outside_reserved=False)
+    tree = refit.guards(data, outside_reserved=False)
     assert tree["gemm_ffma"] == own and tree["gemm_ffma_skinny"] == "min(m, n) <= 32"
-    assert command.guards(data)["gemm_ffma"] == where
+    assert refit.guards(data)["gemm_ffma"] == where
     assert tree["gemm_tf32"] is None
 
 
@@ -114,8 +114,8 @@ def test_a_reserved_region_is_measured_and_chosen_for_its_owner_alone():
             assert {s.dims for s in inside} <= held
         elif not sweep.fallback:
             assert not held & {s.dims for s in inside}, sweep.name
-    guards, tree = command.guards(data), command.guards(data, outside_reserved=False)
-    for kernel in command.candidates(data) - {"gemm_ffma_skinny", data["fallback"]["kernel"]}:
+    guards, tree = refit.guards(data), refit.guards(data, outside_reserved=False)
+    for kernel in partial.candidates(data) - {"gemm_ffma_skinny", data["fallback"]["kernel"]}:
         assert all(not fit.holds(guards[kernel], s.dims) for s in inside), kernel
         assert tree[kernel] is None or any(fit.holds(tree[kernel], s.dims) for s in inside), kernel
     assert guards["gemm_ffma_skinny"] == tree["gemm_ffma_skinny"]
@@ -346,7 +346,7 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
     assert {r["shape"] for r in first} == {s.label for s in training[:count]}
     assert {r["shape"] for r in second} == {s.label for s in training[count:]}
     # stage 2 measured the survivors of stage 1's rows (or the whole grids where none builds)
-    kept = screen.survivors(first, plan_mod.load_settings(), command.guards(
+    kept = screen.survivors(first, plan_mod.load_settings(), refit.guards(
         plan_mod.load_settings()))
     staged = plan_mod.build("h100_sxm", training, plan_mod.load_settings(), kept)
     listed = {(s.dispatcher, s.kernel): {tune.params_key(p) for p in s.candidates}
@@ -358,7 +358,7 @@ def test_two_stages_end_to_end_are_deterministic_and_resume_from_the_cache(tmp_p
         sum(s.jobs for s in staged.stage2)
     # every candidate that a rule or the catch-all chooses was measured in stage 2
     chosen = {(r["kernel"], json.dumps(r["params"], sort_keys=True))
-              for rules in fit.fit(rows, command.guards(plan_mod.load_settings()),
+              for rules in fit.fit(rows, refit.guards(plan_mod.load_settings()),
                                    {"min_shapes": 4}).values() for r in rules}
     assert chosen <= {(r["kernel"], r["params"]) for r in second}
     csv_text, tuned_text = (tmp_path / "e.csv").read_text(), (tmp_path / "t.yaml").read_text()
@@ -739,8 +739,8 @@ def test_the_committed_screen_keeps_gemm_ffma_for_tf32_on_the_h200s_recorded_scr
     committed = plan_mod.load_settings()
     without = {**committed, "screen": {**committed["screen"], "own_best": {
         k: v for k, v in committed["screen"]["own_best"].items() if k != "gemm_ffma"}}}
-    assert ("best_tf32", "gemm_ffma") not in screen.survivors(rows, without, command.guards(without))
-    kept = screen.survivors(rows, committed, command.guards(committed))[("best_tf32", "gemm_ffma")]
+    assert ("best_tf32", "gemm_ffma") not in screen.survivors(rows, without, refit.guards(without))
+    kept = screen.survivors(rows, committed, refit.guards(committed))[("best_tf32", "gemm_ffma")]
     screened_at = {r["shape"] for r in rows if r["kernel"] == "gemm_ffma"}
     # one best a shape; its twins (the same launch at every screening shape) go on with it
     launches: dict = {}
@@ -1013,7 +1013,7 @@ def test_three_stages_end_to_end_measure_the_second_screens_survivors_at_the_add
     third = [r for r in rows if r["stage"] == 3]
     assert {r["shape"] for r in third} == {s.label for s in added}
     settings_now = plan_mod.load_settings()
-    g = command.guards(settings_now)
+    g = refit.guards(settings_now)
     survivors = screen.survivors([r for r in rows if r["stage"] == 1], settings_now, g)
     again = screen.rescreened(rows, settings_now, g, survivors)
     stage2 = {(r["dispatcher"], r["kernel"], r["params"]) for r in rows if r["stage"] == 2}

@@ -70,7 +70,7 @@ def uses_nearest(settings: dict) -> bool:
 
 def regions(settings: dict, dispatcher: str | None = None) -> tuple[str, ...]:
     """The shape regions whose sides the nearest model keeps apart for `dispatcher` (`regions`:
-    one list for every dispatcher or a mapping from dispatcher to list, which command.resolved_fit
+    one list for every dispatcher or a mapping from dispatcher to list, which refit.resolved_fit
     sets from conf/tuning/dispatch.yaml's `reserved` where `fit.reserved_sides` holds or auto chose
     it); () for none."""
     value = settings.get("regions") or ()

@@ -81,5 +81,13 @@ def test_rows_that_would_make_the_file_say_what_was_not_measured_are_refused(tmp
         assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
         assert re.search(needle, err), err
         assert Path(runs).read_bytes() == PUBLISHED.read_bytes()
+    lines = PUBLISHED.read_text().splitlines()
+    tf32_line = next(line for line in lines[1:] if ",best_tf32," in line)
+    doubled = tmp_path / "doubled_runs.csv"  # one published TF32 row twice: neither is "its" row
+    doubled.write_text("\n".join(lines + [tf32_line]) + "\n")
+    row = _rows(doubled)[-1]
+    again = [r for r in _rows(REPLICATE) if (r["m"], r["n"], r["k"]) == (row["m"], row["n"], row["k"])]
+    assert splice.main([str(doubled), "--gpu", "h200", str(_write(tmp_path / "d.csv", again))]) == 1
+    assert "more than one published row for best_tf32" in capsys.readouterr().err
     assert splice.main([str(tmp_path / "none.csv"), "--gpu", "h200", str(new)]) == 1
     assert "is not a file" in capsys.readouterr().err

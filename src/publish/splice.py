@@ -55,7 +55,9 @@ def spliced(runs_csv: Path, gpu_spec: str, new_csvs: list[Path]) -> tuple[list[s
     added, empty elsewhere. A row that breaks the module's rules is a ConfigError naming the rows
     and the rule."""
     columns, base = _rows(runs_csv)
-    where = {_key(r): i for i, r in enumerate(base)}
+    where: dict[tuple, int] = {}
+    for i, r in enumerate(base):
+        where[_key(r)] = i if _key(r) not in where else -1  # -1: two published rows, neither is "its"
     new: list[dict] = []
     for path in new_csvs:
         refused = refusal(path, gpu_spec) or runs_refusal(gpu_spec, path)
@@ -71,6 +73,8 @@ def spliced(runs_csv: Path, gpu_spec: str, new_csvs: list[Path]) -> tuple[list[s
     broken = [text for text, bad in (
         (f"no published row to replace ({_named(set(keys) - set(where))})", set(keys) - set(where)),
         (f"more than one new row for {_named(twice)}", twice),
+        (f"more than one published row for {_named(k for k in keys if where.get(k) == -1)}",
+         {k for k in keys if where.get(k) == -1}),
         (f"measured through another dispatch than today's ({_named(moved)}; today runs "
          f"{'; '.join(sorted(set(moved.values())))})", moved)) if bad]
     if broken:

@@ -38,7 +38,7 @@ def fill_table(gpu_spec: str, precision: str, candidates: tuple, shapes: tuple):
     """fill(candidate, shape) as src/job/dispatch.wave_fills gives it, every pair of `candidates`
     and `shapes` built once on every core (src/tune/forked.py) and looked up after: the fit's
     leave-one-outs weigh each candidate at thousands of (query, neighbour) pairs, a spec build
-    each otherwise (the H200's evidence: 160,000 builds, 35 s on one core). A pair outside the
+    each otherwise (the H200's evidence: about 160,000 builds). A pair outside the
     table is built when asked. None for a spec without a datasheet (no scaling)."""
     from src.job import dispatch
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -41,11 +42,13 @@ def _named(keys) -> str:
     return ", ".join(f"{k[0]} {k[1]}x{k[2]}x{k[3]}" for k in sorted(keys))
 
 
-def _rows(path: Path) -> tuple[list[str], list[dict]]:
-    read_runs(path)  # a runs CSV at all, or ValueError naming what it lacks
+def _rows(path: Path) -> tuple[list[str], list[dict], pd.DataFrame]:
+    """(the columns, the rows as read, text for text, the frame src.records.collect reads: a
+    ValueError where the file is no runs CSV)."""
+    frame = read_runs(path)
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
-        return list(reader.fieldnames or []), list(reader)
+        return list(reader.fieldnames or []), list(reader), frame
 
 
 def spliced(runs_csv: Path, gpu_spec: str, new_csvs: list[Path]) -> tuple[list[str], list[dict], list[str]]:
@@ -54,27 +57,26 @@ def spliced(runs_csv: Path, gpu_spec: str, new_csvs: list[Path]) -> tuple[list[s
     after). Rows kept are kept as read, text for text; a column only the new rows record is
     added, empty elsewhere. A row that breaks the module's rules is a ConfigError naming the rows
     and the rule."""
-    columns, base = _rows(runs_csv)
-    where: dict[tuple, int] = {}
-    for i, r in enumerate(base):
-        where[_key(r)] = i if _key(r) not in where else -1  # -1: two published rows, neither is "its"
-    new: list[dict] = []
+    columns, base, _ = _rows(runs_csv)
+    published = Counter(_key(r) for r in base)
+    where = {_key(r): i for i, r in enumerate(base)}
+    new, frames = [], []
     for path in new_csvs:
         refused = refusal(path, gpu_spec) or runs_refusal(gpu_spec, path)
         if refused:
             raise ConfigError(f"not spliced into {runs_csv}: {refused}")
-        more, rows = _rows(path)
+        more, rows, frame = _rows(path)
         columns += [c for c in more if c not in columns]
         new += rows
+        frames.append(frame)
     keys = [_key(r) for r in new]
-    twice = {k for k in keys if keys.count(k) > 1}
-    moved = {key: now for key, now in dispatched_today(pd.concat([read_runs(p) for p in new_csvs]),
-                                                       gpu_spec).items() if now}
+    twice = {k for k, n in Counter(keys).items() if n > 1}
+    shared = {k for k in keys if published[k] > 1}  # two published rows: neither is "its" row
+    moved = {key: now for key, now in dispatched_today(pd.concat(frames), gpu_spec).items() if now}
     broken = [text for text, bad in (
         (f"no published row to replace ({_named(set(keys) - set(where))})", set(keys) - set(where)),
         (f"more than one new row for {_named(twice)}", twice),
-        (f"more than one published row for {_named(k for k in keys if where.get(k) == -1)}",
-         {k for k in keys if where.get(k) == -1}),
+        (f"more than one published row for {_named(shared)}", shared),
         (f"measured through another dispatch than today's ({_named(moved)}; today runs "
          f"{'; '.join(sorted(set(moved.values())))})", moved)) if bad]
     if broken:

@@ -44,9 +44,10 @@ def mapped(fn: Callable[[T], R], items: Iterable[T], workers: int | None = None,
            chunks: str = "each", cost: int | None = None) -> list[R]:
     """[fn(item) for item in items], on `workers` forked processes (default: every core), or
     serial where `cost` (the whole work in rough units: candidates x shapes, evidence rows) is
-    under MIN_COST, too little to pay for starting the workers. `chunks`: "each" hands the workers one item at a time (few items of uneven cost: a fit per
-    fold), "stripes" one stripe of every `workers`-th item each (many cheap items, one round
-    trip a worker). An exception in `fn` is raised here, as the serial loop would."""
+    under MIN_COST, too little to pay for starting the workers. `chunks`: "each" hands the
+    workers one item at a time (few items of uneven cost: a fit per fold), "stripes" one stripe
+    of every `workers`-th item each (many cheap items, one round trip a worker). An exception in
+    `fn` is raised here, as the serial loop would."""
     global _WORK
     items = list(items)
     workers = min(cores() if workers is None else workers, len(items))

@@ -40,11 +40,11 @@ def prefill(settings: dict, shapes, limits: dict, workers: int | None = None) ->
     workers = cores() if workers is None else workers
     work = tasks(settings, shapes, limits)
     total = sum(len(candidates) * len(dims) for _, candidates, dims in work)
-    if total < MIN_VERDICTS or not can_split(workers, 2):
-        return 0
-    alpha, beta = settings["alpha"], settings["beta"]
     jobs = [(i, dims[j::workers]) for i, (_, _, dims) in enumerate(work)
             for j in range(workers) if dims[j::workers]]
+    if total < MIN_VERDICTS or not can_split(workers, len(jobs)):
+        return 0
+    alpha, beta = settings["alpha"], settings["beta"]
 
     def verdicts(job: tuple[int, list]) -> list[list]:
         cfg, candidates, _ = work[job[0]]

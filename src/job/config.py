@@ -32,13 +32,14 @@ def _compose(overrides: tuple[str, ...]):
 
 
 @lru_cache(maxsize=None)
-def _kernel_config(name: str) -> str:
-    return OmegaConf.to_yaml(_compose((f"kernel={name}",)).kernel, resolve=True)
+def _kernel_config(name: str) -> dict:
+    return OmegaConf.to_container(_compose((f"kernel={name}",)).kernel, resolve=True)
 
 
 def kernel_config(name: str) -> dict:
-    """conf/kernel/<name>.yaml as the runner composes it (a fresh copy each call)."""
-    return OmegaConf.to_container(OmegaConf.create(_kernel_config(name)), resolve=True)
+    """conf/kernel/<name>.yaml as the runner composes it (a fresh copy each call; a copy, not a
+    parse: the dispatch's weighing reads a kernel's config for every candidate it ranks)."""
+    return copy.deepcopy(_kernel_config(name))
 
 
 @lru_cache(maxsize=None)

@@ -72,6 +72,7 @@ def read(path: Path) -> list[dict]:
         return None if text in ("", None) else kind(text)
 
     rows = []
+    twin_lists = {}  # (params, same_launch) -> the twins' params: the same pair recurs at every shape
     with path.open(newline="") as handle:
         for r in csv.DictReader(handle):
             for c in ("m", "n", "k", "aligned", "from_cache"):
@@ -84,8 +85,12 @@ def read(path: Path) -> list[dict]:
                 r[c] = r.get(c) or None  # source_sha256, carried_from: None in a file from before them
             twins = r.pop("same_launch", None)
             rows.append(r)
-            for change in json.loads(twins) if twins else ():
-                rows.append({**r, "params": twin_params(r["params"], change), "same_as": r["params"]})
+            if not twins:
+                continue
+            key = (r["params"], twins)
+            if key not in twin_lists:
+                twin_lists[key] = [twin_params(r["params"], c) for c in json.loads(twins)]
+            rows.extend({**r, "params": params, "same_as": r["params"]} for params in twin_lists[key])
     rows = _sources_filled(rows, path)
     return sorted(rows, key=row_order)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+from functools import lru_cache
 from pathlib import Path
 
 from src.errors import ConfigError
@@ -153,6 +154,11 @@ def merged(earlier: list[dict], new: list[dict]) -> list[dict]:
 sort_key = row_order  # the file's row order (src/job/training.row_order)
 
 
+@lru_cache(maxsize=1 << 16)  # a (params, twin) pair recurs at every shape and in every write of a tune
+def _change_text(source: str, twin: str) -> str:
+    return json.dumps(twin_change(source, twin))
+
+
 def write(rows: list[dict], path: Path) -> Path:
     """Written whole or not at all (a temporary file renamed over the old one). A same_as row
     goes into its source row's `same_launch`; one whose source row is not among `rows`, or is of
@@ -185,9 +191,9 @@ def write(rows: list[dict], path: Path) -> Path:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         for r in sorted(measured, key=sort_key):
-            changes = [twin_change(r["params"], p) for p in sorted(twins.get(_key(r, r["params"]), ()))]
-            writer.writerow({**{c: r.get(c) for c in COLUMNS},
-                             "same_launch": json.dumps(changes) if changes else None})
+            texts = [_change_text(r["params"], twin) for twin in sorted(twins.get(_key(r, r["params"]), ()))]
+            writer.writerow({**{c: r.get(c) for c in COLUMNS},  # json.dumps' own list layout
+                             "same_launch": f"[{', '.join(texts)}]" if texts else None})
     tmp.replace(path)
     return path
 

@@ -136,6 +136,14 @@ def test_the_verdicts_computed_on_other_cores_are_the_pruners_own(monkeypatch):
     assert tune.Pruner._memo == parallel
     assert any(isinstance(v, bytes) for v in parallel.values())  # built launches
     assert any(isinstance(v, str) for v in parallel.values())    # and broken rules
+    # what the process holds is not computed again: all of it, nothing; one shape's dropped, it
+    monkeypatch.setattr(tune.Pruner, "_memo", dict(parallel))
+    assert prefill.prefill(settings, shapes, H100, workers=2) == 0
+    dropped = tuple(shapes[0].dims)  # a memo key: (config and limits, m, n, k, alpha, beta, params)
+    monkeypatch.setattr(tune.Pruner, "_memo", {k: v for k, v in parallel.items() if k[1:4] != dropped})
+    again = prefill.prefill(settings, shapes, H100, workers=2)
+    assert 0 < again == sum(len(c) for _, c, d in work if shapes[0].dims in d) < total
+    assert tune.Pruner._memo == parallel
 
 
 def test_tpe_asks_within_the_space_and_learns_from_what_it_is_told():

@@ -34,24 +34,27 @@ def tasks(settings: dict, shapes, limits: dict) -> list[tuple[dict, list[dict], 
 
 
 def prefill(settings: dict, shapes, limits: dict, workers: int | None = None) -> int:
-    """The verdicts of `tasks` computed on `workers` processes (default: every core,
-    src/tune/forked.py) and kept by space.Pruner for this process; how many (0 where it did not
-    split the work)."""
+    """The verdicts of `tasks` this process does not hold yet, computed on `workers` processes
+    (default: every core, src/tune/forked.py) and kept by space.Pruner for this process; how many
+    (0 where it did not split the work)."""
     workers = cores() if workers is None else workers
-    work = tasks(settings, shapes, limits)
+    alpha, beta = settings["alpha"], settings["beta"]
+    work, pruners = [], []
+    for cfg, candidates, dims in tasks(settings, shapes, limits):
+        pruner = tune.Pruner(cfg, candidates, limits)  # what this process holds is not done again
+        pruners.append(pruner)
+        work.append((cfg, candidates, [d for d in dims if not pruner.holds(Problem(*d, alpha, beta))]))
     total = sum(len(candidates) * len(dims) for _, candidates, dims in work)
     jobs = [(i, dims[j::workers]) for i, (_, _, dims) in enumerate(work)
             for j in range(workers) if dims[j::workers]]
     if total < MIN_VERDICTS or not can_split(workers, len(jobs)):
         return 0
-    alpha, beta = settings["alpha"], settings["beta"]
 
     def verdicts(job: tuple[int, list]) -> list[list]:
         cfg, candidates, _ = work[job[0]]
         return [[tune.Pruner.verdict(cfg, params, problem, limits) for params in candidates]
                 for problem in (Problem(*d, alpha, beta) for d in job[1])]
 
-    pruners = [tune.Pruner(cfg, candidates, limits) for cfg, candidates, _ in work]
     for (i, chunk), found in zip(jobs, mapped(verdicts, jobs, workers)):
         for d, verdict in zip(chunk, found):
             pruners[i].keep(Problem(*d, alpha, beta), verdict)

@@ -237,6 +237,11 @@ class Pruner:
                 self._memo.clear()
             self._memo[self._memo_key(problem, key)] = verdict
 
+    def holds(self, problem: Problem) -> bool:
+        """Whether every candidate's verdict at `problem` is kept already (a second tune in one
+        process, as the tests run several, computes none of them again)."""
+        return all(self._memo_key(problem, key) in self._memo for key in self.keys)
+
     def at(self, problem: Problem) -> Outline:
         """`prune`'s outline at `problem`."""
         return outline(self._verdict(p, k, problem) for p, k in zip(self.candidates, self.keys))

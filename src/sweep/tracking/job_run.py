@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from src.records import math_units
 from src.records.record import Record
 from src.sweep.tracking.signals import (
-    install_signal_handlers, mark_interrupted, restore_signal_handlers, shielded)
+    install_signal_handlers, let_go, mark_interrupted, restore_signal_handlers, shielded)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, PARENT_FILE, Parent, Settings, check_reachable, client, context_tags,
     ensure_experiment, first_line, flatten, log_batch)
@@ -299,6 +299,7 @@ def job_run(settings: Settings, cfg: DictConfig, run_name: str,
         yield job
     except KeyboardInterrupt as exc:
         mark_interrupted()
+        let_go(exc)  # a store write it cut short may hold the store's lock: released first
         if job is not None:
             with shielded():  # a second Ctrl-C must not leave the run RUNNING
                 job.end(KILLED, f"killed: {type(exc).__name__} {exc}".rstrip(), status_tag="killed")

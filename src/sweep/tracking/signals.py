@@ -8,9 +8,11 @@ runs without an interrupt, e.g. ending a run FAILED)."""
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
+import traceback
 from contextlib import contextmanager
 
 
@@ -133,6 +135,24 @@ def shielded():
             handler(pending[0], None)
         elif handler == signal.SIG_DFL:  # SIGTERM's default: end the process
             signal.raise_signal(pending[0])
+
+
+def let_go(exc: BaseException) -> None:
+    """Drop the frames an interrupt holds (its traceback, and those of the exceptions it was
+    raised during), then collect: a Ctrl-C or SIGTERM that lands while SQLAlchemy writes to
+    MLflow's sqlite store (measured: several rows in one INSERT, as its result was being set up)
+    leaves that write's transaction open on a connection only those frames still hold, and the
+    store stays locked for every process until they go: the next write, this process's own run
+    ended KILLED too, waited sqlite's 20 s and failed, and the runs were left RUNNING (the soak,
+    tests/test_soak.py). Called before an interrupted job or sweep ends its runs; what the
+    console says of an interrupt is one line, not its traceback."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)  # the frames done with; a running one is kept
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+    gc.collect()
 
 
 def mark_interrupted() -> None:

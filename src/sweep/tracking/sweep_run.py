@@ -8,6 +8,7 @@ stopped early is KILLED (interrupted) or FAILED (an error), with its unfinished 
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from src.records.record import Record
 from src.sweep.tracking.signals import (
-    install_signal_handlers, restore_signal_handlers, shielded, was_interrupted)
+    install_signal_handlers, let_go, restore_signal_handlers, shielded, was_interrupted)
 from src.sweep.tracking.store import (
     FAILED, FINISHED, KILLED, RUNNING, Parent, Settings, client, context_tags, ensure_experiment,
     flatten, log_batch, redact)
@@ -157,7 +158,9 @@ class SweepRun:
                           params=flatten({"overrides": redact(" ".join(overrides))}))
                 sweep.parent.write(sweep_dir)
             close_abandoned(mlflow_client, sweep.parent.run_id)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                let_go(exc)  # a store write it cut short may hold the store's lock
             if sweep is not None:
                 sweep.close_unfinished()
             elif installed:
@@ -202,7 +205,9 @@ class SweepRun:
             else:
                 log.warning("no job records under %s: no summary logged to MLflow", self.sweep_dir)
             self._log_outcome(mlflow_client, counts, records)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                let_go(exc)  # a store write it cut short may hold the store's lock
             self.close_unfinished()
             raise
         _terminate(mlflow_client, run_id, FINISHED)
@@ -238,6 +243,7 @@ class SweepRun:
             self._close()
 
     def _end_unfinished(self) -> None:
+        gc.collect()  # at exit: an interrupted store write's connection, unreachable, closed first (signals.let_go)
         mlflow_client = client(self.settings.tracking_uri)
         killed = was_interrupted()
         try:

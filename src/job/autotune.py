@@ -55,7 +55,7 @@ class Settings:
 
     enabled: bool = False
     candidates: int = 4
-    max_distance: float = 1.0
+    max_distance: float = 0.5
     nearest: int = 3
     protocol: str = "tune"
     evidence: str | None = None

@@ -97,3 +97,17 @@ def test_a_job_interrupted_inside_a_store_write_ends_killed_at_once(tracking_uri
     assert not locked(db)
     run = MlflowClient(tracking_uri).get_run(job.run_id)
     assert run.info.status == "KILLED" and run.data.tags["status"] == "killed"
+
+
+def test_let_go_keeps_the_frames_of_an_error_that_is_no_interrupt():
+    """An error's traceback is its report: only an interrupt's frames are dropped."""
+    try:
+        raise RuntimeError("cuda fault")
+    except RuntimeError as exc:
+        signals.let_go(exc)
+        assert exc.__traceback__ is not None
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        signals.let_go(exc)
+        assert exc.__traceback__ is None

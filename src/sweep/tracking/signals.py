@@ -145,7 +145,10 @@ def let_go(exc: BaseException) -> None:
     store stays locked for every process until they go: the next write, this process's own run
     ended KILLED too, waited sqlite's 20 s and failed, and the runs were left RUNNING (the soak,
     tests/test_soak.py). Called before an interrupted job or sweep ends its runs; what the
-    console says of an interrupt is one line, not its traceback."""
+    console says of an interrupt is one line, not its traceback. Any other exception keeps its
+    frames: its traceback is the report of what went wrong."""
+    if not isinstance(exc, KeyboardInterrupt):
+        return
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

@@ -159,8 +159,7 @@ class SweepRun:
                 sweep.parent.write(sweep_dir)
             close_abandoned(mlflow_client, sweep.parent.run_id)
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                let_go(exc)  # a store write it cut short may hold the store's lock
+            let_go(exc)  # an interrupt: a store write it cut short may hold the store's lock
             if sweep is not None:
                 sweep.close_unfinished()
             elif installed:
@@ -206,8 +205,7 @@ class SweepRun:
                 log.warning("no job records under %s: no summary logged to MLflow", self.sweep_dir)
             self._log_outcome(mlflow_client, counts, records)
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                let_go(exc)  # a store write it cut short may hold the store's lock
+            let_go(exc)  # an interrupt: a store write it cut short may hold the store's lock
             self.close_unfinished()
             raise
         _terminate(mlflow_client, run_id, FINISHED)

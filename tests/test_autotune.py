@@ -131,7 +131,8 @@ def test_autotune_is_off_by_default_and_on_from_the_command_line(compose):
 
 @pytest.mark.parametrize("override,rule", [("dispatch.autotune_candidates=0", "at least 1 candidate"),
                                            ("dispatch.autotune_protocol=nope", "conf/bench/"),
-                                           ("dispatch.autotune_max_distance=-1", "a number >= 0")])
+                                           ("dispatch.autotune_max_distance=-1", "a number >= 0"),
+                                           ("dispatch.autotune_margin=-0.1", "a number >= 0")])
 def test_a_bad_autotune_setting_is_refused_naming_its_rule(compose, override, rule):
     with pytest.raises(ConfigError, match=rule) as raised:
         autotune.Settings.from_cfg(compose("kernel=best_tf32", override))
@@ -272,6 +273,29 @@ def test_the_fastest_verified_candidate_runs_and_a_second_job_reuses_the_choice(
     assert second.autotuned == "reused" and compiled == []  # nothing measured
     assert again.spec.name == "17_flagship" and second.autotune_s == record.autotune_s
     assert second.autotune_candidates == lines
+
+
+@pytest.mark.parametrize("gflops,margin,runs", [
+    ([100.0, 101.9, 50.0], 0.02, 0),      # within the margin: a brief timing's tie, the rule's choice runs
+    ([100.0, 102.1, 101.0], 0.02, 1),     # past it: the fastest
+    ([100.0, 101.0], 0.0, 1),             # no margin: the fastest, as before
+    ([None, 90.0, 95.0], 0.02, 2),        # the rule's choice not timed (failed): the fastest verified
+    ([None, None], 0.02, None),           # none timed
+])
+def test_a_candidate_replaces_the_rules_choice_only_past_the_margin(gflops, margin, runs):
+    results = [{"gflops": g} if g is not None else {"status": "failed_verification"} for g in gflops]
+    assert autotune.choose(results, margin) == runs
+
+
+def test_a_kept_choice_is_chosen_again_under_todays_margin(monkeypatch, tmp_path):
+    compiled: list = []
+    _kernels(monkeypatch, {"gemm_tf32": Sleepy(0.004), "17_flagship": Gemm()}, compiled)
+    _, first, record = _autotune(tmp_path, _settings(tmp_path, margin=0.0))
+    assert record.autotuned == "measured" and first.spec.name == "17_flagship"
+    # the same kept timings, a margin wider than the stand-ins' gap: the rule's choice runs
+    _, again, second = _autotune(tmp_path, _settings(tmp_path, margin=1e9))
+    assert second.autotuned == "reused" and again.spec.name == "gemm_tf32"
+    assert second.autotune_candidates[0].endswith("<- runs")
 
 
 def test_the_candidate_count_caps_what_is_measured(monkeypatch, tmp_path):

@@ -59,6 +59,7 @@ class Settings:
     nearest: int = 3
     protocol: str = "tune"
     evidence: str | None = None
+    margin: float = 0.02
 
     @classmethod
     def from_cfg(cls, cfg) -> Settings:
@@ -86,8 +87,11 @@ class Settings:
         if not (CONF_DIR / "bench" / f"{protocol}.yaml").is_file():
             raise bad("autotune_protocol", "the name of a conf/bench/ file")
         evidence = data.get("autotune_evidence")
+        margin = data.get("autotune_margin", cls.margin)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
+            raise bad("autotune_margin", "a fraction of the rule's choice's GFLOP/s, a number >= 0")
         return cls(enabled, count, float(distance), nearest, protocol,
-                   None if evidence in (None, "") else str(evidence))
+                   None if evidence in (None, "") else str(evidence), float(margin))
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,20 @@ def _identity(job: PreparedJob) -> str:
     tail = [[job.spec.tail.entry, list(job.spec.tail.grid)]] if job.spec.tail else []
     return json.dumps([job.spec.name, job.spec.entry, job.source_sha256, list(job.spec.grid),
                        list(job.spec.block), *tail], sort_keys=True, default=str)
+
+
+def choose(results: list[dict], margin: float) -> int | None:
+    """The candidate that runs (an index into `results`, the rule's choice first), or None when
+    none was timed: the fastest verified one, unless the rule's choice was timed and the fastest
+    beats it by no more than `margin` (a brief timing's tie: the rule's choice has the tuner's
+    evidence behind it, the brief timing one run)."""
+    timed = [i for i, result in enumerate(results) if "gflops" in result]
+    if not timed:
+        return None
+    fastest = max(timed, key=lambda i: results[i]["gflops"])
+    if 0 in timed and results[fastest]["gflops"] <= results[0]["gflops"] * (1 + margin):
+        return 0
+    return fastest
 
 
 def key(prepared: PreparedJob, dispatcher: str, jobs: list[PreparedJob]) -> dict:
@@ -321,13 +339,13 @@ def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record:
         found = _read(where, described)
         if found is not None:
             record.autotuned = REUSED
-            winner, results, seconds = found["winner"], found["results"], found["seconds"]
+            results, seconds = found["results"], found["seconds"]
+            winner = choose(results, settings.margin)  # today's margin over the kept timings
         else:
             record.autotuned = MEASURED
             results = _measure(jobs, brief_protocol(prepared.bench, settings.protocol), cache_dir)
             seconds = time.perf_counter() - started
-            timed = [i for i, r in enumerate(results) if "gflops" in r]
-            winner = max(timed, key=lambda i: results[i]["gflops"]) if timed else None
+            winner = choose(results, settings.margin)
             if winner is not None:
                 _write(where, described, winner, results, seconds)
     record.autotune_s = seconds

@@ -122,11 +122,13 @@ def _evidence(tmp_path) -> str:
 
 # --- the switch ---------------------------------------------------------------------------------
 
-def test_autotune_is_off_by_default_and_on_from_the_command_line(compose):
-    assert autotune.Settings.from_cfg(compose("kernel=best_tf32")).enabled is False
-    on = autotune.Settings.from_cfg(compose("kernel=best_tf32", "dispatch.autotune=true",
-                                            "dispatch.autotune_candidates=2"))
-    assert on.enabled and on.candidates == 2 and on.protocol == "tune"
+def test_autotune_is_on_by_default_and_off_from_the_command_line(compose):
+    on = autotune.Settings.from_cfg(compose("kernel=best_tf32"))
+    assert on.enabled and on.candidates == 4 and on.protocol == "tune" and on.margin == 0.02
+    off = autotune.Settings.from_cfg(compose("kernel=best_tf32", "dispatch.autotune=false",
+                                             "dispatch.autotune_candidates=2"))
+    assert not off.enabled and off.candidates == 2
+    assert autotune.Settings.from_cfg(None).enabled is False  # no config: the rules alone
 
 
 @pytest.mark.parametrize("override,rule", [("dispatch.autotune_candidates=0", "at least 1 candidate"),
@@ -285,6 +287,17 @@ def test_the_fastest_verified_candidate_runs_and_a_second_job_reuses_the_choice(
 def test_a_candidate_replaces_the_rules_choice_only_past_the_margin(gflops, margin, runs):
     results = [{"gflops": g} if g is not None else {"status": "failed_verification"} for g in gflops]
     assert autotune.choose(results, margin) == runs
+
+
+def test_the_rules_choice_is_read_back_from_the_records_candidate_lines():
+    line = 'gemm_tf32 {"bm": 256, "bn": 128}: 80,978 GFLOP/s (the rule\'s choice)  <- runs'
+    assert autotune.rule_choice([line, "17_flagship {}: 1 GFLOP/s (x)"]) == ("gemm_tf32", {"bm": 256, "bn": 128})
+    assert autotune.rule_choice(json.dumps([line])) == ("gemm_tf32", {"bm": 256, "bn": 128})  # the CSV's JSON
+    failed = 'gemm_tf32 {"bm": 64}: left out (the rule\'s choice): failed_verification: x'
+    assert autotune.rule_choice([failed]) == ("gemm_tf32", {"bm": 64})
+    for bad in (None, [], "not json", ['17_flagship {"bm": 1}: 9 GFLOP/s (the nearest model\'s #2)'],
+                ["gemm_tf32 {broken: 1 GFLOP/s (the rule's choice)"]):
+        assert autotune.rule_choice(bad) is None, bad
 
 
 def test_a_kept_choice_is_chosen_again_under_todays_margin(monkeypatch, tmp_path):

@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 
+from src.job import autotune
 from src.publish import dispatched, heldout
 from tests.runs_fixture import as_dispatched
 
@@ -119,7 +120,7 @@ def test_rows_measured_through_an_earlier_dispatch_are_counted_listed_and_keep_a
     assert "--out-dir is required" in capsys.readouterr().err
 
 
-def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispatch():
+def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispatch(monkeypatch):
     """RECORDED: the H200's held-out row at 2x338x1906 (best_tf32, gemm_ffma_skinny). At two rows
     of C the skinny kernel clamps `rows_per_warp`, so params that differ only there build the same
     entry, grid and block (the tuner's twins, KernelSpec.launch_identity): the row measured what
@@ -134,6 +135,8 @@ def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispa
     from src.paths import ROOT
     from src.records.collect import read_runs
 
+    # the row was measured by the rules alone: today's dispatch with autotune off is its own
+    monkeypatch.setattr(autotune, "default_settings", lambda: autotune.Settings(enabled=False))
     runs = read_runs(ROOT / "results" / "h200" / "heldout_runs.csv")
     at = runs[(runs.kernel == "best_tf32") & (runs["size"] == "2x338x1906")].index[0]
     key = ("best_tf32", 2, 338, 1906)
@@ -148,3 +151,44 @@ def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispa
         runs.at[at, "params"] = json.dumps(edited)
         now = dispatched.dispatched_today(runs, "h200")[key]
         assert (now is None) is same and (same or now.startswith("gemm_ffma_skinny {"))
+
+
+def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_one_rules_choice():
+    """RECORDED: the H200's TF32 held-out set with autotune on (results/tuning/probes/
+    h200_heldout_autotune_tf32_1205_runs.csv, 2026-12-05) and the published runs of the rules
+    alone (results/h200/heldout_runs.csv). With autotune on by default (conf/dispatch/default.yaml)
+    every probe row is today's dispatch; a published row is an earlier one exactly where the probe
+    autotuned (autotune now measures candidates there: "autotune from" the rule's choice), and
+    today's where the probe found the shape covered well. A probe row whose rule's choice is edited
+    to another launch, or recorded as not autotuned, is an earlier dispatch."""
+    import json
+
+    from src.paths import ROOT
+    from src.records.collect import read_runs
+
+    probe = read_runs(ROOT / "results" / "tuning" / "probes" / "h200_heldout_autotune_tf32_1205_runs.csv")
+    assert autotune.default_settings().enabled
+    assert set(probe.autotuned) == {"measured", "not_needed"}
+    assert not any(dispatched.dispatched_today(probe, "h200").values())
+
+    published = read_runs(ROOT / "results" / "h200" / "heldout_runs.csv")
+    now = dispatched.dispatched_today(published[published.kernel == "best_tf32"], "h200")
+    measured = {("best_tf32", int(r.m), int(r.n), int(r.k)): r.autotuned for r in probe.itertuples()}
+    assert set(now) == set(measured)
+    for key, runs_now in now.items():
+        assert (runs_now is not None) == (measured[key] == "measured"), key
+        assert runs_now is None or runs_now.startswith("autotune from ")
+
+    at = probe[probe.autotuned == "measured"].index[0]
+    lines = json.loads(probe.at[at, "autotune_candidates"])
+    kernel, params = autotune.rule_choice(lines)
+    other = {**params, "stages": params["stages"] + 2}
+    edited = probe.copy()
+    edited.at[at, "autotune_candidates"] = json.dumps(
+        [lines[0].replace(json.dumps(params, sort_keys=True), json.dumps(other, sort_keys=True))] + lines[1:])
+    assert autotune.rule_choice(edited.at[at, "autotune_candidates"]) == (kernel, other)
+    key = (edited.at[at, "kernel"], *(int(edited.at[at, d]) for d in "mnk"))
+    assert dispatched.dispatched_today(edited.loc[[at]], "h200")[key] == f"autotune from {kernel} {json.dumps(params, sort_keys=True)}"
+    edited = probe.copy()
+    edited.at[at, "autotuned"] = None  # as if the rules alone had chosen there
+    assert dispatched.dispatched_today(edited.loc[[at]], "h200")[key].startswith("autotune from ")

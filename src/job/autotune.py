@@ -145,7 +145,7 @@ def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: 
     the same kernel as an earlier one). Why the model's order first: docs/tuning.md, "Autotune at
     run time" (left out of the fit, its first few find more of the ceiling than the ranks)."""
     name = str(dispatcher_cfg["name"])
-    found = [Candidate(choice.kernel, dict(choice.params), "the rule's choice")]
+    found = [Candidate(choice.kernel, dict(choice.params), RULE_SOURCE)]
     if rows is not None:
         for rank, (c, ratio) in enumerate(dispatch.ranked(
                 gpu_spec, name, Problem(*shape, 1.0, 0.0), training.table(rows, name))):
@@ -283,6 +283,34 @@ def _measure(jobs: list[PreparedJob], brief: BenchProtocol, cache_dir: str) -> l
         inputs = ref = None
         cp.get_default_memory_pool().free_all_blocks()
     return results
+
+
+RULE_SOURCE = "the rule's choice"  # the first candidate's source (`candidates`)
+
+
+def default_settings() -> Settings:
+    """dispatch.* as a plain run composes it (conf/dispatch/default.yaml): what the publishing
+    steps check a row's autotune against."""
+    return Settings.from_cfg({"dispatch": OmegaConf.load(CONF_DIR / "dispatch" / "default.yaml")})
+
+
+def rule_choice(lines) -> tuple[str, dict] | None:
+    """The rule's choice (kernel, params) an autotuned record's `autotune_candidates` names first
+    (a list, or the runs CSV's JSON of it), or None where it names none."""
+    if isinstance(lines, str):
+        try:
+            lines = json.loads(lines)
+        except ValueError:
+            return None
+    first = lines[0] if isinstance(lines, list) and lines else ""
+    kernel, _, rest = str(first).partition(" ")
+    try:
+        params, end = json.JSONDecoder().raw_decode(rest)
+    except ValueError:
+        return None
+    if not isinstance(params, dict) or f"({RULE_SOURCE})" not in rest[end:]:
+        return None
+    return kernel, params
 
 
 def _line(job: PreparedJob, candidate: Candidate, result: dict, ran: bool) -> str:

@@ -20,20 +20,26 @@ from src.records.collect import read_runs
 
 
 def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | None]:
-    """{(kernel, m, n, k): None where today's dispatch runs what the row measured (the same
-    params, or others that build the same launch there), else what it runs now ("kernel
-    {params}")} for each ok row of a dispatching kernel that records its choice (`dispatched_to`,
+    """{(kernel, m, n, k): None where today's dispatch runs what the row measured, else what it
+    runs now} for each ok row of a dispatching kernel that records its choice (`dispatched_to`,
     `params`): src.job.dispatch.choose at the row's problem with the device limits of
-    `gpu_spec`'s datasheet, as the runner chooses. {} for a spec without a datasheet."""
-    from src.job import dispatch
+    `gpu_spec`'s datasheet, as the runner chooses, and the runner's default autotune
+    (src.job.autotune): a row autotuned then is today's where autotune still measures at its
+    shape from the same rule's choice (its candidates come from the same evidence); a row of the
+    rules alone, where autotune still finds the shape covered well and the rule's choice builds
+    the same launch (the same params, or others that build it there). {} for a spec without a
+    datasheet."""
+    from src.job import autotune, dispatch, training
     from src.job import gpu as gpu_mod
     from src.job.config import kernel_config
     from src.job.problem import Problem
-    from src.job.training import Candidate
 
     if gpu_spec not in gpu_mod.known_specs() or runs.empty:
         return {}
     limits = gpu_mod.limits_from_spec(gpu_spec)
+    settings = autotune.default_settings()
+    evidence = Path(settings.evidence) if settings.evidence else training.evidence_path(gpu_spec)
+    rows = training.read(evidence) if settings.enabled and evidence.is_file() else None
     configs: dict[str, dict] = {}
     out = {}
     for r in runs[runs.status == "ok"].itertuples(index=False):
@@ -46,14 +52,32 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
             continue
         problem = Problem(int(r.m), int(r.n), int(r.k), float(r.alpha), float(r.beta))
         now = dispatch.choose(configs[r.kernel], gpu_spec, problem, limits)
-        measured = Candidate(chosen, json.dumps(json.loads(params), sort_keys=True))
-        runs_now = Candidate(now.kernel, json.dumps(now.params, sort_keys=True))
-        same = measured == runs_now or now.kernel == chosen and (  # or the same launch: one kernel
-            dispatch.launch(measured, str(r.precision), problem, limits)
-            == dispatch.launch(runs_now, str(r.precision), problem, limits))
-        out[(r.kernel, int(r.m), int(r.n), int(r.k))] = (
-            None if same else f"{now.kernel} {json.dumps(now.params, sort_keys=True)}")
+        shape = (problem.m, problem.n, problem.k)
+        autotunes_now = settings.enabled and not autotune.coverage(
+            now, str(r.kernel), shape, rows, settings.max_distance, str(evidence)).well
+        autotuned = getattr(r, "autotuned", None) in (autotune.MEASURED, autotune.REUSED,
+                                                      autotune.ALL_FAILED)
+        if autotuned:  # the autotune started from the rule's choice then: is it today's?
+            chosen, params = autotune.rule_choice(getattr(r, "autotune_candidates", None)) or (None, {})
+            params = json.dumps(params)
+        runs_now = f"{now.kernel} {json.dumps(now.params, sort_keys=True)}"
+        same = autotunes_now == autotuned and chosen is not None and _same_launch(
+            dispatch, (chosen, params), now, problem, str(r.precision), limits)
+        out[(r.kernel, *shape)] = None if same else (
+            f"autotune from {runs_now}" if autotunes_now else runs_now)
     return out
+
+
+def _same_launch(dispatch, measured: tuple[str, str], now, problem, precision: str, limits) -> bool:
+    """Whether the measured (kernel, params JSON) is today's choice `now`: the same params, or
+    others of the same kernel that build the same launch at `problem`."""
+    from src.job.training import Candidate
+
+    was = Candidate(measured[0], json.dumps(json.loads(measured[1]), sort_keys=True))
+    runs_now = Candidate(now.kernel, json.dumps(now.params, sort_keys=True))
+    return was == runs_now or now.kernel == was.kernel and (
+        dispatch.launch(was, precision, problem, limits)
+        == dispatch.launch(runs_now, precision, problem, limits))
 
 
 def stale_sweeps(runs_csv: Path, gpu_spec: str) -> list[str]:

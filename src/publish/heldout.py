@@ -70,7 +70,9 @@ def markdown(frame: pd.DataFrame, gpu_spec: str) -> str:
              "Shapes drawn from conf/shapes/distribution.yaml with the held-out seed, never used in "
              "tuning (conf/suite/heldout.yaml). Ratio: speed / the stronger cuBLAS (paired). "
              f"Earlier dispatch: rows whose choice conf/tuned/{gpu_spec}.yaml has moved since they "
-             "were measured (a goal is met by today's dispatch only).", "",
+             "were measured, or where the run-time autotune (conf/dispatch/default.yaml) measures "
+             "candidates now and did not then, or the reverse (a goal is met by today's dispatch "
+             "only).", "",
              "| precision | kernel | shapes | failed | earlier dispatch | geomean | min (shape) "
              "| goal (geomean / min) | met |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -454,6 +454,35 @@ def test_fitted_tiles_build_without_spills(kernel, shape, params):
                   entries=2)  # the named pre-pass and the main kernel
 
 
+@pytest.mark.parametrize("shape,params,rows,tiles", [
+    ((11335, 212, 516), {"bm": 256, "bn": 128}, 176, 130),   # 90 tiles of 256 rows leave 42 SMs idle
+    ((8067, 417, 114), {"bm": 256, "bn": 128}, 248, 132),    # 128 -> 132
+    ((1000, 212, 1000), {"bm": 128, "bn": 64}, 64, 64),      # no tile under 64 rows (16 of them, not 33)
+    ((4096, 4096, 4096), {"bm": 256, "bn": 128}, 256, 512),  # already past one wave: fit 2's tiles
+    ((19, 1287, 2026), {"bm": 64, "bn": 64}, 24, 21),        # fewer rows than 64: fit 2's one tile
+])
+def test_wave_fitted_rows_fill_one_wave_where_bms_tiles_leave_sms_idle(shape, params, rows, tiles):
+    """`fit` 3 (gemm_tf32): as fit 2 where bm's fitted tiles reach one wave of the SMs (132 on the
+    H100 and H200), else the rows shared among as many tiles as the columns' tiles leave SMs for,
+    each a multiple of 8 and no fewer than 64 rows; the derived tile count follows."""
+    cfg = OmegaConf.load(CONF_DIR / "kernel" / "gemm_tf32.yaml")
+    cfg.params.update({**params, "fit": 3})
+    spec = build_spec(cfg, Problem(*shape, 0.5, 3.0), limits_from_spec("h200"))
+    assert (spec.derived["block_m"], spec.derived["tiles"]) == (rows, tiles)
+    assert spec.entry.split("<")[1].startswith(f"{rows}, {params['bn']},")
+    cfg.params.update({"fit": 2})
+    fit2 = build_spec(cfg, Problem(*shape, 0.5, 3.0), limits_from_spec("h200")).derived
+    assert tiles >= fit2["tiles"] and (tiles == fit2["tiles"]) == (rows == fit2["block_m"])
+
+
+@needs_nvcc
+def test_wave_fitted_tile_builds_without_spills():
+    """`fit` 3's 176-row tile at 11335 x 212 x 516 (pieces of 128 and 48 rows: wgmma_rows.cuh's
+    forms) builds for sm_90a without spills."""
+    _sliced_build("gemm_tf32", (11335, 212, 516), {"bm": 256, "bn": 128, "stages": 4, "fit": 3},
+                  ["m64n8k8", "m64n56k8"], entries=2)
+
+
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
     ((1156, 65, 4351), {"bn": 128}),                        # 72 columns, 8 slices

@@ -383,6 +383,46 @@ def test_fitted_tiles_alpha_beta(compose, kernel, shape, params):
     assert args[position] == fitted < cap, record.entry
 
 
+# `fit` 3 (gemm_tf32): where bm's fitted tiles leave SMs idle, more and shorter tiles, up to one
+# wave (each at least 64 rows): the shorter tile is any multiple of 8, as with fit 2
+WAVE_FITTED_CASES = [
+    # shape, params: the tiles fit 2 would launch, then fit 3's on a 132-SM card, in the comment
+    ((11335, 212, 516), {"bm": 256, "bn": 128, "stages": 4}),                 # 90 of 256 rows -> 130 of 176
+    ((8067, 417, 114), {"bm": 256, "bn": 128, "stages": 4}),                  # 128 -> 132 of 248 rows, the old C prefetched
+    ((3734, 102, 741), {"bm": 256, "bn": 128, "stages": 4, "min_slice_k": 32}),  # 15 tiles in 8 slices -> 59 of 64 rows in 2
+    ((1000, 212, 1002), {"bm": 128, "bn": 64, "c_staged": 1}),               # K % 4 (A padded), the old C staged
+]
+
+
+@pytest.mark.chapter("gemm_tf32")
+@pytest.mark.parametrize("shape,params", [
+    pytest.param(shape, params, id="x".join(map(str, shape)),
+                 marks=[pytest.mark.smoke] if shape == (11335, 212, 516) else [])
+    for shape, params in WAVE_FITTED_CASES])
+def test_wave_fitted_tiles_alpha_beta(compose, shape, params):
+    """`fit` 3 in gemm_tf32: the tile's rows shortened so the tiles fill up to one wave of the SMs;
+    verified with alpha and beta against the FP64 reference at the kernel's tolerance, its timed
+    launches and fresh inputs too, with no local memory; the launch ran more tiles than fit 2's,
+    no more than the SMs, each a multiple of 8 rows and at least 64."""
+    m, n, k = shape
+    params = {**params, "fit": 3}
+    record = run_job(compose("kernel=gemm_tf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
+                             *[f"kernel.params.{p}={v}" for p, v in params.items()], *QUICK,
+                             *pinned_inputs(shape)),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+
+    def ceil_div(a, b):
+        return -(-a // b)
+    block_m = int(record.entry.split("<")[1].split(",")[0])
+    tiles = ceil_div(m, block_m) * ceil_div(n, params["bn"])
+    fit2_rows = 8 * ceil_div(ceil_div(m, ceil_div(m, params["bm"])), 8)
+    assert block_m % 8 == 0 and 64 <= block_m < fit2_rows, record.entry
+    assert ceil_div(m, fit2_rows) * ceil_div(n, params["bn"]) < tiles <= record.device["sms"], record.grid
+
+
 SWAPPED_CASES = [  # gemm_tf32_swapped: the columns on wgmma's N side (fit 2 unless set)
     ((1156, 65, 4351), {"bn": 128}),                    # 72 columns (64 + 8), 8 slices of 9 groups
     ((552, 6, 2313), {"bm": 64}),                       # 8 columns, one consumer, 4 slices

@@ -62,15 +62,16 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
             params = json.dumps(params)
         runs_now = f"{now.kernel} {json.dumps(now.params, sort_keys=True)}"
         same = autotunes_now == autotuned and chosen is not None and _same_launch(
-            dispatch, (chosen, params), now, problem, str(r.precision), limits)
+            (chosen, params), now, problem, str(r.precision), limits)
         out[(r.kernel, *shape)] = None if same else (
             f"autotune from {runs_now}" if autotunes_now else runs_now)
     return out
 
 
-def _same_launch(dispatch, measured: tuple[str, str], now, problem, precision: str, limits) -> bool:
+def _same_launch(measured: tuple[str, str], now, problem, precision: str, limits) -> bool:
     """Whether the measured (kernel, params JSON) is today's choice `now`: the same params, or
     others of the same kernel that build the same launch at `problem`."""
+    from src.job import dispatch
     from src.job.training import Candidate
 
     was = Candidate(measured[0], json.dumps(json.loads(measured[1]), sort_keys=True))

@@ -289,15 +289,20 @@ def test_a_candidate_replaces_the_rules_choice_only_past_the_margin(gflops, marg
     assert autotune.choose(results, margin) == runs
 
 
-def test_the_rules_choice_is_read_back_from_the_records_candidate_lines():
-    line = 'gemm_tf32 {"bm": 256, "bn": 128}: 80,978 GFLOP/s (the rule\'s choice)  <- runs'
-    assert autotune.rule_choice([line, "17_flagship {}: 1 GFLOP/s (x)"]) == ("gemm_tf32", {"bm": 256, "bn": 128})
-    assert autotune.rule_choice(json.dumps([line])) == ("gemm_tf32", {"bm": 256, "bn": 128})  # the CSV's JSON
+def test_the_rules_choice_and_todays_pick_are_read_back_from_the_records_candidate_lines():
+    rule = 'gemm_tf32 {"bm": 256, "bn": 128}: 80,000 GFLOP/s (the rule\'s choice)'
+    close = '17_flagship {"bm": 64}: 81,000 GFLOP/s (the nearest model\'s #2)  <- runs'
+    far = '17_flagship {"bm": 32}: 90,000 GFLOP/s (the nearest model\'s #3)'
+    refused = 'gemm_ffma_skinny {"warps": 4}: left out (the nearest model\'s #4): unsupported_size: x'
+    ours, flagship = ("gemm_tf32", {"bm": 256, "bn": 128}), ("17_flagship", {"bm": 64})
+    assert autotune.recorded([rule, close, refused], 0.0) == (ours, flagship)  # measured with no margin
+    assert autotune.recorded([rule, close, refused], 0.02) == (ours, ours)     # today's margin: the rule
+    assert autotune.recorded(json.dumps([rule, close, far]), 0.02) == (ours, ("17_flagship", {"bm": 32}))
     failed = 'gemm_tf32 {"bm": 64}: left out (the rule\'s choice): failed_verification: x'
-    assert autotune.rule_choice([failed]) == ("gemm_tf32", {"bm": 64})
-    for bad in (None, [], "not json", ['17_flagship {"bm": 1}: 9 GFLOP/s (the nearest model\'s #2)'],
-                ["gemm_tf32 {broken: 1 GFLOP/s (the rule's choice)"]):
-        assert autotune.rule_choice(bad) is None, bad
+    assert autotune.recorded([failed, close], 0.02) == (("gemm_tf32", {"bm": 64}), flagship)
+    assert autotune.recorded([failed], 0.02) is None  # nothing timed
+    for bad in (None, [], "not json", [close], ["gemm_tf32 {broken: 1 GFLOP/s (the rule's choice)"]):
+        assert autotune.recorded(bad, 0.02) is None, bad
 
 
 def test_a_kept_choice_is_chosen_again_under_todays_margin(monkeypatch, tmp_path):

@@ -107,7 +107,7 @@ def test_rows_measured_through_an_earlier_dispatch_are_counted_listed_and_keep_a
     for key in moved:  # in its own dispatcher's section: a shape may be listed under both
         section = text.split(f"## {key[0]}: measured through an earlier dispatch")[1].split("\n## ")[0]
         line = next(x for x in section.splitlines() if x.startswith(f"| {shape(key)} |") and "{" in x)
-        assert line.split(" | ")[-1].startswith(runs_now[key[0]])
+        assert line.split(" | ")[-1].removeprefix("autotune from ").startswith(runs_now[key[0]])
     published = pd.read_csv(tmp_path / "h200" / "heldout.csv")
     assert published.dispatch_now.notna().sum() == len(before) + 2
 
@@ -121,7 +121,8 @@ def test_rows_measured_through_an_earlier_dispatch_are_counted_listed_and_keep_a
 
 
 def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispatch(monkeypatch):
-    """RECORDED: the H200's held-out row at 2x338x1906 (best_tf32, gemm_ffma_skinny). At two rows
+    """RECORDED: the H200's held-out row at 2x338x1906 (best_tf32, gemm_ffma_skinny; the rules
+    alone, results/tuning/probes/h200_heldout_tf32_replicate_1204_runs.csv). At two rows
     of C the skinny kernel clamps `rows_per_warp`, so params that differ only there build the same
     entry, grid and block (the tuner's twins, KernelSpec.launch_identity): the row measured what
     today's dispatch runs. Params that build another launch (half the warps a block) are an
@@ -137,7 +138,7 @@ def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispa
 
     # the row was measured by the rules alone: today's dispatch with autotune off is its own
     monkeypatch.setattr(autotune, "default_settings", lambda: autotune.Settings(enabled=False))
-    runs = read_runs(ROOT / "results" / "h200" / "heldout_runs.csv")
+    runs = read_runs(ROOT / "results" / "tuning" / "probes" / "h200_heldout_tf32_replicate_1204_runs.csv")
     at = runs[(runs.kernel == "best_tf32") & (runs["size"] == "2x338x1906")].index[0]
     key = ("best_tf32", 2, 338, 1906)
     assert runs.at[at, "dispatched_to"] == "gemm_ffma_skinny" and dispatched.dispatched_today(runs, "h200")[key] is None
@@ -154,41 +155,57 @@ def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispa
 
 
 def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_one_rules_choice():
-    """RECORDED: the H200's TF32 held-out set with autotune on (results/tuning/probes/
-    h200_heldout_autotune_tf32_1205_runs.csv, 2026-12-05) and the published runs of the rules
-    alone (results/h200/heldout_runs.csv). With autotune on by default (conf/dispatch/default.yaml)
-    every probe row is today's dispatch; a published row is an earlier one exactly where the probe
-    autotuned (autotune now measures candidates there: "autotune from" the rule's choice), and
-    today's where the probe found the shape covered well. A probe row whose rule's choice is edited
-    to another launch, or recorded as not autotuned, is an earlier dispatch."""
+    """RECORDED: the H200's held-out set with autotune on (results/tuning/probes/
+    h200_heldout_autotune_{tf32,fp32_half_a}_1205_runs.csv, 2026-12-05: TF32 before the margin,
+    FP32 with it) and a TF32 run of the rules alone (h200_heldout_tf32_replicate_1204_runs.csv). With
+    autotune on by default (conf/dispatch/default.yaml) every FP32 probe row is today's dispatch;
+    a TF32 probe row is an earlier one exactly where it switched to a candidate the recorded brief
+    timings put no more than the margin ahead of the rule's choice (today the rule's choice runs
+    there). A row of the rules alone is an earlier one exactly where the probe autotuned (autotune now
+    measures candidates there: "autotune from" the rule's choice). A probe row whose rule's choice
+    is edited to another launch, or recorded as not autotuned, is an earlier dispatch."""
     import json
+    import re
 
     from src.paths import ROOT
     from src.records.collect import read_runs
 
-    probe = read_runs(ROOT / "results" / "tuning" / "probes" / "h200_heldout_autotune_tf32_1205_runs.csv")
-    assert autotune.default_settings().enabled
-    assert set(probe.autotuned) == {"measured", "not_needed"}
-    assert not any(dispatched.dispatched_today(probe, "h200").values())
+    probes = ROOT / "results" / "tuning" / "probes"
+    fp32 = read_runs(probes / "h200_heldout_autotune_fp32_half_a_1205_runs.csv")
+    assert autotune.default_settings().enabled and autotune.default_settings().margin == 0.02
+    assert (fp32.autotuned == "measured").sum() == 25
+    assert not any(dispatched.dispatched_today(fp32, "h200").values())
 
-    published = read_runs(ROOT / "results" / "h200" / "heldout_runs.csv")
-    now = dispatched.dispatched_today(published[published.kernel == "best_tf32"], "h200")
+    probe = read_runs(probes / "h200_heldout_autotune_tf32_1205_runs.csv")
+    marginal = set()
+    for r in probe[probe.autotuned == "measured"].itertuples():
+        lines = json.loads(r.autotune_candidates)
+        timed = [re.search(r": ([\d,]+) GFLOP/s", x) for x in lines]  # a left-out line has none
+        gflops = [float(t[1].replace(",", "")) if t else 0.0 for t in timed]
+        ran = next(i for i, x in enumerate(lines) if x.endswith("<- runs"))
+        if ran and gflops[ran] <= 1.02 * gflops[0]:
+            marginal.add(("best_tf32", int(r.m), int(r.n), int(r.k)))
+    assert len(marginal) == 10
+    assert {key for key, now in dispatched.dispatched_today(probe, "h200").items() if now} == marginal
+
+    rules_alone = read_runs(probes / "h200_heldout_tf32_replicate_1204_runs.csv")
+    now = dispatched.dispatched_today(rules_alone, "h200")
     measured = {("best_tf32", int(r.m), int(r.n), int(r.k)): r.autotuned for r in probe.itertuples()}
     assert set(now) == set(measured)
     for key, runs_now in now.items():
         assert (runs_now is not None) == (measured[key] == "measured"), key
         assert runs_now is None or runs_now.startswith("autotune from ")
 
-    at = probe[probe.autotuned == "measured"].index[0]
-    lines = json.loads(probe.at[at, "autotune_candidates"])
-    kernel, params = autotune.rule_choice(lines)
+    at = fp32[fp32.autotuned == "measured"].index[0]
+    lines = json.loads(fp32.at[at, "autotune_candidates"])
+    (kernel, params), _ = autotune.recorded(lines, 0.02)
     other = {**params, "stages": params["stages"] + 2}
-    edited = probe.copy()
+    edited = fp32.copy()
     edited.at[at, "autotune_candidates"] = json.dumps(
         [lines[0].replace(json.dumps(params, sort_keys=True), json.dumps(other, sort_keys=True))] + lines[1:])
-    assert autotune.rule_choice(edited.at[at, "autotune_candidates"]) == (kernel, other)
+    assert autotune.recorded(edited.at[at, "autotune_candidates"], 0.02)[0] == (kernel, other)
     key = (edited.at[at, "kernel"], *(int(edited.at[at, d]) for d in "mnk"))
     assert dispatched.dispatched_today(edited.loc[[at]], "h200")[key] == f"autotune from {kernel} {json.dumps(params, sort_keys=True)}"
-    edited = probe.copy()
+    edited = fp32.copy()
     edited.at[at, "autotuned"] = None  # as if the rules alone had chosen there
     assert dispatched.dispatched_today(edited.loc[[at]], "h200")[key].startswith("autotune from ")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -294,23 +295,25 @@ def default_settings() -> Settings:
     return Settings.from_cfg({"dispatch": OmegaConf.load(CONF_DIR / "dispatch" / "default.yaml")})
 
 
-def rule_choice(lines) -> tuple[str, dict] | None:
-    """The rule's choice (kernel, params) an autotuned record's `autotune_candidates` names first
-    (a list, or the runs CSV's JSON of it), or None where it names none."""
-    if isinstance(lines, str):
-        try:
-            lines = json.loads(lines)
-        except ValueError:
-            return None
-    first = lines[0] if isinstance(lines, list) and lines else ""
-    kernel, _, rest = str(first).partition(" ")
+def recorded(lines, margin: float) -> tuple[tuple[str, dict], tuple[str, dict]] | None:
+    """From an autotuned record's `autotune_candidates` (a list, or the runs CSV's JSON of it):
+    the rule's choice (kernel, params), named first, and the candidate `choose` takes from the
+    recorded brief timings under `margin` (today's, for a row measured under another); None
+    where the lines name no rule's choice or no candidate was timed."""
     try:
-        params, end = json.JSONDecoder().raw_decode(rest)
-    except ValueError:
+        lines = json.loads(lines) if isinstance(lines, str) else lines
+        parsed = []
+        for line in lines if isinstance(lines, list) else []:
+            kernel, _, rest = str(line).partition(" ")
+            params, end = json.JSONDecoder().raw_decode(rest)
+            gflops = re.match(r": ([\d,.]+) GFLOP/s", rest[end:])
+            parsed.append((kernel, params, rest[end:], float(gflops[1].replace(",", "")) if gflops else None))
+    except (ValueError, AttributeError):
         return None
-    if not isinstance(params, dict) or f"({RULE_SOURCE})" not in rest[end:]:
+    if not parsed or not isinstance(parsed[0][1], dict) or f"({RULE_SOURCE})" not in parsed[0][2]:
         return None
-    return kernel, params
+    winner = choose([{} if g is None else {"gflops": g} for *_, g in parsed], margin)
+    return None if winner is None else (parsed[0][:2], parsed[winner][:2])
 
 
 def _line(job: PreparedJob, candidate: Candidate, result: dict, ran: bool) -> str:

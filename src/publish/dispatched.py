@@ -25,10 +25,10 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
     `params`): src.job.dispatch.choose at the row's problem with the device limits of
     `gpu_spec`'s datasheet, as the runner chooses, and the runner's default autotune
     (src.job.autotune): a row autotuned then is today's where autotune still measures at its
-    shape from the same rule's choice (its candidates come from the same evidence); a row of the
-    rules alone, where autotune still finds the shape covered well and the rule's choice builds
-    the same launch (the same params, or others that build it there). {} for a spec without a
-    datasheet."""
+    shape from the same rule's choice (its candidates come from the same evidence) and today's
+    margin, over the row's recorded brief timings, takes the launch that ran; a row of the rules
+    alone, where autotune still finds the shape covered well and the rule's choice builds the same
+    launch (the same params, or others that build it there). {} for a spec without a datasheet."""
     from src.job import autotune, dispatch, training
     from src.job import gpu as gpu_mod
     from src.job.config import kernel_config
@@ -57,28 +57,31 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
             now, str(r.kernel), shape, rows, settings.max_distance, str(evidence)).well
         autotuned = getattr(r, "autotuned", None) in (autotune.MEASURED, autotune.REUSED,
                                                       autotune.ALL_FAILED)
-        if autotuned:  # the autotune started from the rule's choice then: is it today's?
-            chosen, params = autotune.rule_choice(getattr(r, "autotune_candidates", None)) or (None, {})
-            params = json.dumps(params)
+        rule = (now.kernel, now.params)
+        ran = (chosen, json.loads(params))
+        if autotuned:  # the same rule's choice (the same candidates), and today's margin takes what ran
+            rule_then, taken_now = autotune.recorded(getattr(r, "autotune_candidates", None),
+                                                     settings.margin) or (None, None)
+            same = rule_then is not None and (
+                _same_launch(rule_then, rule, problem, str(r.precision), limits)
+                and _same_launch(ran, taken_now, problem, str(r.precision), limits))
+        else:
+            same = _same_launch(ran, rule, problem, str(r.precision), limits)
         runs_now = f"{now.kernel} {json.dumps(now.params, sort_keys=True)}"
-        same = autotunes_now == autotuned and chosen is not None and _same_launch(
-            (chosen, params), now, problem, str(r.precision), limits)
-        out[(r.kernel, *shape)] = None if same else (
+        out[(r.kernel, *shape)] = None if same and autotunes_now == autotuned else (
             f"autotune from {runs_now}" if autotunes_now else runs_now)
     return out
 
 
-def _same_launch(measured: tuple[str, str], now, problem, precision: str, limits) -> bool:
-    """Whether the measured (kernel, params JSON) is today's choice `now`: the same params, or
-    others of the same kernel that build the same launch at `problem`."""
+def _same_launch(was: tuple[str, dict], now: tuple[str, dict], problem, precision: str, limits) -> bool:
+    """Whether two (kernel, params) choices are one: the same params, or others of the same kernel
+    that build the same launch at `problem` (the tuner's twins)."""
     from src.job import dispatch
     from src.job.training import Candidate
 
-    was = Candidate(measured[0], json.dumps(json.loads(measured[1]), sort_keys=True))
-    runs_now = Candidate(now.kernel, json.dumps(now.params, sort_keys=True))
-    return was == runs_now or now.kernel == was.kernel and (
-        dispatch.launch(was, precision, problem, limits)
-        == dispatch.launch(runs_now, precision, problem, limits))
+    was, now = (Candidate(kernel, json.dumps(params, sort_keys=True)) for kernel, params in (was, now))
+    return was == now or was.kernel == now.kernel and (
+        dispatch.launch(was, precision, problem, limits) == dispatch.launch(now, precision, problem, limits))
 
 
 def stale_sweeps(runs_csv: Path, gpu_spec: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Autotune step of a dispatching job (`kernel=best_fp32|best_tf32 dispatch.autotune=true`,
+"""Autotune step of a dispatching job (`kernel=best_fp32|best_tf32`, `dispatch.autotune` on by default,
 conf/dispatch/default.yaml): at a shape no dispatch rule covers well, a few candidates are
 measured briefly on the job's own inputs before its timed measurement; the fastest verified one
 runs the job, and the choice is kept in `<cache_dir>/dispatch/` so a later job at the shape, in

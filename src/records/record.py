@@ -122,7 +122,7 @@ class Record:
     peer_config: str | None = None         # the config Triton's autotune chose
     peer_setup_reused: bool | None = None  # that setup read from cache_dir, done by another process
                                            # (another GPU's slot, an earlier sweep): its seconds
-    # best_* with dispatch.autotune=true (src/job/autotune.py): the candidates measured at a shape
+    # best_* with dispatch.autotune on (the default; src/job/autotune.py): the candidates measured at a shape
     # no dispatch rule covers well, before (and apart from) the timed measurement
     autotuned: str | None = None           # measured, reused (from cache_dir), not_needed (covered
                                            # well), all_failed (the rule's choice ran); None: off

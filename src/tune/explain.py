@@ -35,6 +35,7 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
              f"  chosen by {choice.rule}"]
     if under.source and under.params:
         lines.append(f"  parameters not set by the rule from {under.source}")
+    lines += _autotune(choice, dispatcher, problem, gpu_spec, limits, rows, evidence_name)
     borrowed = tuned.dispatch_borrowed_from(gpu_spec)
     if borrowed is not None and choice.when is not None:  # a rule chose, not the default
         lines.append(f"  the rules are {borrowed}'s, taken by conf/tuned/{gpu_spec}.yaml, not fitted to "
@@ -67,6 +68,35 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
     if not nearest(rows, dispatcher, shape):
         lines.append(f"{evidence_name} has no {dispatcher} rows")
     return "\n".join(lines) + "\n"
+
+
+def _autotune(choice, dispatcher: str, problem, gpu_spec: str, limits: dict | None,
+              rows: list[dict] | None, evidence_name: str) -> list[str]:
+    """What the run-time autotune does here under conf/dispatch/default.yaml: nothing (off, or
+    the shape is covered well), or measure its candidates once, briefly: the first few that build
+    here, each launch once (with the device's limits; without them, as listed)."""
+    from src.job import autotune, dispatch
+    from src.job.config import kernel_config
+    from src.job.training import Candidate
+
+    settings = autotune.default_settings()
+    shape = (problem.m, problem.n, problem.k)
+    if not settings.enabled:
+        return ["  autotune: off (dispatch.autotune): the rule's choice runs"]
+    covered = autotune.coverage(choice, dispatcher, shape, rows, settings.max_distance, evidence_name)
+    if covered.well:
+        return [f"  autotune: measures nothing here: {covered.why}"]
+    seen, listed = set(), []
+    for c in autotune.candidates(choice, kernel_config(dispatcher), gpu_spec, shape, rows, settings.nearest):
+        params = json.dumps(c.params, sort_keys=True)
+        launch = (dispatch.launch(Candidate(c.kernel, params), str(kernel_config(dispatcher)["precision"]),
+                                  problem, limits) if limits is not None else (c.kernel, params))
+        if launch is not None and launch not in seen and len(listed) < settings.candidates:
+            seen.add(launch)
+            listed.append(f"    {c.kernel} {params} ({c.source})")
+    return [f"  autotune: measures these {len(listed)} here, briefly, the first time a job meets the "
+            f"shape ({covered.why}); a challenger runs only if more than {settings.margin:.0%} faster "
+            f"than the rule's choice, and the winner is kept:", *listed]
 
 
 def _weighing(launches: list[tuple], near: list[tuple[int, int, int]]) -> list[str]:

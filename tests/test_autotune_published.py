@@ -1,0 +1,72 @@
+"""Autotune (on by default, conf/dispatch/default.yaml) against the committed GPUs' evidence: the
+published suites still measure the dispatch rules' own choices (every suite shape is a training
+shape, covered well, so nothing is measured there; the held-out set is where autotune acts), and
+`sgemm-lab explain` lists the candidates a GPU run measured."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from src.job import autotune, dispatch, training
+from src.job.config import kernel_config
+from src.job.problem import Problem
+from src.paths import CONF_DIR
+
+SUITES = ("square", "llm", "skinny", "odd")  # params.yaml `suite`: the published suite's shapes
+
+
+def _shapes(suite: str) -> list[tuple[int, int, int]]:
+    data = yaml.safe_load((CONF_DIR / "suite" / f"{suite}.yaml").read_text())
+    return [tuple(int(d) for d in s.split("x"))
+            for s in str(data["hydra"]["sweeper"]["params"]["shape"]).split(",")]
+
+
+def _gpus_with_evidence() -> list[str]:
+    return [p.stem for p in sorted((CONF_DIR / "gpu").glob("*.yaml"))
+            if training.evidence_path(p.stem).is_file()]
+
+
+@pytest.mark.parametrize("dispatcher", ["best_fp32", "best_tf32"])
+@pytest.mark.parametrize("gpu", _gpus_with_evidence())
+def test_every_suite_shape_is_covered_well_so_autotune_measures_nothing_there(gpu, dispatcher):
+    settings = autotune.Settings(enabled=True)
+    assert settings.max_distance == autotune.Settings.from_cfg(
+        {"dispatch": yaml.safe_load((CONF_DIR / "dispatch" / "default.yaml").read_text())}).max_distance
+    path = training.evidence_path(gpu)
+    rows = training.read(path)
+    cfg = kernel_config(dispatcher)
+    shapes = [s for suite in SUITES for s in _shapes(suite)]
+    assert len(shapes) == 48
+    uncovered = []
+    for shape in shapes:
+        choice = dispatch.choose(cfg, gpu, Problem(*shape, 0.5, 3.0))
+        covered = autotune.coverage(choice, dispatcher, shape, rows, settings.max_distance, str(path))
+        if not covered.well:
+            uncovered.append(f"{'x'.join(map(str, shape))}: {covered.why}")
+    assert uncovered == []
+
+
+def test_explain_lists_the_candidates_a_gpu_run_measured_and_nothing_at_a_training_shape():
+    """RECORDED: the H200's held-out TF32 run with autotune (results/tuning/probes/
+    h200_heldout_autotune_tf32_1205_runs.csv): at 11335x212x516 `explain` names the same four
+    candidates, in the same order, as the record's `autotune_candidates` (the runner skipped the
+    model's #2 and #4 there: they build the rule's and #3's launches); at 4096^3 it measures
+    nothing."""
+    import json
+
+    import pandas as pd
+
+    from src.paths import ROOT
+    from src.tune import explain
+
+    path = training.evidence_path("h200")
+    rows = training.read(path)
+    text = explain.report((11335, 212, 516), "h200", "tf32", rows, str(path))
+    listed = [line.strip().rsplit(" (", 1)[0] for line in text.splitlines() if line.startswith("    gemm")]
+    probe = pd.read_csv(ROOT / "results" / "tuning" / "probes" / "h200_heldout_autotune_tf32_1205_runs.csv")
+    recorded = json.loads(probe[(probe.m == 11335) & (probe.n == 212)].autotune_candidates.iloc[0])
+    assert listed == [line.split("}: ", 1)[0] + "}" for line in recorded]  # "kernel {params}: ..."
+    assert "autotune: measures these 4 here" in text and "1.99 away" in text
+    square = explain.report((4096, 4096, 4096), "h200", "tf32", rows, str(path))
+    assert "autotune: measures nothing here" in square and "0.00 away" in square

@@ -308,7 +308,7 @@ def recorded(lines, margin: float) -> tuple[tuple[str, dict], tuple[str, dict]] 
             params, end = json.JSONDecoder().raw_decode(rest)
             gflops = re.match(r": ([\d,.]+) GFLOP/s", rest[end:])
             parsed.append((kernel, params, rest[end:], float(gflops[1].replace(",", "")) if gflops else None))
-    except (ValueError, AttributeError):
+    except ValueError:  # not JSON, or a line without its params
         return None
     if not parsed or not isinstance(parsed[0][1], dict) or f"({RULE_SOURCE})" not in parsed[0][2]:
         return None

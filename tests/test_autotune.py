@@ -212,6 +212,36 @@ def test_without_evidence_the_candidates_are_the_rules_choices_and_the_default()
     assert "best_tf32[0]" in found[1].source and "default" in found[3].source
 
 
+def test_a_variant_of_the_rules_kernel_is_tried_right_after_the_rules_choice(compose):
+    """dispatch.autotune_variants: where the rule's choice is the variant's kernel, its params
+    with the variant's laid over come second; another kernel's variant adds nothing."""
+    settings = autotune.Settings.from_cfg(compose("kernel=best_tf32", "dispatch.autotune_variants="
+                                                  "[{kernel: gemm_tf32, set: {fit: 3}, why: fill one wave},"
+                                                  "{kernel: gemm_3xtf32, set: {fit: 2}, why: other}]"))
+    assert [(v.kernel, dict(v.params)) for v in settings.variants] == [("gemm_tf32", {"fit": 3}),
+                                                                      ("gemm_3xtf32", {"fit": 2})]
+    job = _job(ODD)
+    assert job.dispatched.kernel == "gemm_tf32"
+    found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, None, 3,
+                                settings.variants)
+    assert [c.kernel for c in found[:2]] == ["gemm_tf32", "gemm_tf32"]
+    assert found[1].params == {**job.dispatched.params, "fit": 3} and "fill one wave" in found[1].source
+    assert len(found) == 1 + len(autotune.candidates(job.dispatched, kernel_config("best_tf32"),
+                                                     "h100_sxm", ODD, None, 3))
+
+
+@pytest.mark.parametrize("variants,rule", [
+    ("[{kernel: nope, set: {fit: 3}, why: x}]", "conf/kernel/nope.yaml"),
+    ("[{kernel: gemm_tf32, set: {no_such: 3}, why: x}]", "sets no_such, which gemm_tf32 does not have"),
+    ("[{kernel: gemm_tf32, set: {fit: 3}}]", "why: one line"),
+    ("[{kernel: gemm_tf32, set: {}, why: x}]", "why: one line"),
+])
+def test_a_bad_variant_is_refused_naming_its_rule(compose, variants, rule):
+    with pytest.raises(ConfigError, match=rule) as raised:
+        autotune.Settings.from_cfg(compose("kernel=best_tf32", f"dispatch.autotune_variants={variants}"))
+    assert "dispatch.autotune_variants[0]" in str(raised.value)
+
+
 # --- the cache key -------------------------------------------------------------------------------
 
 def test_the_key_holds_the_gpu_the_shape_the_zeroness_of_alpha_and_beta_and_the_sources():

@@ -28,11 +28,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from src.errors import ConfigError, LabError, LaunchFailed
+from src.errors import LabError, LaunchFailed
 from src.job import cache as measurement_cache
 from src.job import dispatch, training
 from src.job.config import kernel_config
 from src.job.file_lock import entry_held, write_atomically
+from src.job.autotune_settings import Settings, default_settings  # noqa: F401 (autotune.Settings, .default_settings)
 from src.job.prepare import PreparedJob, prepare_kernel
 from src.job.problem import Problem
 from src.job.protocol import BenchProtocol
@@ -48,51 +49,6 @@ MEASURED = "measured"        # this job measured the candidates (and kept the ch
 REUSED = "reused"            # the choice was read from cache_dir: measured by an earlier job or process
 NOT_NEEDED = "not_needed"    # a rule covers the shape well: the rule's choice runs, nothing measured
 ALL_FAILED = "all_failed"    # no candidate compiled and verified: the rule's choice runs
-
-
-@dataclass(frozen=True)
-class Settings:
-    """dispatch.* (conf/dispatch/default.yaml)."""
-
-    enabled: bool = False
-    candidates: int = 4
-    max_distance: float = 0.5
-    nearest: int = 3
-    protocol: str = "tune"
-    evidence: str | None = None
-    margin: float = 0.02
-
-    @classmethod
-    def from_cfg(cls, cfg) -> Settings:
-        """The job's dispatch.* settings (defaults where the config has none); ConfigError naming
-        the first value that breaks its rule."""
-        data = cfg.get("dispatch") if cfg is not None else None
-        data = OmegaConf.to_container(data, resolve=True) if OmegaConf.is_config(data) else dict(data or {})
-
-        def bad(key: str, rule: str) -> ConfigError:
-            return ConfigError(f"dispatch.{key} = {data.get(key)!r} is not allowed (rule: {rule}).")
-
-        enabled = data.get("autotune", False)
-        if not isinstance(enabled, bool):
-            raise bad("autotune", "dispatch.autotune is true or false")
-        count = data.get("autotune_candidates", cls.candidates)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise bad("autotune_candidates", "at least 1 candidate, an integer (the rule's choice is the first)")
-        nearest = data.get("autotune_nearest", cls.nearest)
-        if isinstance(nearest, bool) or not isinstance(nearest, int) or nearest < 1:
-            raise bad("autotune_nearest", "at least 1 training shape, an integer")
-        distance = data.get("autotune_max_distance", cls.max_distance)
-        if isinstance(distance, bool) or not isinstance(distance, (int, float)) or distance < 0:
-            raise bad("autotune_max_distance", "a log2 distance, a number >= 0")
-        protocol = str(data.get("autotune_protocol", cls.protocol))
-        if not (CONF_DIR / "bench" / f"{protocol}.yaml").is_file():
-            raise bad("autotune_protocol", "the name of a conf/bench/ file")
-        evidence = data.get("autotune_evidence")
-        margin = data.get("autotune_margin", cls.margin)
-        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
-            raise bad("autotune_margin", "a fraction of the rule's choice's GFLOP/s, a number >= 0")
-        return cls(enabled, count, float(distance), nearest, protocol,
-                   None if evidence in (None, "") else str(evidence), float(margin))
 
 
 @dataclass(frozen=True)
@@ -136,29 +92,36 @@ def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int,
 
 
 def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str,
-               shape: tuple[int, int, int], rows: list[dict] | None, nearest: int) -> list[Candidate]:
+               shape: tuple[int, int, int], rows: list[dict] | None, nearest: int,
+               variants: tuple = (), table: training.Table | None = None) -> list[Candidate]:
     """Every candidate in the order they are tried (the caller keeps the first few that build):
-    the rule's choice; then, with evidence, the nearest-neighbour model's next choices (the tuned
+    the rule's choice, then its `variants` (dispatch.autotune_variants of its kernel: its params
+    with theirs laid over); then, with evidence, the nearest-neighbour model's next choices (the tuned
     file's `nearest:`, over this evidence: each candidate's weighted geomean ratio at its nearest
     training shapes, best first), then the measured ones at the `nearest` training shapes, rank 1
     at each shape (nearest first), then rank 2, ...; without, the other rules' choices in order
     and the dispatcher's default. Repeats are left in (the caller drops a candidate that builds
     the same kernel as an earlier one). Why the model's order first: docs/tuning.md, "Autotune at
-    run time" (left out of the fit, its first few find more of the ceiling than the ranks)."""
+    run time" (left out of the fit, its first few find more of the ceiling than the ranks).
+    `table`: training.table(rows, the dispatcher), where the caller has it already."""
     name = str(dispatcher_cfg["name"])
     found = [Candidate(choice.kernel, dict(choice.params), RULE_SOURCE)]
+    found += [Candidate(choice.kernel, v.over(choice.params), f"the rule's choice with "
+                        f"{json.dumps(dict(v.params), sort_keys=True)}: {v.why}")
+              for v in variants if v.kernel == choice.kernel]
     if rows is not None:
         for rank, (c, ratio) in enumerate(dispatch.ranked(
-                gpu_spec, name, Problem(*shape, 1.0, 0.0), training.table(rows, name))):
+                gpu_spec, name, Problem(*shape, 1.0, 0.0), table or training.table(rows, name))):
             found.append(Candidate(c.kernel, json.loads(c.params),
                                    f"the nearest model's #{rank + 1}, {ratio:.3f}x the stronger "
                                    f"cuBLAS at the nearest training shapes"))
-        ranked = []
-        for near in training.nearest(rows, name, shape, nearest):
-            ok = [r for r in rows if r["dispatcher"] == name and (r["m"], r["n"], r["k"]) == near
-                  and r["status"] == "ok"]
-            ranked.append((near, sorted(ok, key=lambda r: (-(training.score(r) or 0.0), r["kernel"],
-                                                            r["params"]))))
+        nearby = training.nearest(rows, name, shape, nearest)
+        ok_at: dict = {near: [] for near in nearby}
+        for r in rows:
+            if r["dispatcher"] == name and r["status"] == "ok" and (r["m"], r["n"], r["k"]) in ok_at:
+                ok_at[(r["m"], r["n"], r["k"])].append(r)
+        ranked = [(near, sorted(ok_at[near], key=lambda r: (-(training.score(r) or 0.0), r["kernel"],
+                                                             r["params"]))) for near in nearby]
         for rank in range(max((len(ok) for _, ok in ranked), default=0)):
             for near, ok in ranked:
                 if rank < len(ok):
@@ -173,6 +136,27 @@ def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: 
     if dispatcher_cfg.get("default"):
         found.append(Candidate(str(dispatcher_cfg["default"]), {}, f"{name}'s default"))
     return found
+
+
+def planned(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str, problem: Problem,
+            rows: list[dict] | None, settings: Settings, limits: dict | None,
+            table: training.Table | None = None) -> list[tuple[Candidate, object]]:
+    """[(candidate, its launch)]: what autotune measures at `problem`, without a GPU: the first
+    `settings.candidates` of `candidates` that build, each launch once (dispatch.launch with the
+    device's `limits`; without them, each (kernel, params) once, as listed)."""
+    seen, out = set(), []
+    shape = (problem.m, problem.n, problem.k)
+    for c in candidates(choice, dispatcher_cfg, gpu_spec, shape, rows, settings.nearest,
+                        settings.variants, table):
+        params = json.dumps(c.params, sort_keys=True)
+        launch = (dispatch.launch(training.Candidate(c.kernel, params), str(dispatcher_cfg["precision"]),
+                                  problem, limits) if limits is not None else (c.kernel, params))
+        if launch is not None and launch not in seen:
+            seen.add(launch)
+            out.append((c, launch))
+            if len(out) == settings.candidates:
+                break
+    return out
 
 
 def brief_protocol(bench: BenchProtocol, protocol: str) -> BenchProtocol:
@@ -289,17 +273,10 @@ def _measure(jobs: list[PreparedJob], brief: BenchProtocol, cache_dir: str) -> l
 RULE_SOURCE = "the rule's choice"  # the first candidate's source (`candidates`)
 
 
-def default_settings() -> Settings:
-    """dispatch.* as a plain run composes it (conf/dispatch/default.yaml): what the publishing
-    steps check a row's autotune against."""
-    return Settings.from_cfg({"dispatch": OmegaConf.load(CONF_DIR / "dispatch" / "default.yaml")})
-
-
-def recorded(lines, margin: float) -> tuple[tuple[str, dict], tuple[str, dict]] | None:
-    """From an autotuned record's `autotune_candidates` (a list, or the runs CSV's JSON of it):
-    the rule's choice (kernel, params), named first, and the candidate `choose` takes from the
-    recorded brief timings under `margin` (today's, for a row measured under another); None
-    where the lines name no rule's choice or no candidate was timed."""
+def recorded_candidates(lines) -> list[tuple[str, dict, str, float | None]] | None:
+    """An autotuned record's `autotune_candidates` (a list, or the runs CSV's JSON of it) read
+    back: (kernel, params, the rest of the line, its brief GFLOP/s or None) per line, in order (the
+    measured ones, then those left out before measuring); None where a line is not `_line`'s."""
     try:
         lines = json.loads(lines) if isinstance(lines, str) else lines
         parsed = []
@@ -310,7 +287,16 @@ def recorded(lines, margin: float) -> tuple[tuple[str, dict], tuple[str, dict]] 
             parsed.append((kernel, params, rest[end:], float(gflops[1].replace(",", "")) if gflops else None))
     except ValueError:  # not JSON, or a line without its params
         return None
-    if not parsed or not isinstance(parsed[0][1], dict) or f"({RULE_SOURCE})" not in parsed[0][2]:
+    return parsed if parsed and all(isinstance(p[1], dict) for p in parsed) else None
+
+
+def recorded(lines, margin: float) -> tuple[tuple[str, dict], tuple[str, dict]] | None:
+    """From an autotuned record's `autotune_candidates`: the rule's choice (kernel, params), named
+    first, and the candidate `choose` takes from the recorded brief timings under `margin`
+    (today's, for a row measured under another); None where the lines name no rule's choice or
+    no candidate was timed."""
+    parsed = recorded_candidates(lines)
+    if not parsed or f"({RULE_SOURCE})" not in parsed[0][2]:
         return None
     winner = choose([{} if g is None else {"gflops": g} for *_, g in parsed], margin)
     return None if winner is None else (parsed[0][:2], parsed[winner][:2])
@@ -344,7 +330,8 @@ def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record:
         return prepared
 
     # the first `settings.candidates` that build, each kernel once; the rule's choice is `prepared`
-    listed = candidates(prepared.dispatched, dispatcher_cfg, gpu_spec, shape, rows, settings.nearest)
+    listed = candidates(prepared.dispatched, dispatcher_cfg, gpu_spec, shape, rows, settings.nearest,
+                        settings.variants)
     kept: list[tuple[Candidate, PreparedJob]] = [(listed[0], prepared)]
     seen, refused = {_identity(prepared)}, []
     for candidate in listed[1:]:

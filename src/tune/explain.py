@@ -75,9 +75,8 @@ def _autotune(choice, dispatcher: str, problem, gpu_spec: str, limits: dict | No
     """What the run-time autotune does here under conf/dispatch/default.yaml: nothing (off, or
     the shape is covered well), or measure its candidates once, briefly: the first few that build
     here, each launch once (with the device's limits; without them, as listed)."""
-    from src.job import autotune, dispatch
+    from src.job import autotune
     from src.job.config import kernel_config
-    from src.job.training import Candidate
 
     settings = autotune.default_settings()
     shape = (problem.m, problem.n, problem.k)
@@ -86,17 +85,8 @@ def _autotune(choice, dispatcher: str, problem, gpu_spec: str, limits: dict | No
     covered = autotune.coverage(choice, dispatcher, shape, rows, settings.max_distance, evidence_name)
     if covered.well:
         return [f"  autotune: measures nothing here: {covered.why}"]
-    dispatcher_cfg = kernel_config(dispatcher)
-    seen, listed = set(), []
-    for c in autotune.candidates(choice, dispatcher_cfg, gpu_spec, shape, rows, settings.nearest):
-        params = json.dumps(c.params, sort_keys=True)
-        launch = (dispatch.launch(Candidate(c.kernel, params), str(dispatcher_cfg["precision"]),
-                                  problem, limits) if limits is not None else (c.kernel, params))
-        if launch is not None and launch not in seen:
-            seen.add(launch)
-            listed.append(f"    {c.kernel} {params} ({c.source})")
-            if len(listed) == settings.candidates:
-                break
+    listed = [f"    {c.kernel} {json.dumps(c.params, sort_keys=True)} ({c.source})" for c, _ in
+              autotune.planned(choice, kernel_config(dispatcher), gpu_spec, problem, rows, settings, limits)]
     return [f"  autotune: measures these {len(listed)} here, briefly, the first time a job meets the "
             f"shape ({covered.why}); a challenger runs only if more than {settings.margin:.0%} faster "
             f"than the rule's choice, and the winner is kept:", *listed]

@@ -70,3 +70,41 @@ def test_explain_lists_the_candidates_a_gpu_run_measured_and_nothing_at_a_traini
     assert "autotune: measures these 4 here" in text and "1.99 away" in text
     square = explain.report((4096, 4096, 4096), "h200", "tf32", rows, str(path))
     assert "autotune: measures nothing here" in square and "0.00 away" in square
+
+
+def test_a_variant_that_builds_another_launch_is_measured_second_and_older_rows_become_earlier(monkeypatch):
+    """With `fit: 3` as a variant of gemm_tf32 (dispatch.autotune_variants), autotune at
+    11335x212x516 on the H200 measures the rule's 256-row tiles, then the 176-row ones that fill
+    one wave, and the recorded run (without the variant) is an earlier dispatch; at 4096^3 the
+    variant builds the rule's own launch (its tiles already fill the SMs), so it is not listed."""
+    from dataclasses import replace
+
+    from src.job import gpu as gpu_mod
+    from src.job.autotune_settings import variants
+    from src.paths import ROOT
+    from src.publish import dispatched
+    from src.records.collect import read_runs
+
+    settings = replace(autotune.default_settings(), enabled=True,
+                       variants=variants(
+                           [{"kernel": "gemm_tf32", "set": {"fit": 3}, "why": "fill one wave"}]))
+    limits = gpu_mod.limits_from_spec("h200")
+    rows = training.read(training.evidence_path("h200"))
+    cfg = kernel_config("best_tf32")
+    problem = Problem(11335, 212, 516, 0.5, 3.0)
+    choice = dispatch.choose(cfg, "h200", problem, limits)
+    listed = autotune.planned(choice, cfg, "h200", problem, rows, settings, limits)
+    assert [c.kernel for c, _ in listed[:2]] == ["gemm_tf32", "gemm_tf32"] and len(listed) == 4
+    assert listed[1][0].params == {**choice.params, "fit": 3} and "fill one wave" in listed[1][0].source
+    assert "gemm_tf32<176, 128," in listed[1][1] and "gemm_tf32<256, 128," in listed[0][1]
+    square = Problem(4096, 4096, 4096, 0.5, 3.0)
+    at_square = autotune.planned(dispatch.choose(cfg, "h200", square, limits), cfg, "h200", square, rows,
+                                 settings, limits)
+    assert not any("fill one wave" in c.source for c, _ in at_square)
+
+    probe = read_runs(ROOT / "results" / "tuning" / "probes" / "h200_heldout_autotune_tf32_1205_runs.csv")
+    row = probe[(probe.m == 11335) & (probe.n == 212)]
+    key = ("best_tf32", 11335, 212, 516)
+    assert dispatched.dispatched_today(row, "h200")[key] is None  # today's defaults: no variant
+    monkeypatch.setattr(autotune, "default_settings", lambda: settings)
+    assert dispatched.dispatched_today(row, "h200")[key].startswith("autotune from gemm_tf32")

@@ -25,8 +25,9 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
     `params`): src.job.dispatch.choose at the row's problem with the device limits of
     `gpu_spec`'s datasheet, as the runner chooses, and the runner's default autotune
     (src.job.autotune): a row autotuned then is today's where autotune still measures at its
-    shape from the same rule's choice (its candidates come from the same evidence) and today's
-    margin, over the row's recorded brief timings, takes the launch that ran; a row of the rules
+    shape the same launches from the same rule's choice (`autotune.planned`: the evidence's
+    candidates and dispatch.autotune_variants) and today's margin, over the row's recorded brief
+    timings, takes the launch that ran; a row of the rules
     alone, where autotune still finds the shape covered well and the rule's choice builds the same
     launch (the same params, or others that build it there). {} for a spec without a datasheet."""
     from src.job import autotune, dispatch, training
@@ -41,6 +42,7 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
     evidence = Path(settings.evidence) if settings.evidence else training.evidence_path(gpu_spec)
     rows = training.read(evidence) if settings.enabled and evidence.is_file() else None
     configs: dict[str, dict] = {}
+    tables: dict = {}  # {dispatcher: training.table of the evidence}, built once
     out = {}
     for r in runs[runs.status == "ok"].itertuples(index=False):
         chosen, params = getattr(r, "dispatched_to", None), getattr(r, "params", None)
@@ -59,17 +61,46 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
                                                       autotune.ALL_FAILED)
         rule = (now.kernel, now.params)
         ran = (chosen, json.loads(params))
-        if autotuned:  # the same rule's choice (the same candidates), and today's margin takes what ran
-            rule_then, taken_now = autotune.recorded(getattr(r, "autotune_candidates", None),
-                                                     settings.margin) or (None, None)
+        if autotuned:  # the same candidates as today's, and today's margin takes what ran
+            lines = getattr(r, "autotune_candidates", None)
+            rule_then, taken_now = autotune.recorded(lines, settings.margin) or (None, None)
             same = rule_then is not None and (
                 _same_launch(rule_then, rule, problem, str(r.precision), limits)
-                and _same_launch(ran, taken_now, problem, str(r.precision), limits))
+                and _same_launch(ran, taken_now, problem, str(r.precision), limits)
+                and _launches(lines, problem, str(r.precision), limits) == [launch for _, launch in (
+                    autotune.planned(now, configs[r.kernel], gpu_spec, problem, rows, settings, limits,
+                                     _table(tables, rows, str(r.kernel))))])
         else:
             same = _same_launch(ran, rule, problem, str(r.precision), limits)
         runs_now = f"{now.kernel} {json.dumps(now.params, sort_keys=True)}"
         out[(r.kernel, *shape)] = None if same and autotunes_now == autotuned else (
             f"autotune from {runs_now}" if autotunes_now else runs_now)
+    return out
+
+
+def _table(tables: dict, rows: list[dict], dispatcher: str):
+    """training.table(rows, dispatcher), built once per dispatcher into `tables` (None without
+    evidence: autotune's candidates then come from the rules)."""
+    from src.job import training
+
+    if rows is None:
+        return None
+    if dispatcher not in tables:
+        tables[dispatcher] = training.table(rows, dispatcher)
+    return tables[dispatcher]
+
+
+def _launches(lines, problem, precision: str, limits) -> list:
+    """The launches an autotuned record's candidate lines name, in order, each once (a line that
+    builds nothing at `problem` left out, as autotune leaves it out before measuring)."""
+    from src.job import autotune, dispatch
+    from src.job.training import Candidate
+
+    out = []
+    for kernel, params, *_ in autotune.recorded_candidates(lines) or []:
+        launch = dispatch.launch(Candidate(kernel, json.dumps(params, sort_keys=True)), precision, problem, limits)
+        if launch is not None and launch not in out:
+            out.append(launch)
     return out
 
 

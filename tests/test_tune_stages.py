@@ -24,7 +24,7 @@ from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.paths import ROOT
 from src.records.record import Record
-from src.tune import command, distribution, fit, partial, refit, screen, sweeps
+from src.tune import budget, command, distribution, fit, partial, refit, screen, sweeps
 from src.tune import plan as plan_mod
 from src.tune import space as tune
 
@@ -441,7 +441,7 @@ def test_a_partial_retune_keeps_no_row_whose_source_changed_or_is_unknown(tmp_pa
             writer.writeheader()
             writer.writerows(change(dict(r)) for r in rows)
 
-    plan = plan_mod.within_budget("h100_sxm", distribution.training(), None, count + 4, 1.0, 1)
+    plan = budget.within_budget("h100_sxm", distribution.training(), None, count + 4, 1.0, 1)
     # a screen row only the re-measured candidate holds (its old region) is replaced, not kept
     rest = {s.label for s in plan.rest}
     moved = next(r["shape"] for r in rows if r["kernel"] == "gemm_tf32" and r["shape"] in rest)

@@ -12,6 +12,7 @@ results/tuning/<gpu>.csv (src/tune/evidence.py) -> the fitted dispatch in conf/t
     sgemm-lab tune --missing                         # measure only what the evidence lacks
     sgemm-lab tune --missing --kernels gemm_ffma_skinny   # ... of these candidates only
     sgemm-lab tune --carry-over REV                  # REV's rows where today's builds the same
+    sgemm-lab tune --gpu h100_sxm --missing --screen-from h200   # another GPU's evidence screens
     sgemm-lab tune --fit-only --gpu h100_sxm
     sgemm-lab tune --gpu h100_sxm --against earlier.csv      # exit 1 if a choice differs
 """
@@ -183,6 +184,18 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     return 1 if failed else 0
 
 
+def screen_from(source: str | None, gpu_spec: str, settings: dict, shapes) -> tuple[str, dict] | None:
+    """`--screen-from SOURCE`: (the prior GPU, its wanted lists at `shapes`) for plan.build, or
+    None without the flag (src/tune/prior.py; its ConfigError names the rule)."""
+    if source is None:
+        return None
+    from src.tune import prior
+
+    gpu, rows = prior.evidence_of(source, gpu_spec)
+    within, neighbours = prior.settings_of(settings)
+    return gpu, prior.wanted(rows, [s.dims for s in shapes], within, neighbours)
+
+
 def arguments() -> argparse.ArgumentParser:
     """`sgemm-lab tune`'s command line."""
     parser = argparse.ArgumentParser(prog="sgemm-lab tune", description=__doc__.split("\n\n")[0])
@@ -208,6 +221,11 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--missing", action="store_true",
                         help="measure only what the evidence file lacks: its rows of today's "
                              "sources are kept, the plan's other candidates measured")
+    parser.add_argument("--screen-from", metavar="GPU", default=None,
+                        help="another GPU's evidence (its spec, or an evidence file) screens instead "
+                             "of a screen of this GPU's own: at each shape only the candidates close "
+                             "to its best there or at the nearest shapes (conf/tuning/dispatch.yaml "
+                             "`prior`); same compute capability")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--no-fit", action="store_true",
                         help="measure and write the evidence, leave the fit to --fit-only")
@@ -219,7 +237,7 @@ def arguments() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = arguments().parse_args(argv)
-    from src.tune import distribution, evidence, plan as plan_mod, prefill
+    from src.tune import budget, distribution, evidence, plan as plan_mod, prefill
 
     try:
         if args.no_fit and (args.fit_only or args.carry_over or args.against is not None):
@@ -245,14 +263,18 @@ def main(argv: list[str]) -> int:
         gpus = visible_gpus()
         per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
         prefill.for_plan(gpu_spec, settings, args.shapes)  # the plan's verdicts, on every core
-        plan = plan_mod.within_budget(gpu_spec, distribution.training(), args.budget,
-                                      args.shapes, per_job, gpus, settings)
+        plan = budget.within_budget(gpu_spec, distribution.training(), args.budget,
+                                    args.shapes, per_job, gpus, settings)
+        prior = screen_from(args.screen_from, gpu_spec, settings, plan.shapes)
+        if prior is not None:
+            plan = plan_mod.build(gpu_spec, plan.shapes, settings, prior=prior)
         only, kept = None, []
         if args.kernels is not None:
             only = named(settings, args.kernels)
         if args.missing:  # the evidence's rows stay; the plan measures what they do not hold
             kept, stale = missing_evidence(plan, settings, csv_path, only)
-            plan = plan_mod.build(gpu_spec, plan.shapes, settings, held=evidence.held_pairs(kept))
+            plan = plan_mod.build(gpu_spec, plan.shapes, settings, held=evidence.held_pairs(kept),
+                                  prior=prior)
             print(f"keeping {len(kept)} rows of today's sources from {csv_path}"
                   + "".join(f"; {n} rows of {k} are of another source, measured again"
                             for k, n in sorted(stale.items())), flush=True)

@@ -117,6 +117,7 @@ class Plan:
     added: list = field(default_factory=list)       # stage 3's shapes: `training.added`'s draws
     stage3: list[Sweep] = field(default_factory=list)
     rescreened: bool = False  # stage 3 holds the second screen's survivors (False: an upper bound)
+    prior: str | None = None  # the GPU whose evidence screened (src/tune/prior.py): one stage, no screen of its own
 
     @property
     def jobs(self) -> int:
@@ -129,13 +130,16 @@ class Plan:
         return Plan(self.gpu_spec, [s for s in self.sweeps if s.kernel in kernels], self.shapes,
                     self.rest, [s for s in self.stage2 if s.kernel in kernels], self.screened,
                     self.region, self.held, self.added,
-                    [s for s in self.stage3 if s.kernel in kernels], self.rescreened)
+                    [s for s in self.stage3 if s.kernel in kernels], self.rescreened, self.prior)
 
     def describe(self, seconds_per_job: float, gpus: int) -> str:
         bound = "" if (self.screened or not self.rest) and (self.rescreened or not self.added) else "at most "
         lines = [f"tuning plan for {self.gpu_spec}: {len(self.shapes)} training shapes, "
                  f"{bound}{self.jobs} jobs, about {self.jobs * seconds_per_job / max(gpus, 1) / 60:.0f} "
                  f"min on {gpus} GPU(s) ({seconds_per_job:g} s a job)"]
+        if self.prior:
+            lines.append(f" screened by {self.prior}'s evidence (--screen-from): at each shape the "
+                         f"candidates close to its best there or at the nearest shapes, one stage")
         if self.held is not None:
             pairs = sum(len(v) for by_shape in self.held.values() for v in by_shape.values())
             lines.append(f" the evidence file holds {pairs} candidates at their shapes (today's "
@@ -212,11 +216,12 @@ def candidate_config(kernel: str, precision: str) -> dict:
 def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, limits: dict,
            settings: dict, fallback: bool = False, stage: int = 1,
            candidates: list[dict] | None = None, tag: str = "",
-           held: dict | None = None) -> tuple[Sweep, set]:
+           held: dict | None = None, wanted: dict | None = None) -> tuple[Sweep, set]:
     """The sweep of `kernel` over `shapes` and the dims where a candidate of it builds; `held`
     ({(dispatcher, kernel): {shape: params keys}}): pairs the evidence holds, left out of its
     jobs (a shape where every candidate is held has no job but stays `covered`: the evidence
-    gives its same_as rows there)."""
+    gives its same_as rows there); `wanted` ({shape: params keys}, src/tune/prior.wanted): a
+    launch none of whose candidates is wanted at a shape is not measured there either."""
     cfg = candidate_config(kernel, precision)
     sweep = Sweep(dispatcher, precision, kernel, space, fallback=fallback, stage=stage,
                   candidates=candidates, tag=tag)
@@ -235,8 +240,9 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
             sweep.covered.append(shape)
             # held when any candidate of the launch is (a grown axis lists a new value first)
             there = mine.get(shape.label, set())
+            asked = None if wanted is None else wanted.get(shape.label, set())
             held_here = sorted(first for first, keys in pruner.launches(outline).items()
-                               if not there.isdisjoint(keys))
+                               if not there.isdisjoint(keys) or asked is not None and asked.isdisjoint(keys))
             if len(held_here) < len(outline.valid):
                 sweep.shapes.append(shape)
                 sweep.jobs_at[shape.label] = len(outline.valid) - len(held_here)
@@ -249,13 +255,14 @@ def _sweep(dispatcher: str, precision: str, kernel: str, space: dict, shapes, li
 
 def _stage(shapes, limits: dict, settings: dict, stage: int,
            survivors: dict | None = None, screened_at: dict | None = None,
-           held: dict | None = None) -> list[Sweep]:
+           held: dict | None = None, prior: dict | None = None) -> list[Sweep]:
     """One stage's sweeps over `shapes`. Stage 1 and an unscreened stage 2 or 3 (survivors None):
     every candidate kernel's whole grid, the fallback where none builds. A screened stage: each
     kernel's survivors (in grid order), the whole grids at shapes where no survivor builds, then
     the fallback where no candidate builds; a kernel not again at the shapes stage 1 screened it
-    at (`screened_at`: {kernel: their dims}, its region screen: region_screens)."""
-    tag = "" if stage == 1 else f"_stage{stage}"
+    at (`screened_at`: {kernel: their dims}, its region screen: region_screens). With `prior`
+    (src/tune/prior.wanted), each grid at each shape only where a launch is wanted there."""
+    tag = "_prior" if prior is not None else "" if stage == 1 else f"_stage{stage}"
     sweeps = []
 
     def unscreened(kernel: str, among: list) -> list:
@@ -285,7 +292,8 @@ def _stage(shapes, limits: dict, settings: dict, stage: int,
                 break
             sweep, runnable = _sweep(dispatcher, precision, kernel, kernel_space(kernel),
                                      unscreened(kernel, rest), limits, settings, stage=stage,
-                                     tag=whole_tag, held=held)
+                                     tag=whole_tag, held=held, wanted=None if prior is None else
+                                     prior.get((dispatcher, kernel), {}))
             covered |= runnable
             if sweep.covered:
                 sweeps.append(sweep)
@@ -313,17 +321,21 @@ def screening(shapes, settings: dict) -> tuple[list, list]:
 
 def build(gpu_spec: str, shapes, settings: dict | None = None,
           survivors: dict | None = None, held: dict | None = None,
-          rescreened: dict | None = None) -> Plan:
+          rescreened: dict | None = None, prior: tuple[str, dict] | None = None) -> Plan:
     """The sweeps for `shapes` on `gpu_spec` (its datasheet limits decide what builds), in stages
     where the settings screen; stage 2 from `survivors` ({(dispatcher, kernel): params keys},
     src/tune/screen.py), stage 3 (the added draws) from `rescreened`, each an upper bound while
     its screen has not run (stage 3's: stage 2's candidates). `held`
     ({(dispatcher, kernel): {shape: params keys}}, evidence.held_pairs): what the evidence file holds
-    already, planned but not measured again (`sgemm-lab tune --missing`)."""
+    already, planned but not measured again (`sgemm-lab tune --missing`). `prior` (GPU, wanted:
+    src/tune/prior.py): one stage at every shape, its rows stage 2 (survivors of that screen)."""
     from src.job.gpu import limits_from_spec
 
     settings = settings or load_settings()
     limits = limits_from_spec(gpu_spec)
+    if prior is not None:
+        return Plan(gpu_spec, _stage(list(shapes), limits, settings, 2, held=held, prior=prior[1]),
+                    list(shapes), held=held, prior=prior[0])
     screens = (settings.get("screen") or {}).get("shapes") is not None  # else one stage, added too
     added = [s for s in shapes if s.added] if screens else []
     screen, rest = screening([s for s in shapes if s not in added], settings)
@@ -371,30 +383,3 @@ def region_screens(screen, rest, limits: dict, settings: dict) -> dict[str, list
         if sweep.shapes:
             out[kernel] = sweep.shapes[:need]
     return out
-
-
-def within_budget(gpu_spec: str, training, budget_s: float | None, count: int | None,
-                  seconds_per_job: float, gpus: int, settings: dict | None = None) -> Plan:
-    """The plan for the first `count` training shapes (round-robin over classes), cut further
-    until its estimated wall time (both stages, stage 2 at its upper bound: the survivors are not
-    known before the screen runs) fits `budget_s` (None: no budget). The largest count that fits
-    is found by bisection; a budget too small for one shape per class is refused."""
-    settings = settings or load_settings()
-    count = len(training) if count is None else min(count, len(training))
-    plan = build(gpu_spec, distribution.stratified(training, count), settings)
-    if budget_s is None or plan.jobs * seconds_per_job / max(gpus, 1) <= budget_s:
-        return plan
-    low, high = 0, count          # fits(low) is assumed, fits(high) is known false
-    best = None
-    while high - low > 1:
-        mid = (low + high) // 2
-        trial = build(gpu_spec, distribution.stratified(training, mid), settings)
-        if trial.jobs * seconds_per_job / max(gpus, 1) <= budget_s:
-            low, best = mid, trial
-        else:
-            high = mid
-    if best is None:
-        raise ConfigError(f"--budget {budget_s:g} s holds no training shape on {gpus} GPU(s) at "
-                          f"{seconds_per_job:g} s a job (rule: a tuning run measures at least "
-                          f"one shape); raise it or pass --protocol quick.")
-    return best

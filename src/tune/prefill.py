@@ -63,7 +63,7 @@ def prefill(settings: dict, shapes, limits: dict, workers: int | None = None) ->
 
 def for_plan(gpu_spec: str, settings: dict, count: int | None) -> None:
     """`prefill` for the plan of `sgemm-lab tune` (the first `count` training shapes, round-robin
-    over their classes, as plan.within_budget takes them), said in one line where it ran."""
+    over their classes, as budget.within_budget takes them), said in one line where it ran."""
     from src.job.gpu import limits_from_spec
     from src.tune import distribution
 

@@ -73,20 +73,22 @@ def settings_of(settings: dict) -> tuple[float, int]:
     return float(within), neighbours
 
 
-def close_to_best(rows: list[dict], within: float) -> dict[tuple[str, tuple], set]:
-    """{(dispatcher, shape): {(kernel, params key)}}: at each shape of the evidence, the ok
-    candidates (twins included) whose ratio to the stronger cuBLAS is at least `within` of the
-    best there."""
-    ratios: dict = defaultdict(dict)
+def ratios(rows: list[dict]) -> dict[tuple[str, tuple], dict[tuple[str, str], float]]:
+    """{(dispatcher, shape): {(kernel, params key): its ratio to the stronger cuBLAS}} of the ok
+    rows of an evidence file (twins included, as training.read gives them)."""
+    out: dict = defaultdict(dict)
     for r in rows:
         value = training.score(r) if r["status"] == "ok" else None
         if value is not None:
-            ratios[(r["dispatcher"], (int(r["m"]), int(r["n"]), int(r["k"])))][(r["kernel"], r["params"])] = value
-    out = {}
-    for where, values in ratios.items():
-        best = max(values.values())
-        out[where] = {c for c, v in values.items() if v >= within * best}
+            out[(r["dispatcher"], (int(r["m"]), int(r["n"]), int(r["k"])))][(r["kernel"], r["params"])] = value
     return out
+
+
+def close_to_best(rows: list[dict], within: float) -> dict[tuple[str, tuple], set]:
+    """{(dispatcher, shape): {(kernel, params key)}}: at each shape of the evidence, the ok
+    candidates whose ratio is at least `within` of the best there."""
+    return {where: {c for c, v in values.items() if v >= within * max(values.values())}
+            for where, values in ratios(rows).items()}
 
 
 def wanted(rows: list[dict], shapes: list[tuple[int, int, int]], within: float,
@@ -96,14 +98,11 @@ def wanted(rows: list[dict], shapes: list[tuple[int, int, int]], within: float,
     `neighbours` nearest (log2 distance, ties by the shape; the shape itself first where the prior
     measured it): the nearest model scores a candidate only where all its neighbours measured it."""
     close = close_to_best(rows, within)
-    by_dispatcher: dict = defaultdict(list)
-    for dispatcher, shape in close:
-        by_dispatcher[dispatcher].append(shape)
+    measured = [{"dispatcher": d, "m": s[0], "n": s[1], "k": s[2]} for d, s in close]  # a row a shape
     out: dict = defaultdict(dict)
-    for dispatcher, theirs in sorted(by_dispatcher.items()):
-        theirs.sort()
+    for dispatcher in sorted({d for d, _ in close}):
         for shape in shapes:
-            near = sorted(theirs, key=lambda s: (training.distance(s, shape), s))[:neighbours + 1]
+            near = training.nearest(measured, dispatcher, tuple(shape), neighbours + 1)
             keys: dict = defaultdict(set)
             for s in near:
                 for kernel, params in close[(dispatcher, s)]:
@@ -115,19 +114,10 @@ def wanted(rows: list[dict], shapes: list[tuple[int, int, int]], within: float,
 
 # --- why it holds (offline: `python -m src.tune.prior`) ---------------------------------------------
 
-def _ratios(rows: list[dict]) -> dict:
-    out: dict = defaultdict(dict)
-    for r in rows:
-        value = training.score(r) if r["status"] == "ok" else None
-        if value is not None:
-            out[(r["dispatcher"], r["shape"])][(r["kernel"], r["params"])] = value
-    return out
-
-
 def transfer(prior_rows: list[dict], target_rows: list[dict], within: float) -> dict:
     """Table 1's row at `within`: pairs compared, where the target's best was kept, the target's
     best kept over its best (geomean, min, how many under 0.98), the share of candidates kept."""
-    prior, target = _ratios(prior_rows), _ratios(target_rows)
+    prior, target = ratios(prior_rows), ratios(target_rows)
     regrets, shares = [], []
     for where, theirs in target.items():
         both = [c for c in theirs if c in prior.get(where, {})]

@@ -51,6 +51,12 @@ def _pin_rules(monkeypatch) -> None:
                         lambda gpu: {**(real(gpu) or {}), "dispatch": RULES, "nearest": None})
 
 
+def _best_tf32() -> dict:
+    """best_tf32 with one default, chapter 17, pinned as the rules are (conf/kernel/best_tf32.yaml's
+    portable defaults are tested in tests/test_suite.py)."""
+    return {**kernel_config("best_tf32"), "default": [{"kernel": "17_flagship", "why": "any shape"}]}
+
+
 @pytest.fixture(autouse=True)
 def two_rule_dispatch(monkeypatch):
     _pin_rules(monkeypatch)
@@ -171,7 +177,7 @@ def test_with_evidence_a_shape_far_from_every_training_shape_is_not_covered_well
 def test_candidates_from_evidence_are_the_best_at_the_nearest_shapes_rank_by_rank(tmp_path):
     rows = training.read(Path(_evidence(tmp_path)))
     job = _job(ODD)
-    found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, rows, 2)
+    found = autotune.candidates(job.dispatched, _best_tf32(), "h100_sxm", ODD, rows, 2)
     assert [(c.kernel, c.params) for c in found] == [
         ("gemm_tf32", {}),                                          # the rule's choice
         ("17_flagship", {"bm": 128, "bn": 128, "bk": 16}),            # #1 at 96x96x32 (nearest)
@@ -194,7 +200,7 @@ def test_with_a_nearest_model_its_next_choices_come_before_the_ranks(tmp_path, m
         **(real(gpu) or {}), "dispatch": RULES,
         "nearest": {"evidence": path, "count": 2, "guards": {}, "weighting": "equal"}})
     job = _job(ODD)
-    found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, rows, 2)
+    found = autotune.candidates(job.dispatched, _best_tf32(), "h100_sxm", ODD, rows, 2)
     # only 17_flagship's tile is measured at both 96x96x32 and 128x128x48: sqrt(1.1 * 0.7)
     assert (found[1].kernel, found[1].params) == ("17_flagship", {"bm": 128, "bn": 128, "bk": 16})
     assert found[1].source.startswith(f"the nearest model's #1, {math.sqrt(1.1 * 0.7):.3f}x")
@@ -207,9 +213,9 @@ def test_with_a_nearest_model_its_next_choices_come_before_the_ranks(tmp_path, m
 
 def test_without_evidence_the_candidates_are_the_rules_choices_and_the_default():
     job = _job(ODD)
-    found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, None, 3)
+    found = autotune.candidates(job.dispatched, _best_tf32(), "h100_sxm", ODD, None, 3)
     assert [c.kernel for c in found] == ["gemm_tf32", "gemm_ffma_skinny", "gemm_tf32", "17_flagship"]
-    assert "best_tf32[0]" in found[1].source and "default" in found[3].source
+    assert "best_tf32[0]" in found[1].source and "best_tf32's default[0]" in found[3].source
 
 
 def test_a_variant_of_the_rules_kernel_is_tried_right_after_the_rules_choice(compose):
@@ -222,11 +228,11 @@ def test_a_variant_of_the_rules_kernel_is_tried_right_after_the_rules_choice(com
                                                                       ("gemm_3xtf32", {"fit": 2})]
     job = _job(ODD)
     assert job.dispatched.kernel == "gemm_tf32"
-    found = autotune.candidates(job.dispatched, kernel_config("best_tf32"), "h100_sxm", ODD, None, 3,
+    found = autotune.candidates(job.dispatched, _best_tf32(), "h100_sxm", ODD, None, 3,
                                 settings.variants)
     assert [c.kernel for c in found[:2]] == ["gemm_tf32", "gemm_tf32"]
     assert found[1].params == {**job.dispatched.params, "fit": 3} and "fill one wave" in found[1].source
-    assert len(found) == 1 + len(autotune.candidates(job.dispatched, kernel_config("best_tf32"),
+    assert len(found) == 1 + len(autotune.candidates(job.dispatched, _best_tf32(),
                                                      "h100_sxm", ODD, None, 3))
 
 
@@ -280,7 +286,7 @@ def _kernels(monkeypatch, kernels: dict, compiled: list):
 def _autotune(tmp_path, settings=None, job=None):
     job = job or _job(ODD)
     record = new_record("best_tf32", "tf32", "dispatch", vars(job.problem))
-    chosen = autotune.run(job, kernel_config("best_tf32"), settings or _settings(tmp_path), record,
+    chosen = autotune.run(job, _best_tf32(), settings or _settings(tmp_path), record,
                           str(tmp_path / "cache"))
     return job, chosen, record
 
@@ -422,7 +428,7 @@ def test_the_record_of_an_autotuned_job_says_what_happened(monkeypatch, tmp_path
     monkeypatch.setattr(baselines, "paired", lambda name, job: measure_mod.Baseline(name, Gemm(), 1e-3))
     cfg = compose("kernel=best_tf32", "shape=100x99x37", "alpha=0.5", "beta=3.0",
                   "dispatch.autotune=true", f"dispatch.autotune_evidence={tmp_path}/none.csv",
-                  f"cache_dir={tmp_path / 'cache'}")
+                  f"cache_dir={tmp_path / 'cache'}", "kernel.default=[{kernel: 17_flagship, why: any}]")
     record = pipeline.run_job(cfg, baselines=baselines)
     assert record.status == "ok", record.error
     assert record.autotuned == "measured" and record.dispatched_to == "17_flagship"
@@ -444,7 +450,7 @@ def _child(cache_dir: str, evidence_path: str, out) -> None:
         job = _job(ODD)
         record = new_record("best_tf32", "tf32", "dispatch", vars(job.problem))
         settings = autotune.Settings(enabled=True, evidence=evidence_path)
-        chosen = autotune.run(job, kernel_config("best_tf32"), settings, record, cache_dir)
+        chosen = autotune.run(job, _best_tf32(), settings, record, cache_dir)
         out.put((record.autotuned, chosen.spec.name, len(compiled)))
 
 

@@ -719,3 +719,29 @@ def test_a_pre_pass_is_loaded_without_the_main_entrys_shared_memory_opt_in(monke
     kernel = compile_mod.compile_kernel(spec)
     assert raised == {spec.entry: 230528}  # the pre-pass keeps its default limit
     assert kernel.report.dynamic_smem_bytes == 230528 and kernel.prepass.name == spec.prepass.entry
+
+
+def _portable_library() -> list[str]:
+    """The library kernels a GPU without a dispatch table runs (conf/kernel/best_*.yaml `default`;
+    the chapter among them is built for sm_80 above)."""
+    from src.job import dispatch
+    return sorted({e["kernel"] for d in ("best_fp32", "best_tf32")
+                   for e in dispatch.defaults(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{d}.yaml")))
+                   if e["kernel"].startswith("gemm_")})
+
+
+@needs_nvcc
+@pytest.mark.parametrize("gpu,arch", [("a100", "sm_80"), ("rtx4090", "sm_89")])
+@pytest.mark.parametrize("name", _portable_library())
+def test_the_portable_defaults_build_off_hopper_without_spills(name, gpu, arch):
+    """Off Hopper these are what runs: at their defaults, at an odd shape (a skinny one for the
+    kernel that only runs those), for the GPU's own architecture and limits (the RTX 4090's
+    99 KB of shared memory a block), with no spill and no stack."""
+    assert name in ("gemm_ffma", "gemm_ffma_skinny", "gemm_mma_3xtf32", "gemm_mma_tf32")
+    shape = (7, 4095, 2049) if name == "gemm_ffma_skinny" else (1000, 999, 1001)
+    spec = build_spec(OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml"), Problem(*shape, 0.5, 3.0),
+                      limits_from_spec(gpu))
+    assert spec.arch is None
+    report = compile_offline(spec, arch)
+    assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
+    assert 0 < report["registers"] <= 255

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from src.job import dispatch
 from tests.conftest import CONF_DIR
 
 KERNEL_CONFIGS = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
@@ -35,8 +36,12 @@ def test_kernel_config_composes(compose, kernel):
     assert cfg.kernel.name == kernel
     assert cfg.kernel.backend in ("nvrtc", "cublas", "dispatch", "triton", "cutlass")
     assert cfg.kernel.precision in ("fp32", "tf32")
-    if cfg.kernel.backend == "dispatch":  # best_*: a safe default chapter, rules per GPU
-        assert cfg.kernel.dispatch and (CONF_DIR / "kernel" / f"{cfg.kernel.default}.yaml").is_file()
+    if cfg.kernel.backend == "dispatch":  # best_*: portable defaults, rules per GPU
+        assert cfg.kernel.dispatch
+        for entry in dispatch.defaults(OmegaConf.to_container(cfg.kernel, resolve=True)):
+            default = OmegaConf.load(CONF_DIR / "kernel" / f"{entry['kernel']}.yaml")
+            assert default.get("arch") is None, entry  # built for the GPU's own architecture
+            assert default.precision == "fp32" or cfg.kernel.precision == "tf32", entry  # no less accurate
     if cfg.kernel.backend == "nvrtc":
         assert (CONF_DIR.parent / "kernels" / cfg.kernel.source).is_file()
         if cfg.kernel.get("library"):  # kernels/gemm/<name after gemm_>.cu, or another build of

@@ -805,6 +805,24 @@ def test_best_is_paired_with_its_strongest_peer(compose, kernel):
         assert not any(line.startswith("cutlass_3xtf32:") for line in record.peers_skipped or [])
 
 
+@pytest.mark.smoke
+@pytest.mark.parametrize("kernel,shape", [("best_tf32", "1000x997x333"), ("best_fp32", "7x4095x2049")])
+def test_a_gpu_without_a_table_autotunes_over_the_portable_defaults(compose, kernel, shape, tmp_path):
+    """The path an A100 or an RTX 4090 takes (gpu=rtx4090 names a spec with no dispatch table; its
+    datasheet peaks, 82.6 TFLOP/s, stay above what these shapes reach here): the first of the
+    dispatcher's portable defaults that builds runs unless autotune, measuring the others that
+    build, finds a faster verified one; the job's timed launches are verified."""
+    from src.job import dispatch
+
+    record = run_job(compose(f"kernel={kernel}", f"shape={shape}", "gpu=rtx4090", "dispatch.autotune=true",
+                             f"cache_dir={tmp_path}", *QUICK))
+    assert record.status == "ok", record.error
+    portable = [e["kernel"] for e in dispatch.defaults(kernel_config(kernel))]
+    assert record.autotuned == "measured" and record.dispatched_to in portable
+    measured = [line.split()[0] for line in record.autotune_candidates if "GFLOP/s" in line]
+    assert len(measured) >= 2 and set(measured) <= set(portable), record.autotune_candidates
+
+
 def _cutlass_buildable() -> bool:
     from src.errors import PeerMissing
     from src.job.cutlass_build import require_tools

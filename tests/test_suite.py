@@ -19,7 +19,9 @@ from src.job.problem import Problem
 from src.publish.suite import publish, suite_frame, suites, summary
 from src.records import math_units
 from src.records.collect import read_runs
-from src.job import dispatch
+from src.job import autotune, dispatch
+from src.job.config import kernel_config
+from src.job import gpu as gpu_mod
 from tests.conftest import CONF_DIR, DATA_DIR
 from tests.runs_fixture import as_dispatched
 
@@ -144,12 +146,40 @@ def test_an_unaligned_shape_the_tf32_dispatch_sends_to_the_tma_kernel_is_padded_
     assert aligned.spec.name == "gemm_tf32" and aligned.spec.prepass is None
 
 
-def test_a_gpu_without_a_dispatch_table_runs_the_safe_default(compose):
-    for kernel in ("best_fp32", "best_tf32"):
-        prepared = prepare(compose(f"kernel={kernel}", "gpu=a100", "shape=4095x4097x333"))
-        assert prepared.spec.name == "17_flagship"
+@pytest.mark.parametrize("gpu", ["a100", "rtx4090"])
+def test_a_gpu_without_a_dispatch_table_runs_the_first_portable_default_that_builds(compose, gpu):
+    """No `dispatch:` for the GPU: each shape runs the first of the dispatcher's `default` kernels
+    that builds there (conf/kernel/best_*.yaml): TF32 on the tensor cores through mma.sync, not
+    chapter 17's FFMA; gemm_ffma_skinny only where its own rule lets it run (min(m, n) <= 32)."""
+    expected = {("best_tf32", "4095x4097x333"): "gemm_mma_tf32",
+                ("best_tf32", "7x4096x4096"): "gemm_mma_tf32",
+                ("best_fp32", "4095x4097x333"): "17_flagship",
+                ("best_fp32", "7x4096x4096"): "gemm_ffma_skinny"}
+    for (kernel, shape), chosen in expected.items():
+        prepared = prepare(compose(f"kernel={kernel}", f"gpu={gpu}", f"shape={shape}"))
+        assert prepared.spec.name == chosen, (kernel, shape)
+        assert prepared.spec.arch is None  # built for the GPU's own architecture, not sm_90a
+        assert prepared.dispatched.when is None
         assert prepared.dispatched.rule.startswith(f"{kernel} default (no dispatch rule for "
-                                                   f"4095x4097x333 on a100)")
+                                                   f"{shape} on {gpu}): the first of its ")
+
+
+def test_on_a_gpu_without_a_table_autotune_measures_the_portable_defaults_that_build():
+    """An A100 has no dispatch table: the choice is the first default that builds, and autotune
+    lists the others that build there (the skinny kernel only at a skinny shape), each once."""
+    limits = gpu_mod.limits_from_spec("a100")
+    settings = autotune.Settings.from_cfg(None)
+    for name, shape, kernels in [
+            ("best_tf32", (2500, 3500, 900), ["gemm_mma_tf32", "17_flagship"]),
+            ("best_tf32", (7, 4096, 4096), ["gemm_mma_tf32", "gemm_ffma_skinny", "17_flagship"]),
+            ("best_fp32", (2500, 3500, 900), ["17_flagship", "gemm_mma_3xtf32", "gemm_ffma"]),
+            ("best_fp32", (7, 4096, 4096), ["gemm_ffma_skinny", "17_flagship", "gemm_mma_3xtf32",
+                                            "gemm_ffma"])]:
+        problem = Problem(*shape, 1.0, 0.0)
+        choice = dispatch.choose(kernel_config(name), "a100", problem, limits)
+        assert not autotune.coverage(choice, name, shape, None, 0.5, "a100.csv").well
+        planned = autotune.planned(choice, kernel_config(name), "a100", problem, None, settings, limits)
+        assert [c.kernel for c, _ in planned] == kernels, (name, shape)
 
 
 @pytest.mark.parametrize("gpu", ["gh200", "h100_pcie"])
@@ -237,8 +267,19 @@ def test_bad_dispatch_rules_are_config_errors(monkeypatch):
     with pytest.raises(ConfigError, match="names no kernel"):
         dispatch.choose(spec, "h100_sxm", _problem(8, 8, 8))
     table([])
-    with pytest.raises(ConfigError, match="no `default` chapter"):
+    with pytest.raises(ConfigError, match="has no `default`"):
         dispatch.choose({"name": "best_fp32", "dispatch": True}, "h100_sxm", _problem(8, 8, 8))
+    for bad in ([{"kernel": "17_flagship"}], [{"why": "runs anywhere"}], ["17_flagship"], [], {"a": 1}):
+        with pytest.raises(ConfigError, match=r"\{kernel, why\}"):
+            dispatch.choose({"name": "best_fp32", "dispatch": True, "default": bad}, "h100_sxm",
+                            _problem(8, 8, 8))
+    # a bare chapter name is one default, with the config's own why
+    assert dispatch.defaults(spec | {"why": "any shape"}) == [{"kernel": "17_flagship", "why": "any shape"}]
+    # none builds at the shape: the first, whose own rule then says why (here: skinny's min(m, n) <= 32)
+    two = {"name": "best_fp32", "dispatch": True, "precision": "fp32",
+           "default": [{"kernel": "gemm_ffma_skinny", "why": "a"}, {"kernel": "gemm_ffma_narrow", "why": "b"}]}
+    assert dispatch.choose(two, "h100_sxm", _problem(4096, 4096, 4096),
+                           gpu_mod.limits_from_spec("h100_sxm")).kernel == "gemm_ffma_skinny"
 
 
 def test_suite_publication_from_recorded_h100_runs(tmp_path):

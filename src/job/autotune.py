@@ -12,7 +12,8 @@ nearest training shape lies within `dispatch.autotune_max_distance` in log2(m, n
 one, when a rule other than a catch-all (`when: True`) holds. A shape no rule holds (the
 dispatcher's default) is never covered well. Candidates (`candidates`): the rule's choice first,
 then the best measured candidates at the nearest training shapes (evidence), or else the dispatch
-rules' other choices and the dispatcher's default. The record says what happened: `autotuned`,
+rules' other choices and the dispatcher's defaults (a GPU without a table: every portable
+kernel that builds, measured on the GPU itself). The record says what happened: `autotuned`,
 `autotune_why`, `autotune_candidates`, `autotune_s`; the brief timings are not the job's figure.
 """
 
@@ -73,7 +74,7 @@ def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int,
     """Whether the dispatch rules cover `shape` well (see the module's docstring), and why."""
     if choice.when is None:
         return Coverage(False, f"no dispatch rule of {dispatcher} holds at {_label(shape)}: the "
-                               f"dispatcher's default runs, chosen for running anywhere, not for speed")
+                               f"dispatcher's default runs, portable, not measured on this GPU")
     if rows is not None:
         near = training.nearest(rows, dispatcher, shape, 1)
         if not near:
@@ -100,7 +101,7 @@ def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: 
     file's `nearest:`, over this evidence: each candidate's weighted geomean ratio at its nearest
     training shapes, best first), then the measured ones at the `nearest` training shapes, rank 1
     at each shape (nearest first), then rank 2, ...; without, the other rules' choices in order
-    and the dispatcher's default. Repeats are left in (the caller drops a candidate that builds
+    and the dispatcher's defaults in order. Repeats are left in (the caller drops a candidate that builds
     the same kernel as an earlier one). Why the model's order first: docs/tuning.md, "Autotune at
     run time" (left out of the fit, its first few find more of the ceiling than the ranks).
     `table`: training.table(rows, the dispatcher), where the caller has it already."""
@@ -133,8 +134,8 @@ def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: 
     for index, rule in enumerate(dispatch.rules(dispatcher_cfg, gpu_spec)):
         found.append(Candidate(str(rule["kernel"]), dict(rule.get("params") or {}),
                                f"{name}[{index}]'s choice (when {rule.get('when', 'True')})"))
-    if dispatcher_cfg.get("default"):
-        found.append(Candidate(str(dispatcher_cfg["default"]), {}, f"{name}'s default"))
+    for index, entry in enumerate(dispatch.defaults(dispatcher_cfg)):
+        found.append(Candidate(entry["kernel"], {}, f"{name}'s default[{index}]: {entry['why']}"))
     return found
 
 

@@ -2,8 +2,8 @@
 that runs it, from the GPU's dispatch table (conf/tuned/<gpu>.yaml, `dispatch:`). Rules are data
 with a `why`, tried in order; the first whose `when` (over m, n, k) holds names the kernel and,
 optionally, parameters over that chapter's own tuned size classes. A shape no rule covers (or a
-GPU with no table) runs the dispatching config's `default`, a chapter that runs any M, N, K on
-any GPU the lab supports. The record says which rule chose what (`dispatch_rule`).
+GPU with no table) runs the first of the dispatching config's `default` kernels that builds there
+(portable ones: sm_80 and up); autotune measures the others. The record says which rule chose what (`dispatch_rule`).
 
 A tuned file may instead name the nearest-neighbour model (written by `sgemm-lab tune` when
 conf/tuning/dispatch.yaml's `fit.model` is `nearest`; docs/tuning.md says why):
@@ -321,7 +321,7 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
 
 def choose(kernel_cfg: dict, gpu_spec: str, problem: Problem,
            limits: dict[str, int] | None = None) -> DispatchChoice:
-    """The chapter a dispatching kernel config (`dispatch: true`, `default: <chapter>`) runs at
+    """The chapter a dispatching kernel config (`dispatch: true`, `default: [...]`) runs at
     `problem` on `gpu_spec`; with the device's `limits`, the nearest-neighbour model's first
     choice that builds there (`nearest`)."""
     name = str(kernel_cfg["name"])
@@ -349,11 +349,30 @@ def _choose(kernel_cfg: dict, name: str, gpu_spec: str, problem: Problem,
         return DispatchChoice(str(rule["kernel"]), dict(rule.get("params") or {}),
                               f"conf/tuned/{gpu_spec}.yaml: {name}[{index}] (when {when_text(rule)})"
                               + (f": {why}" if why else ""), when_text(rule))
-    default = kernel_cfg.get("default")
-    if not default:
-        raise ConfigError(f"kernel {name} dispatches per shape but has no `default` chapter "
-                          f"(rule: a dispatching kernel config names the chapter that runs a "
-                          f"shape no rule covers).")
-    return DispatchChoice(str(default), {}, f"{name} default (no dispatch rule for "
-                          f"{problem.m}x{problem.n}x{problem.k} on {gpu_spec}): "
-                          f"{str(kernel_cfg.get('why', '')).strip()}".rstrip(": "))
+    entries = defaults(kernel_cfg)
+    fits = [e for e in entries if limits is None
+            or builds(training.Candidate(e["kernel"], "{}"), str(kernel_cfg.get("precision")), problem, limits)]
+    entry = (fits or entries)[0]  # none builds: the first, whose own rule then says why
+    return DispatchChoice(entry["kernel"], {}, f"{name} default (no dispatch rule for "
+                          f"{problem.m}x{problem.n}x{problem.k} on {gpu_spec}): the first of its "
+                          f"{len(entries)} that builds here: {entry['why']}")
+
+
+def defaults(kernel_cfg: dict) -> list[dict]:
+    """A dispatching config's `default`: [{kernel, why}] in order, what runs a shape no rule holds
+    at (a GPU without a dispatch table: every shape), the first that builds there; autotune
+    measures the rest. A bare chapter name is one entry with the config's own `why`."""
+    name, raw = str(kernel_cfg["name"]), kernel_cfg.get("default")
+    rule = ("rule: a dispatching kernel config names in `default` the kernels that run a shape no "
+            "rule covers, each as {kernel, why}")
+    if isinstance(raw, str) and raw:
+        raw = [{"kernel": raw, "why": kernel_cfg.get("why") or "the dispatcher's one default"}]
+    if not raw or not isinstance(raw, (list, tuple)):
+        raise ConfigError(f"kernel {name} dispatches per shape but has no `default` ({rule}).")
+    entries = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, dict) or not entry.get("kernel") or not str(entry.get("why") or "").strip():
+            raise ConfigError(f"kernel {name}: default[{index}] is {entry!r}, not a kernel with a "
+                              f"one-line why ({rule}).")
+        entries.append({"kernel": str(entry["kernel"]), "why": str(entry["why"]).strip()})
+    return entries

@@ -237,17 +237,17 @@ def arguments() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = arguments().parse_args(argv)
-    from src.tune import budget, distribution, evidence, plan as plan_mod, prefill
+    from src.tune import budget, distribution, evidence, plan as plan_mod, prefill, gpu_regions
 
     try:
         if args.no_fit and (args.fit_only or args.carry_over or args.against is not None):
             raise ConfigError("--no-fit measures and leaves the fit out; --fit-only, --carry-over "
                               "and --against measure nothing (rule: --no-fit goes with a tune "
                               "that measures, e.g. --missing); drop one of them.")
-        settings = plan_mod.load_settings()
+        gpu_spec = args.gpu or detected_spec()
+        settings = gpu_regions.on_gpu(plan_mod.load_settings(), gpu_spec)  # the regions this GPU keeps
         if args.protocol:
             settings["protocol"] = args.protocol
-        gpu_spec = args.gpu or detected_spec()
         csv_path = args.csv or evidence_path(gpu_spec)
         if args.against is not None:
             return compare(gpu_spec, settings, csv_path, args.against)

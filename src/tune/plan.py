@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from src.errors import ConfigError
 from src.job.problem import Problem
 from src.paths import CONF_DIR
-from src.tune import distribution
+from src.tune import distribution, gpu_regions
 from src.tune.fit import conjunction, holds
 from src.tune import space as tune
 
@@ -331,7 +331,7 @@ def build(gpu_spec: str, shapes, settings: dict | None = None,
     src/tune/prior.py): one stage at every shape, its rows stage 2 (survivors of that screen)."""
     from src.job.gpu import limits_from_spec
 
-    settings = settings or load_settings()
+    settings = gpu_regions.on_gpu(settings or load_settings(), gpu_spec)
     limits = limits_from_spec(gpu_spec)
     if prior is not None:
         return Plan(gpu_spec, _stage(list(shapes), limits, settings, 2, held=held, prior=prior[1]),

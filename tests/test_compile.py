@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from src.job import tuned
 from src.job.compile import expand_source
 from src.job.nvcc import compile_offline, nvcc_path
-from src.errors import CompileFailed
+from src.errors import CompileFailed, InvalidParams, UnsupportedSize
 from src.job.gpu import limits_from_spec
 from src.job.problem import Problem
 from src.job.spec import KernelSpec, build_spec
@@ -745,3 +745,35 @@ def test_the_portable_defaults_build_off_hopper_without_spills(name, gpu, arch):
     report = compile_offline(spec, arch)
     assert report["spill_store_bytes"] == 0 and report["stack_bytes"] == 0, report["log"]
     assert 0 < report["registers"] <= 255
+
+
+def _turing_limits() -> dict:
+    """An A100's limits with a Turing GPU's compute capability (T4: 7.5), so that only the
+    compute-capability rules differ."""
+    return {**limits_from_spec("a100"), "compute_capability": 75}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", [n for n in CHAPTERS + LIBRARY
+                                  if OmegaConf.load(CONF_DIR / "kernel" / f"{n}.yaml").get("arch") is None])
+def test_a_kernel_refuses_a_gpu_before_sm_80_exactly_where_ptxas_would(name):
+    """On an sm_75 GPU a kernel either builds there (nvcc for sm_75 takes it) or is refused by its
+    `compute_capability >= 80` rule, a one-line why, before any compile: never a ptxas error."""
+    shape = (7, 4095, 2049) if name in ("gemm_ffma_skinny", "gemm_ffma_narrow") else \
+        chapter_shapes(name, sizes=(4096,))[0] if name[0].isdigit() else (1000, 999, 1001)
+    cfg = OmegaConf.load(CONF_DIR / "kernel" / f"{name}.yaml")
+    refusal = None
+    try:
+        spec = build_spec(cfg, Problem(*shape, 0.5, 3.0), _turing_limits())
+    except (InvalidParams, UnsupportedSize) as exc:
+        refusal = str(exc)
+    try:
+        compile_offline(build_spec(cfg, Problem(*shape, 0.5, 3.0), limits_from_spec("a100")), "sm_75")
+        compiles = True
+    except CompileFailed:
+        compiles = False
+    if refusal is None:
+        assert compiles, f"{name} builds on sm_75 by its rules but ptxas refuses it"
+        assert spec.name == name
+    else:
+        assert "compute_capability >= 80" in refusal and not compiles, refusal

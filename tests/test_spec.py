@@ -248,6 +248,9 @@ VIOLATIONS = [
     # its 3xTF32 build holds a k tile's sums beside the total: TF32's largest warp tile breaks it
     ("gemm_mma_3xtf32", dict(wm=64, wn=32), SQUARE, "2 * accumulators + 4 * c_groups <= 128"),
 ]
+# cp.async or TF32: refused on a GPU before sm_80 (tests/test_compile.py builds each for sm_75)
+SM_80 = ("12_cp_async", "17_flagship", "18_wmma_tf32", "19_mma_tf32", "21_ffma_hopper", "gemm_ffma",
+         "gemm_ffma_narrow", "gemm_mma_tf32", "gemm_mma_3xtf32")
 # n % 4 alone: a size with n a multiple of bn but not of 4 needs bn odd, which tn % 4 forbids;
 # the rule still guards rectangular sizes if the tile rules are ever relaxed.
 # The same holds for the later chapters with tn % 4 (07-12) and for 18 and 19 (bn a multiple of 16 or 32). 17's counts are positive integers
@@ -278,7 +281,7 @@ UNREACHABLE = {(name, "n % 4 == 0 and k % 4 == 0") for name in (
     # at least the 4 * bm * block_n of a partial tile for every allowed bm and block_n
     ("gemm_tf32_swapped", "slices == 1 or stages * stage_bytes >= 4 * bm * block_n"),
     ("gemm_tf32", "compute_capability == 90"),
-}
+} | {(name, "compute_capability >= 80") for name in SM_80}  # H100 limits: test_cp_async_kernel_needs_sm_80
 # The library's copies of chapters 24 and 25 keep their chapters' rules: the same cases break them.
 # (gemm_tf32's ring rule counts its block_m, the rows bm or the rows `fit` 2 fitted to the shape.)
 # (gemm_tf32's min_slices may also be 0: 2 K slices only where they shorten the waves.)
@@ -444,6 +447,17 @@ def test_sm90a_chapter_needs_hopper(kernel):
         build_spec(kernel_cfg(kernel), SQUARE, limits_from_spec("a100"))
     spec = build_spec(kernel_cfg(kernel), SQUARE, H100)
     assert spec.arch == "sm_90a"
+
+
+@pytest.mark.parametrize("kernel", SM_80)
+def test_cp_async_kernel_needs_sm_80(kernel):
+    """A Turing GPU (compute capability 7.5) is refused before anything is compiled, the rule
+    named; an A100 (8.0) is not."""
+    turing = {**limits_from_spec("a100"), "compute_capability": 75}
+    shape = Problem(8, 4096, 4096, 1, 0) if kernel == "gemm_ffma_narrow" else SQUARE
+    with pytest.raises(InvalidParams, match=r"compute_capability >= 80.*compute_capability=75"):
+        build_spec(kernel_cfg(kernel), shape, turing)
+    assert build_spec(kernel_cfg(kernel), shape, limits_from_spec("a100")).arch is None
 
 
 @pytest.mark.parametrize("shape", [(8, 644, 3176), (22, 3087, 9792), (16, 4096, 4096)])

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from src.errors import ConfigError, InvalidProblem
+from src.errors import ConfigError, InvalidProblem, UnsupportedSize
 from src.job.prepare import prepare
 from src.job.problem import Problem
 from src.publish.suite import publish, suite_frame, suites, summary
@@ -275,11 +275,27 @@ def test_bad_dispatch_rules_are_config_errors(monkeypatch):
                             _problem(8, 8, 8))
     # a bare chapter name is one default, with the config's own why
     assert dispatch.defaults(spec | {"why": "any shape"}) == [{"kernel": "17_flagship", "why": "any shape"}]
-    # none builds at the shape: the first, whose own rule then says why (here: skinny's min(m, n) <= 32)
+    # none builds at the shape: refused, each default with the rule it breaks there
     two = {"name": "best_fp32", "dispatch": True, "precision": "fp32",
            "default": [{"kernel": "gemm_ffma_skinny", "why": "a"}, {"kernel": "gemm_ffma_narrow", "why": "b"}]}
-    assert dispatch.choose(two, "h100_sxm", _problem(4096, 4096, 4096),
-                           gpu_mod.limits_from_spec("h100_sxm")).kernel == "gemm_ffma_skinny"
+    with pytest.raises(UnsupportedSize, match=r"none of its 2 defaults builds here \(gemm_ffma_skinny: "
+                                              r"`min\(m, n\) <= 32`; gemm_ffma_narrow: `"):
+        dispatch.choose(two, "h100_sxm", _problem(4096, 4096, 4096), gpu_mod.limits_from_spec("h100_sxm"))
+
+
+def test_a_gpu_before_sm_80_runs_a_default_that_builds_there_or_is_refused_naming_the_rule(compose):
+    """A Turing GPU (compute capability 7.5, no table): best_fp32 at a skinny shape runs
+    gemm_ffma_skinny (no cp.async); best_tf32 has nothing there (mma.sync's TF32 and cp.async need
+    sm_80): a one-paragraph refusal naming each default's rule, not a ptxas error."""
+    turing = {**gpu_mod.limits_from_spec("a100"), "compute_capability": 75}
+    fp32 = dispatch.choose(kernel_config("best_fp32"), "unknown", _problem(7, 4096, 4096), turing)
+    assert fp32.kernel == "gemm_ffma_skinny"
+    with pytest.raises(UnsupportedSize) as refused:
+        dispatch.choose(kernel_config("best_tf32"), "unknown", _problem(4096, 4096, 4096), turing)
+    text = str(refused.value)
+    assert text.startswith("best_tf32 has no kernel for 4096x4096x4096 on this GPU (unknown)")
+    assert "gemm_mma_tf32: `compute_capability >= 80`" in text and "17_flagship: `compute_capability >= 80`" in text
+    assert "gemm_ffma_skinny: `min(m, n) <= 32`" in text and "\n" not in text
 
 
 def test_suite_publication_from_recorded_h100_runs(tmp_path):

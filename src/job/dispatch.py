@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from src.errors import ConfigError
+from src.errors import ConfigError, UnsupportedSize
 from src.job import gpu as gpu_mod
 from src.job import training
 from src.job.config import kernel_config, tuned_config
@@ -350,12 +350,24 @@ def _choose(kernel_cfg: dict, name: str, gpu_spec: str, problem: Problem,
                               f"conf/tuned/{gpu_spec}.yaml: {name}[{index}] (when {when_text(rule)})"
                               + (f": {why}" if why else ""), when_text(rule))
     entries = defaults(kernel_cfg)
-    fits = [e for e in entries if limits is None
-            or builds(training.Candidate(e["kernel"], "{}"), str(kernel_cfg.get("precision")), problem, limits)]
-    entry = (fits or entries)[0]  # none builds: the first, whose own rule then says why
+    count, shape = len(entries), f"{problem.m}x{problem.n}x{problem.k}"
+    if limits is not None:
+        config = {"precision": str(kernel_cfg.get("precision"))}
+        broken = {e["kernel"]: candidate_spec({**kernel_config(e["kernel"]), **config}, {}, problem, limits)
+                  for e in entries}
+        fits = [e for e in entries if isinstance(broken[e["kernel"]], KernelSpec)]
+        if not fits:
+            raise UnsupportedSize(
+                f"{name} has no kernel for {shape} on this GPU ({gpu_spec}): no dispatch rule holds "
+                f"and none of its {count} defaults builds here ("
+                + "; ".join(f"{k}: `{rule}`" for k, rule in broken.items())
+                + ") (rule: a shape no dispatch rule covers runs the first of the dispatcher's "
+                  "defaults that builds on the device; cp.async and TF32 need sm_80).")
+        entries = fits
+    entry = entries[0]  # without the device's limits: the first
     return DispatchChoice(entry["kernel"], {}, f"{name} default (no dispatch rule for "
-                          f"{problem.m}x{problem.n}x{problem.k} on {gpu_spec}): the first of its "
-                          f"{len(entries)} that builds here: {entry['why']}")
+                          f"{shape} on {gpu_spec}): the first of its "
+                          f"{count} that builds here: {entry['why']}")
 
 
 def defaults(kernel_cfg: dict) -> list[dict]:

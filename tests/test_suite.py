@@ -201,6 +201,22 @@ def test_an_untuned_hopper_gpu_borrows_the_h100s_rules_and_explain_says_so(compo
         assert (f"the rules are h100_sxm's, taken by conf/tuned/{spec}.yaml, not fitted" in out) is borrowed
 
 
+@pytest.mark.parametrize("gpu,limits_from", [("a100", None), ("unknown", "a100's limits")])
+def test_explain_on_a_gpu_without_a_table_shows_what_builds_there(capsys, gpu, limits_from):
+    """explain names the default that builds at the shape (not the skinny kernel at a square) and
+    what autotune measures; a GPU without a spec is explained with an sm_80 stand-in's limits,
+    and says so."""
+    from src.cli import main as cli
+
+    assert cli(["explain", "4096x4096x4096", "--gpu", gpu]) == 0
+    out = capsys.readouterr().out
+    assert "  runs 17_flagship " in out and "the first of its 4 that builds here" in out
+    assert "autotune: measures these 3 here" in out and "gemm_ffma_skinny {}" not in out
+    assert (f"checked against {limits_from}" in out) if limits_from else "stand" not in out
+    assert cli(["explain", "4096x4096x4096", "--gpu", gpu, "--precision", "tf32"]) == 0
+    assert "  runs gemm_mma_tf32 " in capsys.readouterr().out
+
+
 def test_a_library_kernel_run_by_name_takes_its_own_size_classes(compose):
     """A library kernel run by name (not through a dispatch rule that names its parameters)
     takes the parameters of its first size class in conf/tuned/h100_sxm.yaml that holds."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from src.job.training import distance, nearest, score
 
 DISPATCHERS = {"fp32": "best_fp32", "tf32": "best_tf32"}
+STAND_IN = "a100"  # whose limits an unknown GPU is explained with (sm_80: cp.async, TF32)
 
 
 def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: list[dict] | None,
@@ -26,7 +27,8 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
 
     dispatcher = DISPATCHERS[precision]
     problem = Problem(*shape, 0.5, 3.0)
-    limits = limits_from_spec(gpu_spec) if gpu_spec in known_specs() else None  # as the runner's
+    known = gpu_spec in known_specs()
+    limits = limits_from_spec(gpu_spec if known else STAND_IN)  # as the runner's: the device's
     choice = dispatch.choose(kernel_config(dispatcher), gpu_spec, problem, limits)
     under = tuned.lookup(choice.kernel, gpu_spec, problem, explicit=set(choice.params))
     params = {**(kernel_config(choice.kernel).get("params") or {}), **under.params, **choice.params}
@@ -35,6 +37,9 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
              f"  chosen by {choice.rule}"]
     if under.source and under.params:
         lines.append(f"  parameters not set by the rule from {under.source}")
+    if not known:
+        lines.append(f"  no GPU spec {gpu_spec} (conf/gpu/): what builds is checked against {STAND_IN}'s "
+                     f"limits, the least the lab's kernels need; on the device its own limits decide")
     lines += _autotune(choice, dispatcher, problem, gpu_spec, limits, rows, evidence_name)
     borrowed = tuned.dispatch_borrowed_from(gpu_spec)
     if borrowed is not None and choice.when is not None:  # a rule chose, not the default
@@ -52,7 +57,7 @@ def report(shape: tuple[int, int, int], gpu_spec: str, precision: str, rows: lis
     by_model = choice.when == dispatch.NEAREST
     shown = dispatch.neighbours(gpu_spec, dispatcher, problem) if by_model else nearest(rows, dispatcher, shape, 3)
     side = dispatch.small_side_of(gpu_spec, dispatcher) if by_model else 0.0
-    if by_model and limits is not None:
+    if by_model:
         lines += _weighing(*dispatch.weighing(gpu_spec, dispatcher, problem, precision, limits, top))
     for near in shown:
         mine = [r for r in rows if r["dispatcher"] == dispatcher and (r["m"], r["n"], r["k"]) == near]
@@ -74,7 +79,7 @@ def _autotune(choice, dispatcher: str, problem, gpu_spec: str, limits: dict | No
               rows: list[dict] | None, evidence_name: str) -> list[str]:
     """What the run-time autotune does here under conf/dispatch/default.yaml: nothing (off, or
     the shape is covered well), or measure its candidates once, briefly: the first few that build
-    here, each launch once (with the device's limits; without them, as listed)."""
+    here, each launch once (with the GPU's limits, or the stand-in's for a GPU without a spec)."""
     from src.job import autotune
     from src.job.config import kernel_config
 

@@ -3,7 +3,8 @@ that runs it, from the GPU's dispatch table (conf/tuned/<gpu>.yaml, `dispatch:`)
 with a `why`, tried in order; the first whose `when` (over m, n, k) holds names the kernel and,
 optionally, parameters over that chapter's own tuned size classes. A shape no rule covers (or a
 GPU with no table) runs the first of the dispatching config's `default` kernels that builds there
-(portable ones: sm_80 and up); autotune measures the others. The record says which rule chose what (`dispatch_rule`).
+(portable ones: sm_80 and up); autotune measures the others. The record says which rule chose
+what (`dispatch_rule`).
 
 A tuned file may instead name the nearest-neighbour model (written by `sgemm-lab tune` when
 conf/tuning/dispatch.yaml's `fit.model` is `nearest`; docs/tuning.md says why):

@@ -105,6 +105,7 @@ def test_a_variant_that_builds_another_launch_is_measured_second_and_older_rows_
     probe = read_runs(ROOT / "results" / "tuning" / "probes" / "h200_heldout_autotune_tf32_1205_runs.csv")
     row = probe[(probe.m == 11335) & (probe.n == 212)]
     key = ("best_tf32", 11335, 212, 516)
-    assert dispatched.dispatched_today(row, "h200")[key] is None  # today's defaults: no variant
+    monkeypatch.setattr(autotune, "default_settings", lambda: replace(settings, variants=()))
+    assert dispatched.dispatched_today(row, "h200")[key] is None  # measured without a variant
     monkeypatch.setattr(autotune, "default_settings", lambda: settings)
     assert dispatched.dispatched_today(row, "h200")[key].startswith("autotune from gemm_tf32")

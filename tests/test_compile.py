@@ -722,12 +722,13 @@ def test_a_pre_pass_is_loaded_without_the_main_entrys_shared_memory_opt_in(monke
 
 
 def _portable_library() -> list[str]:
-    """The library kernels a GPU without a dispatch table runs (conf/kernel/best_*.yaml `default`;
-    the chapter among them is built for sm_80 above)."""
+    """The library kernels a GPU without a dispatch table runs off Hopper (conf/kernel/best_*.yaml
+    `default`, less the sm_90a ones; the chapter among them is built for sm_80 above)."""
     from src.job import dispatch
     return sorted({e["kernel"] for d in ("best_fp32", "best_tf32")
                    for e in dispatch.defaults(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "kernel" / f"{d}.yaml")))
-                   if e["kernel"].startswith("gemm_")})
+                   if e["kernel"].startswith("gemm_")
+                   and OmegaConf.load(CONF_DIR / "kernel" / f"{e['kernel']}.yaml").get("arch") is None})
 
 
 @needs_nvcc

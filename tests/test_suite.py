@@ -210,7 +210,7 @@ def test_explain_on_a_gpu_without_a_table_shows_what_builds_there(capsys, gpu, l
 
     assert cli(["explain", "4096x4096x4096", "--gpu", gpu]) == 0
     out = capsys.readouterr().out
-    assert "  runs 17_flagship " in out and "the first of its 4 that builds here" in out
+    assert "  runs 17_flagship " in out and "the first of its 5 that builds here" in out
     assert "autotune: measures these 3 here" in out and "gemm_ffma_skinny {}" not in out
     assert (f"checked against {limits_from}" in out) if limits_from else "stand" not in out
     assert cli(["explain", "4096x4096x4096", "--gpu", gpu, "--precision", "tf32"]) == 0
@@ -297,6 +297,21 @@ def test_bad_dispatch_rules_are_config_errors(monkeypatch):
     with pytest.raises(UnsupportedSize, match=r"none of its 2 defaults builds here \(gemm_ffma_skinny: "
                                               r"`min\(m, n\) <= 32`; gemm_ffma_narrow: `"):
         dispatch.choose(two, "h100_sxm", _problem(4096, 4096, 4096), gpu_mod.limits_from_spec("h100_sxm"))
+
+
+def test_an_unlisted_hopper_gpu_runs_the_wgmma_defaults():
+    """A GPU the lab has no spec for but of compute capability 9.0 (an H20, an H800, an H100 NVL:
+    `gpu=auto` names it unknown) has no table: the first default that builds there is the wgmma
+    kernel, not mma.sync; the skinny kernel keeps its shapes for best_fp32."""
+    hopper = {**gpu_mod.limits_from_spec("h100_sxm"), "sms": 78}
+    square, skinny = _problem(4095, 4097, 333), _problem(7, 4096, 4096)
+    assert dispatch.choose(kernel_config("best_tf32"), "unknown", square, hopper).kernel == "gemm_tf32"
+    assert dispatch.choose(kernel_config("best_fp32"), "unknown", square, hopper).kernel == "gemm_3xtf32"
+    assert dispatch.choose(kernel_config("best_fp32"), "unknown", skinny, hopper).kernel == "gemm_ffma_skinny"
+    choice = dispatch.choose(kernel_config("best_tf32"), "unknown", square, hopper)
+    planned = autotune.planned(choice, kernel_config("best_tf32"), "unknown", square, None,
+                               autotune.Settings.from_cfg(None), hopper)
+    assert [c.kernel for c, _ in planned] == ["gemm_tf32", "gemm_mma_tf32", "17_flagship"]
 
 
 def test_a_gpu_before_sm_80_runs_a_default_that_builds_there_or_is_refused_naming_the_rule(compose):

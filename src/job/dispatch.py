@@ -353,15 +353,15 @@ def _choose(kernel_cfg: dict, name: str, gpu_spec: str, problem: Problem,
     entries = defaults(kernel_cfg)
     count, shape = len(entries), f"{problem.m}x{problem.n}x{problem.k}"
     if limits is not None:
-        config = {"precision": str(kernel_cfg.get("precision"))}
-        broken = {e["kernel"]: candidate_spec({**kernel_config(e["kernel"]), **config}, {}, problem, limits)
-                  for e in entries}
-        fits = [e for e in entries if isinstance(broken[e["kernel"]], KernelSpec)]
+        precision = str(kernel_cfg.get("precision"))
+        built = {e["kernel"]: candidate_spec(_precision_config(e["kernel"], precision), {}, problem, limits)
+                 for e in entries}  # its spec, or the rule it breaks here
+        fits = [e for e in entries if isinstance(built[e["kernel"]], KernelSpec)]
         if not fits:
             raise UnsupportedSize(
                 f"{name} has no kernel for {shape} on this GPU ({gpu_spec}): no dispatch rule holds "
                 f"and none of its {count} defaults builds here ("
-                + "; ".join(f"{k}: `{rule}`" for k, rule in broken.items())
+                + "; ".join(f"{k}: `{rule}`" for k, rule in built.items())
                 + ") (rule: a shape no dispatch rule covers runs the first of the dispatcher's "
                   "defaults that builds on the device; cp.async and TF32 need sm_80).")
         entries = fits

@@ -17,12 +17,12 @@ SHAPE = (4096, 4096, 4096)  # a shape every `beside` kernel builds at where its 
 def runs_on(kernel: str, limits: dict[str, int]) -> bool:
     """Whether `kernel` builds at its own parameters at 4096^3 on a device of `limits` (its
     constraints: compute capability, shared memory)."""
+    from src.job import dispatch, training
     from src.job.config import kernel_config
     from src.job.problem import Problem
-    from src.job.spec import KernelSpec, candidate_spec
 
-    return isinstance(candidate_spec(kernel_config(kernel), {}, Problem(*SHAPE, 0.5, 3.0), limits),
-                      KernelSpec)
+    return dispatch.builds(training.Candidate(kernel, "{}"), str(kernel_config(kernel)["precision"]),
+                           Problem(*SHAPE, 0.5, 3.0), limits)
 
 
 def on_gpu(settings: dict, gpu_spec: str) -> dict:

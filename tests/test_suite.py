@@ -305,10 +305,10 @@ def test_an_unlisted_hopper_gpu_runs_the_wgmma_defaults():
     kernel, not mma.sync; the skinny kernel keeps its shapes for best_fp32."""
     hopper = {**gpu_mod.limits_from_spec("h100_sxm"), "sms": 78}
     square, skinny = _problem(4095, 4097, 333), _problem(7, 4096, 4096)
-    assert dispatch.choose(kernel_config("best_tf32"), "unknown", square, hopper).kernel == "gemm_tf32"
+    choice = dispatch.choose(kernel_config("best_tf32"), "unknown", square, hopper)
+    assert choice.kernel == "gemm_tf32"
     assert dispatch.choose(kernel_config("best_fp32"), "unknown", square, hopper).kernel == "gemm_3xtf32"
     assert dispatch.choose(kernel_config("best_fp32"), "unknown", skinny, hopper).kernel == "gemm_ffma_skinny"
-    choice = dispatch.choose(kernel_config("best_tf32"), "unknown", square, hopper)
     planned = autotune.planned(choice, kernel_config("best_tf32"), "unknown", square, None,
                                autotune.Settings.from_cfg(None), hopper)
     assert [c.kernel for c, _ in planned] == ["gemm_tf32", "gemm_mma_tf32", "17_flagship"]

@@ -290,11 +290,12 @@ def _pruned(cfg: dict, candidates: list[dict], dims: tuple, limits: dict):
     return _PRUNINGS[key]
 
 
-def stand_in_sweeps(cache: dict, measured: list):
+def stand_in_sweeps(cache: dict, measured: list, cut_after: int | None = None):
     """run_sweeps as the tuning sweeper does it, with SYNTHETIC figures (a hash of candidate and
     shape): each sweep's candidates, pruned by the same rules and less those it holds
     (`held`, tune.held), a record each; a candidate already in `cache` is taken from it
-    (resume=true), a new one is counted in `measured`."""
+    (resume=true), a new one is counted in `measured`. `cut_after`: a KeyboardInterrupt (Ctrl-C,
+    a time limit's SIGINT) right after that many new records, in the middle of a sweep."""
     import shutil
 
     from src.tune import evidence
@@ -329,6 +330,8 @@ def stand_in_sweeps(cache: dict, measured: list):
                            params=spec.params, source_sha256=sources[sweep.kernel],
                            **cache[key]).write(
                         target / f"{i}_{sweep.kernel}_{shape.label}")
+                    if len(measured) == cut_after:
+                        raise KeyboardInterrupt
         return 0
     return run
 
@@ -620,6 +623,51 @@ def test_a_tune_cut_short_keeps_its_finished_sweeps_and_missing_resumes_it(tmp_p
     after = _resumed(common, tmp_path, monkeypatch, whole, tuned)
     assert after and not held & set(after)  # nothing measured twice
     assert sorted(before + after) == sorted(whole_measured)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_sweep_cut_midway_keeps_its_finished_jobs_and_missing_measures_only_the_rest(
+        tmp_path, monkeypatch, capsys, stage):
+    """A time limit's SIGINT in the middle of a sweep (stage 1's screen, or stage 2's): the jobs
+    that sweep finished join the evidence file with those of the sweeps before it, so a machine
+    held for minutes loses none of its measurements; `--missing` then measures exactly the jobs
+    the uninterrupted run measured and the first did not, and the evidence and the fit come out
+    as the uninterrupted run's, byte for byte."""
+    from src.cli import main as cli
+
+    count = plan_mod.load_settings()["screen"]["shapes"]
+    common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
+              "--tuned", str(tmp_path / "t.yaml")]
+    whole, tuned, whole_measured = _uninterrupted(common, tmp_path, monkeypatch)
+    stage_1 = sum(1 for key in whole_measured if not read_stage_2(whole, key))
+    # the cut: within the screen's second half, or a few jobs into stage 2
+    cut = stage_1 // 2 + 7 if stage == 1 else stage_1 + 5
+    before: list = []
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, before, cut_after=cut))
+    with pytest.raises(KeyboardInterrupt):
+        cli(common + ["--sweep-dir", str(tmp_path / "cut")])
+    assert "cut short: the" in capsys.readouterr().out
+    saved = {(r["dispatcher"], r["kernel"], r["shape"], r["params"])
+             for r in read_evidence(tmp_path / "e.csv") if not r["same_as"]}
+    assert len(before) == cut and saved == set(before)  # the cut sweep's finished jobs too
+    assert not (tmp_path / "t.yaml").exists()
+
+    after = _resumed(common, tmp_path, monkeypatch, whole, tuned)
+    assert after and not saved & set(after)  # nothing measured twice
+    assert sorted(before + after) == sorted(whole_measured)
+
+
+def read_stage_2(evidence_text: str, key: tuple) -> bool:
+    """Whether the evidence file's text holds `key` (dispatcher, kernel, shape, params) as a
+    stage-2 row."""
+    import csv
+    import io
+
+    for r in csv.DictReader(io.StringIO(evidence_text)):
+        if (r["dispatcher"], r["kernel"], r["shape"]) == key[:3] \
+                and json.loads(r["params"]) == json.loads(key[3]):
+            return r["stage"] == "2"
+    return False
 
 
 def test_no_fit_writes_the_evidence_alone_and_fit_only_then_fits_it(tmp_path, monkeypatch, capsys):

@@ -818,7 +818,6 @@ def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(
     line, source and configs (its records stay); another override, GPU spec, kernel source or
     config runs it again; one that failed or was cut short (no finished.json) runs again."""
     import shutil
-    import subprocess
 
     from src import paths
     from src.tune import evidence
@@ -829,19 +828,19 @@ def test_a_finished_sweep_is_not_run_again_and_anything_it_depends_on_reruns_it(
     names = [s.name for s in planned]
     ran, failing = [], set()
 
-    def stand_in(args, cwd=None):
+    def stand_in(args):
         name = next(a for a in args if a.startswith("hydra.sweep.dir=")).split("/")[-1]
         ran.append(name)
         Record(kernel="k", precision="fp32", backend="nvrtc", m=8, n=8, k=8, alpha=0.5, beta=3.0,
                gflops=1.0).write(sweep_dir / name / "0_k_8x8x8")
-        return subprocess.CompletedProcess(args, 1 if name in failing else 0)
+        return 1 if name in failing else 0
 
     def runs(extra=(), gpu="h100_sxm", failed=0):
         ran.clear()
         assert command.run_sweeps(planned, settings, sweep_dir, list(extra), gpu) == failed
         return list(ran)
 
-    monkeypatch.setattr(sweeps.subprocess, "run", stand_in)
+    monkeypatch.setattr(sweeps, "sweep_exit", stand_in)
     assert runs() == names
     assert all((sweep_dir / n / sweeps.FINISHED).is_file() for n in names)
     capsys.readouterr()
@@ -885,11 +884,11 @@ def test_a_listed_sweep_passes_its_candidates_in_a_file_and_reruns_when_they_cha
     listed = tune.grid(whole.space)[:5]
     sweep, sweep_dir, commands = replace(whole, candidates=listed), tmp_path / "sw", []
 
-    def stand_in(args, cwd=None):
+    def stand_in(args):
         commands.append(args)
-        return sweeps.subprocess.CompletedProcess(args, 0)
+        return 0
 
-    monkeypatch.setattr(sweeps.subprocess, "run", stand_in)
+    monkeypatch.setattr(sweeps, "sweep_exit", stand_in)
     assert command.run_sweeps([sweep], settings, sweep_dir, [], "h100_sxm") == 0
     args = commands[-1]
     assert not any(a.startswith("++tune.candidates=") for a in args)

@@ -15,6 +15,7 @@ from src.paths import ROOT
 
 
 FINISHED = "finished.json"  # in a sweep's directory: what it ran with, written when it exited 0
+CUT_GRACE_S = 20.0  # a cut sweep's process ends its jobs' MLflow runs KILLED in this long, or is killed
 
 
 def sweep_fingerprint(sweep, overrides: list[str], gpu_spec: str | None) -> dict:
@@ -105,10 +106,27 @@ def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
             write_atomically(sweep.file(sweep_dir, "candidates"), json.dumps(sweep.candidates))
         args = [sys.executable, "-m", "src.run", *overrides]
         print(f"== {sweep.name}: {len(sweep.shapes)} shapes, {sweep.jobs} jobs", flush=True)
-        if subprocess.run(args, cwd=ROOT).returncode != 0:
+        if sweep_exit(args) != 0:
             failed += 1
             print(f"   {sweep.name} exited with an error; its measured jobs are kept", flush=True)
             continue
         target.mkdir(parents=True, exist_ok=True)
         write_atomically(target / FINISHED, json.dumps(fingerprint, indent=1, sort_keys=True) + "\n")
     return failed
+
+
+def sweep_exit(args: list[str], grace_s: float = CUT_GRACE_S) -> int:
+    """One sweep's `python -m src.run` to its exit code. Ctrl-C, or a time limit's SIGINT, reaches
+    it too (one process group): it then has `grace_s` to end its open MLflow runs KILLED and stop
+    its workers (subprocess.run's 0.25 s left its runs RUNNING for the next sweep to end) before
+    it is killed; the interrupt goes on. A second Ctrl-C kills it at once."""
+    proc = subprocess.Popen(args, cwd=ROOT)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.wait(timeout=grace_s)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.kill()
+            proc.wait()
+        raise

@@ -1,0 +1,80 @@
+"""A tune cut short by Ctrl-C or a time limit's SIGINT (`timeout -s INT 520 sgemm-lab tune ...`),
+with real processes: the signal reaches the tune and its sweep's `python -m src.run` (one process
+group), and src.tune.sweeps.sweep_exit gives the sweep's process time to end its open MLflow runs
+KILLED before it is killed (subprocess.run gave it 0.25 s, and the next sweep found its runs
+RUNNING). The sweep's process is stood in for by a small script whose SIGINT handler takes a
+second, as ending runs does, and leaves a file when it is done."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+# the sweep's process: on SIGINT a second of cleanup, then a file saying it finished, exit 130
+CHILD = """
+import pathlib, signal, sys, time
+done = pathlib.Path(sys.argv[1])
+def cleanup(*_):
+    time.sleep(float(sys.argv[2]))
+    done.write_text("runs ended KILLED")
+    sys.exit(130)
+signal.signal(signal.SIGINT, cleanup)
+pathlib.Path(str(done) + ".pid").write_text(str(__import__("os").getpid()))
+time.sleep(60)
+"""
+
+# the tune: one sweep through sweep_exit; the interrupt it passes on ends it with 130
+TUNE = """
+import sys
+from src.tune import sweeps
+try:
+    sweeps.sweep_exit([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]],
+                      grace_s=float(sys.argv[4]))
+except KeyboardInterrupt:
+    sys.exit(130)
+sys.exit(0)
+"""
+
+
+def cut(tmp_path: Path, cleanup_s: float, grace_s: float) -> tuple[int, Path, int]:
+    """The tune started in a process group of its own, SIGINT sent to the group once the sweep's
+    process is up (as `timeout -s INT` and Ctrl-C send it): (the tune's exit code, the file the
+    sweep's process leaves when its cleanup finished, the sweep's pid)."""
+    done = tmp_path / "done"
+    tune = subprocess.Popen([sys.executable, "-c", TUNE, CHILD, str(done), str(cleanup_s),
+                             str(grace_s)], cwd=ROOT, start_new_session=True)
+    pid_file = Path(str(done) + ".pid")
+    deadline = time.monotonic() + 30
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.monotonic() < deadline and tune.poll() is None, "the sweep's process never started"
+        time.sleep(0.05)
+    os.killpg(tune.pid, signal.SIGINT)
+    return tune.wait(timeout=30), done, int(pid_file.read_text())
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_cut_sweep_ends_its_runs_before_the_tune_passes_the_interrupt_on(tmp_path):
+    code, done, pid = cut(tmp_path, cleanup_s=1.0, grace_s=20.0)
+    assert code == 130  # the tune is interrupted still: the evidence so far, no fit
+    assert done.read_text() == "runs ended KILLED"  # the second of cleanup was waited for
+    assert gone(pid)
+
+
+def test_a_sweep_that_outlasts_its_grace_is_killed(tmp_path):
+    started = time.monotonic()
+    code, done, pid = cut(tmp_path, cleanup_s=30.0, grace_s=0.5)
+    assert code == 130 and time.monotonic() - started < 20
+    assert not done.exists() and gone(pid)  # killed and reaped, not left behind

@@ -95,8 +95,8 @@ def kept_when_cut(sweep, sweep_dir: Path, gpu_spec: str, settings: dict, kept: l
     """A sweep cut short (Ctrl-C, a time limit's SIGINT): the records its finished jobs wrote
     (an interrupted job writes none) join the evidence file, so that on a machine held for
     minutes no measured job is lost and `--missing` measures only the rest. `so_far`: (the file's
-    rows before the run, this run's rows of the sweeps it finished). Never raises: the interrupt
-    goes on either way."""
+    rows before the run, this run's rows of the sweeps it finished). An error of its own is said
+    and swallowed: the interrupt goes on either way."""
     from src.tune import evidence
 
     try:

@@ -90,26 +90,6 @@ def rows_of(sweeps, sweep_dir: Path, gpu_spec: str, settings: dict,
     return [r for s in sweeps for r in evidence.sweep_rows(s, sweep_dir, gpu_spec, settings, kept)]
 
 
-def kept_when_cut(sweep, sweep_dir: Path, gpu_spec: str, settings: dict, kept: list[dict],
-                  so_far: tuple[list[dict], list[dict]], csv_path: Path) -> None:
-    """A sweep cut short (Ctrl-C, a time limit's SIGINT): the records its finished jobs wrote
-    (an interrupted job writes none) join the evidence file, so that on a machine held for
-    minutes no measured job is lost and `--missing` measures only the rest. `so_far`: (the file's
-    rows before the run, this run's rows of the sweeps it finished). An error of its own is said
-    and swallowed: the interrupt goes on either way."""
-    from src.tune import evidence
-
-    try:
-        done = rows_of([sweep], sweep_dir, gpu_spec, settings, kept)
-        if done:
-            earlier, rows = so_far
-            evidence.write(evidence.merged(earlier, rows + done), csv_path)
-            print(f"\n{sweep.name} cut short: the {sum(not r.get('same_as') for r in done)} jobs "
-                  f"it finished -> {csv_path} (`--missing` measures the rest)", flush=True)
-    except Exception as exc:  # a second interrupt's damage, a full disk: the finished sweeps stand
-        print(f"\n{sweep.name} cut short; its finished jobs were not saved ({exc})", flush=True)
-
-
 def screened(plan, settings: dict, rows: list[dict], only: set[str] | None = None,
              rescreen: bool = False):
     """The plan with stage 2 made of the survivors of the stage-1 `rows`, and (`rescreen`: stage
@@ -159,17 +139,20 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
     def run(sweeps) -> int:
         """Each sweep, then the evidence so far saved (evidence.merged: the earlier file's rows
         with the new ones in place), so that a run cut short loses no finished sweep, nor the
-        finished jobs of the sweep it cut (kept_when_cut), and `--missing` resumes it."""
+        finished jobs of the sweep it cut (an interrupted job writes no record), and `--missing`
+        resumes it."""
         failed = 0
         for sweep in parts(sweeps, settings.get("sweep_max_jobs")):
             try:
                 failed += run_sweeps([sweep], settings, args.sweep_dir, args.overrides, gpu_spec)
-            except KeyboardInterrupt:
-                kept_when_cut(sweep, args.sweep_dir, gpu_spec, settings, kept, (earlier, rows), csv_path)
+            except KeyboardInterrupt:  # Ctrl-C, a time limit's SIGINT
+                print(f"\n{sweep.name} cut short: the jobs it finished go into {csv_path} "
+                      f"(`--missing` measures the rest)", flush=True)
                 raise
-            rows.extend(rows_of([sweep], args.sweep_dir, gpu_spec, settings, kept))
-            if sweep.jobs:
-                evidence.write(evidence.merged(earlier, rows), csv_path)
+            finally:
+                rows.extend(rows_of([sweep], args.sweep_dir, gpu_spec, settings, kept))
+                if sweep.jobs:
+                    evidence.write(evidence.merged(earlier, rows), csv_path)
         return failed
 
     cluster_check(gpu_spec)

@@ -341,6 +341,21 @@ def test_the_rules_choice_and_todays_pick_are_read_back_from_the_records_candida
         assert autotune.recorded(bad, 0.02) is None, bad
 
 
+def test_a_tie_at_the_records_whole_gflops_goes_to_the_candidate_that_ran():
+    """RECORDED shape of the H200's 552x6x2313 line: two swapped launches both read 1,680 GFLOP/s
+    (rounded); the runner ran the second on its unrounded timings, and that is what is read back.
+    A tie with the rule's choice stays the rule's (today's margin keeps it)."""
+    rule = 'gemm_tf32 {"bm": 64}: 1,640 GFLOP/s (the rule\'s choice)'
+    six = 'gemm_tf32_swapped {"bm": 64, "bn": 128}: 1,680 GFLOP/s (the nearest model\'s #6)'
+    seven = 'gemm_tf32_swapped {"bm": 64, "bn": 64}: 1,680 GFLOP/s (the nearest model\'s #7)  <- runs'
+    ours = ("gemm_tf32", {"bm": 64})
+    assert autotune.recorded([rule, six, seven], 0.02) == (ours, ("gemm_tf32_swapped", {"bm": 64, "bn": 64}))
+    assert autotune.recorded([rule, six, seven.replace("  <- runs", "")], 0.02) == (
+        ours, ("gemm_tf32_swapped", {"bm": 64, "bn": 128}))  # no mark: the first of the tie
+    level = 'gemm_tf32_swapped {"bm": 64, "bn": 64}: 1,640 GFLOP/s (the nearest model\'s #7)  <- runs'
+    assert autotune.recorded([rule, level], 0.02) == (ours, ours)
+
+
 def test_a_kept_choice_is_chosen_again_under_todays_margin(monkeypatch, tmp_path):
     compiled: list = []
     _kernels(monkeypatch, {"gemm_tf32": Sleepy(0.004), "17_flagship": Gemm()}, compiled)

@@ -272,6 +272,7 @@ def _measure(jobs: list[PreparedJob], brief: BenchProtocol, cache_dir: str) -> l
 
 
 RULE_SOURCE = "the rule's choice"  # the first candidate's source (`candidates`)
+RAN_MARK = "  <- runs"  # ends the record's line of the candidate that ran
 
 
 def recorded_candidates(lines) -> list[tuple[str, dict, str, float | None]] | None:
@@ -295,19 +296,24 @@ def recorded(lines, margin: float) -> tuple[tuple[str, dict], tuple[str, dict]] 
     """From an autotuned record's `autotune_candidates`: the rule's choice (kernel, params), named
     first, and the candidate `choose` takes from the recorded brief timings under `margin`
     (today's, for a row measured under another); None where the lines name no rule's choice or
-    no candidate was timed."""
+    no candidate was timed. Where the pick is not the rule's choice, a tie at the lines' whole
+    GFLOP/s goes to the line marked as run (the runner chose on the unrounded timings)."""
     parsed = recorded_candidates(lines)
     if not parsed or f"({RULE_SOURCE})" not in parsed[0][2]:
         return None
     winner = choose([{} if g is None else {"gflops": g} for *_, g in parsed], margin)
-    return None if winner is None else (parsed[0][:2], parsed[winner][:2])
+    if winner is None:
+        return None
+    ran = [i for i, p in enumerate(parsed)
+           if winner and i and p[2].endswith(RAN_MARK) and p[3] == parsed[winner][3]]
+    return parsed[0][:2], parsed[ran[0] if ran else winner][:2]
 
 
 def _line(job: PreparedJob, candidate: Candidate, result: dict, ran: bool) -> str:
     what = f"{job.spec.name} {json.dumps(_params(job), sort_keys=True)}"
     if "error" in result:
         return f"{what}: left out ({candidate.source}): {result['error']}"
-    return f"{what}: {result['gflops']:,.0f} GFLOP/s ({candidate.source})" + ("  <- runs" if ran else "")
+    return f"{what}: {result['gflops']:,.0f} GFLOP/s ({candidate.source})" + (RAN_MARK if ran else "")
 
 
 def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record: Record,

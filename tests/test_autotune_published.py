@@ -48,11 +48,11 @@ def test_every_suite_shape_is_covered_well_so_autotune_measures_nothing_there(gp
 
 
 def test_explain_lists_the_candidates_a_gpu_run_measured_and_nothing_at_a_training_shape():
-    """RECORDED: the H200's held-out TF32 run with autotune (results/tuning/probes/
-    h200_heldout_autotune_tf32_1205_runs.csv): at 11335x212x516 `explain` names the same four
-    candidates, in the same order, as the record's `autotune_candidates` (the runner skipped the
-    model's #2 and #4 there: they build the rule's and #3's launches); at 4096^3 it measures
-    nothing."""
+    """RECORDED: the H200's held-out TF32 run with autotune and the `fit: 3` variant of
+    conf/dispatch/default.yaml (results/tuning/probes/h200_heldout_tf32_fit3_variant_1205_runs.csv):
+    at 11335x212x516 `explain` names the same four candidates, in the same order, as the record's
+    `autotune_candidates` (the rule's choice, its variant right after it, then the model's picks
+    that build other launches); at 4096^3 it measures nothing."""
     import json
 
     import pandas as pd
@@ -63,8 +63,8 @@ def test_explain_lists_the_candidates_a_gpu_run_measured_and_nothing_at_a_traini
     path = training.evidence_path("h200")
     rows = training.read(path)
     text = explain.report((11335, 212, 516), "h200", "tf32", rows, str(path))
-    listed = [line.strip().rsplit(" (", 1)[0] for line in text.splitlines() if line.startswith("    gemm")]
-    probe = pd.read_csv(ROOT / "results" / "tuning" / "probes" / "h200_heldout_autotune_tf32_1205_runs.csv")
+    listed = [line.strip().split("} (", 1)[0] + "}" for line in text.splitlines() if line.startswith("    gemm")]
+    probe = pd.read_csv(ROOT / "results" / "tuning" / "probes" / "h200_heldout_tf32_fit3_variant_1205_runs.csv")
     recorded = json.loads(probe[(probe.m == 11335) & (probe.n == 212)].autotune_candidates.iloc[0])
     assert listed == [line.split("}: ", 1)[0] + "}" for line in recorded]  # "kernel {params}: ..."
     assert "autotune: measures these 4 here" in text and "1.99 away" in text

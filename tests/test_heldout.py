@@ -154,7 +154,7 @@ def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispa
         assert (now is None) is same and (same or now.startswith("gemm_ffma_skinny {"))
 
 
-def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_one_rules_choice():
+def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_one_rules_choice(monkeypatch):
     """RECORDED: the H200's held-out set with autotune on (results/tuning/probes/
     h200_heldout_autotune_{tf32,fp32_half_a}_1205_runs.csv, 2026-12-05: TF32 before the margin,
     FP32 with it) and a TF32 run of the rules alone (h200_heldout_tf32_replicate_1204_runs.csv). With
@@ -163,13 +163,17 @@ def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_
     timings put no more than the margin ahead of the rule's choice (today the rule's choice runs
     there). A row of the rules alone is an earlier one exactly where the probe autotuned (autotune now
     measures candidates there: "autotune from" the rule's choice). A probe row whose rule's choice
-    is edited to another launch, or recorded as not autotuned, is an earlier dispatch."""
+    is edited to another launch, or recorded as not autotuned, is an earlier dispatch. These runs
+    predate dispatch.autotune_variants, so it is read with none (as they were measured)."""
     import json
     import re
+    from dataclasses import replace
 
     from src.paths import ROOT
     from src.records.collect import read_runs
 
+    without_variants = replace(autotune.default_settings(), variants=())
+    monkeypatch.setattr(autotune, "default_settings", lambda: without_variants)
     probes = ROOT / "results" / "tuning" / "probes"
     fp32 = read_runs(probes / "h200_heldout_autotune_fp32_half_a_1205_runs.csv")
     assert autotune.default_settings().enabled and autotune.default_settings().margin == 0.02

@@ -251,9 +251,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return run_jobs(argv[1:])
     if argv and argv[0] == "tune":  # its own options (src/tune/command.py)
+        from src.errors import Terminated
         from src.tune.command import main as tune_main
 
-        return tune_main(argv[1:])
+        try:
+            return tune_main(argv[1:])
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGINT, SIGTERM: it said what it kept
+            return 143 if isinstance(exc, Terminated) else 130
     if argv and argv[0] == "explain":
         from src.tune.explain import main as explain_main
 

@@ -88,3 +88,9 @@ class InternalError(LabError):
     """An unexpected exception: a bug in the lab itself, recorded so that a sweep goes on."""
 
     status = "failed_internal"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a supervisor, SLURM's time limit or preemption), raised like Ctrl-C where a handler
+    turns it into an exception, so that cleanup runs on the way out (open runs end KILLED, a
+    tune keeps its finished jobs); not a LabError: nothing failed."""

@@ -78,3 +78,40 @@ def test_a_sweep_that_outlasts_its_grace_is_killed(tmp_path):
     code, done, pid = cut(tmp_path, cleanup_s=30.0, grace_s=0.5)
     assert code == 130 and time.monotonic() - started < 20
     assert not done.exists() and gone(pid)  # killed and reaped, not left behind
+
+
+# the sweep's process under SIGTERM: a second of cleanup, then the file, exit 143
+CHILD_TERM = CHILD.replace("signal.SIGINT", "signal.SIGTERM").replace("sys.exit(130)", "sys.exit(143)")
+
+# the tune as src.tune.command runs a sweep: SIGTERM raised as Terminated while it measures
+TUNE_TERM = """
+import sys
+from src.errors import Terminated
+from src.tune import sweeps
+try:
+    with sweeps.sigterm_as_interrupt():
+        sweeps.sweep_exit([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]],
+                          grace_s=float(sys.argv[4]))
+except Terminated:
+    sys.exit(143)
+sys.exit(0)
+"""
+
+
+def test_a_sigterm_to_the_tune_alone_reaches_its_sweep_which_ends_its_runs_first(tmp_path):
+    """SIGTERM to the tune's pid only (a supervisor's `kill`; SLURM signals every process of the
+    step, and the sweep ignores the second): the tune passes it to the sweep's process, waits for
+    its cleanup, and ends with SIGTERM's status, not killed where it stood."""
+    done = tmp_path / "done"
+    tune = subprocess.Popen([sys.executable, "-c", TUNE_TERM, CHILD_TERM, str(done), "1.0", "20"],
+                            cwd=ROOT, start_new_session=True)
+    pid_file = Path(str(done) + ".pid")
+    deadline = time.monotonic() + 30
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.monotonic() < deadline and tune.poll() is None, "the sweep's process never started"
+        time.sleep(0.05)
+    os.kill(tune.pid, signal.SIGTERM)
+    assert tune.wait(timeout=30) == 143
+    assert done.read_text() == "runs ended KILLED"  # the sweep got it and its cleanup was waited for
+    assert gone(int(pid_file.read_text()))
+

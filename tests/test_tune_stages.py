@@ -290,13 +290,16 @@ def _pruned(cfg: dict, candidates: list[dict], dims: tuple, limits: dict):
     return _PRUNINGS[key]
 
 
-def stand_in_sweeps(cache: dict, measured: list, cut_after: int | None = None):
+def stand_in_sweeps(cache: dict, measured: list, cut_after: int | None = None, cut_by_sigterm=False):
     """run_sweeps as the tuning sweeper does it, with SYNTHETIC figures (a hash of candidate and
     shape): each sweep's candidates, pruned by the same rules and less those it holds
     (`held`, tune.held), a record each; a candidate already in `cache` is taken from it
     (resume=true), a new one is counted in `measured`. `cut_after`: a KeyboardInterrupt (Ctrl-C,
-    a time limit's SIGINT) right after that many new records, in the middle of a sweep."""
+    a time limit's SIGINT) right after that many new records, in the middle of a sweep; with
+    `cut_by_sigterm` a real SIGTERM to this process instead (SLURM's time limit or preemption)."""
+    import os
     import shutil
+    import signal
 
     from src.tune import evidence
 
@@ -331,6 +334,8 @@ def stand_in_sweeps(cache: dict, measured: list, cut_after: int | None = None):
                            **cache[key]).write(
                         target / f"{i}_{sweep.kernel}_{shape.label}")
                     if len(measured) == cut_after:
+                        if cut_by_sigterm:
+                            os.kill(os.getpid(), signal.SIGTERM)
                         raise KeyboardInterrupt
         return 0
     return run
@@ -581,8 +586,7 @@ def _cut_short(common: list[str], tmp_path, monkeypatch, stops) -> tuple[list, l
         return inner(sweeps, *rest, **kw)
 
     monkeypatch.setattr(command, "run_sweeps", cut)
-    with pytest.raises(KeyboardInterrupt):
-        cli(common + ["--sweep-dir", str(tmp_path / "cut")])
+    assert cli(common + ["--sweep-dir", str(tmp_path / "cut")]) == 130  # Ctrl-C's status, no traceback
     return read_evidence(tmp_path / "e.csv"), before
 
 
@@ -625,15 +629,23 @@ def test_a_tune_cut_short_keeps_its_finished_sweeps_and_missing_resumes_it(tmp_p
     assert sorted(before + after) == sorted(whole_measured)
 
 
-@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("stage, by", [(1, "SIGINT"), (2, "SIGINT"), (2, "SIGTERM")])
 def test_a_sweep_cut_midway_keeps_its_finished_jobs_and_missing_measures_only_the_rest(
-        tmp_path, monkeypatch, capsys, stage):
-    """A time limit's SIGINT in the middle of a sweep (stage 1's screen, or stage 2's): the jobs
-    that sweep finished join the evidence file with those of the sweeps before it, so a machine
-    held for minutes loses none of its measurements; `--missing` then measures exactly the jobs
-    the uninterrupted run measured and the first did not, and the evidence and the fit come out
-    as the uninterrupted run's, byte for byte."""
+        tmp_path, monkeypatch, capsys, stage, by):
+    """A time limit's SIGINT in the middle of a sweep (stage 1's screen, or stage 2's), or a real
+    SIGTERM (SLURM's time limit or preemption; exit status 143): the jobs that sweep finished join
+    the evidence file with those of the sweeps before it, so a machine held for minutes loses none
+    of its measurements; `--missing` then measures exactly the jobs the uninterrupted run measured
+    and the first did not, and the evidence and the fit come out as the uninterrupted run's, byte
+    for byte."""
+    import signal
+    import threading
+
     from src.cli import main as cli
+
+    if by == "SIGTERM" and threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers run in the main thread only")
+    handler = signal.getsignal(signal.SIGTERM)
 
     count = plan_mod.load_settings()["screen"]["shapes"]
     common = ["tune", "--gpu", "h100_sxm", "--shapes", str(count + 4), "--csv", str(tmp_path / "e.csv"),
@@ -643,10 +655,11 @@ def test_a_sweep_cut_midway_keeps_its_finished_jobs_and_missing_measures_only_th
     # the cut: within the screen's second half, or a few jobs into stage 2
     cut = stage_1 // 2 + 7 if stage == 1 else stage_1 + 5
     before: list = []
-    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, before, cut_after=cut))
-    with pytest.raises(KeyboardInterrupt):
-        cli(common + ["--sweep-dir", str(tmp_path / "cut")])
+    monkeypatch.setattr(command, "run_sweeps", stand_in_sweeps({}, before, cut_after=cut,
+                                                                cut_by_sigterm=by == "SIGTERM"))
+    assert cli(common + ["--sweep-dir", str(tmp_path / "cut")]) == (143 if by == "SIGTERM" else 130)
     assert "cut short: the" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) is handler  # the tune's own handler is gone again
     saved = {(r["dispatcher"], r["kernel"], r["shape"], r["params"])
              for r in read_evidence(tmp_path / "e.csv") if not r["same_as"]}
     assert len(before) == cut and saved == set(before)  # the cut sweep's finished jobs too

@@ -30,7 +30,7 @@ from src.job.training import evidence_path, read as read_evidence
 from src.paths import ROOT
 from src.tune.partial import kept_evidence, missing_evidence, named
 from src.tune.refit import compare, guards, refit
-from src.tune.sweeps import parts, run_sweeps
+from src.tune.sweeps import parts, run_sweeps, sigterm_as_interrupt
 
 SWEEP_DIR = ROOT / "sweeps" / "tuning"
 
@@ -297,7 +297,8 @@ def main(argv: list[str]) -> int:
                                 rescreen=any(r["stage"] == 2 for r in kept))
             print(plan.describe(per_job, gpus), flush=True)
             return 0
-        return measure(plan, settings, args, gpu_spec, csv_path, kept, only, per_job, gpus)
+        with sigterm_as_interrupt():  # SLURM's SIGTERM keeps the cut sweep's jobs, as Ctrl-C does
+            return measure(plan, settings, args, gpu_spec, csv_path, kept, only, per_job, gpus)
     except LabError as exc:
         print(f"error [{exc.status}]: {exc}", file=sys.stderr)
         return 1

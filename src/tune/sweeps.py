@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from src.paths import ROOT
+from src.errors import Terminated
 
 
 FINISHED = "finished.json"  # in a sweep's directory: what it ran with, written when it exited 0
@@ -115,15 +119,41 @@ def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
     return failed
 
 
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (SLURM's time limit or preemption, scancel, a supervisor) raised in the tune as
+    tracking's Terminated, a KeyboardInterrupt, so that it keeps a cut sweep's finished jobs as
+    Ctrl-C does (SIGTERM's default action ended the process where it stood). A repeated SIGTERM is
+    ignored while the evidence is saved; the earlier handler comes back after. Main thread only
+    (Python runs signal handlers there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(f"terminated by signal {signum} (SIGTERM)")
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def sweep_exit(args: list[str], grace_s: float = CUT_GRACE_S) -> int:
     """One sweep's `python -m src.run` to its exit code. Ctrl-C, or a time limit's SIGINT, reaches
     it too (one process group): it then has `grace_s` to end its open MLflow runs KILLED and stop
     its workers (subprocess.run's 0.25 s left its runs RUNNING for the next sweep to end) before
-    it is killed; the interrupt goes on. A second Ctrl-C kills it at once."""
+    it is killed; the interrupt goes on. A SIGTERM the tune got (Terminated) is passed on to it
+    (a `kill` of the tune's pid alone reaches no child; the sweep ignores a second one, as SLURM
+    sends it to both). A second Ctrl-C kills it at once."""
     proc = subprocess.Popen(args, cwd=ROOT)
     try:
         return proc.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated) and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=grace_s)
         except (subprocess.TimeoutExpired, KeyboardInterrupt):

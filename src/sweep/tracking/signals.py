@@ -15,10 +15,7 @@ import threading
 import traceback
 from contextlib import contextmanager
 
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that open runs end KILLED on the way out."""
-
+from src.errors import Terminated  # SIGTERM, raised like Ctrl-C so that open runs end KILLED
 
 _interrupted = False  # set once this process is interrupted: its unfinished sweep ends KILLED
 _signal_seen: int | None = None  # the signal that interrupted it (raise_if_interrupted)

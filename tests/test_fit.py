@@ -505,6 +505,27 @@ def test_explain_without_a_gpu_or_gpu_option_says_to_name_the_spec(monkeypatch, 
     assert "no NVIDIA driver" in err and "name the GPU spec with --gpu" in err
 
 
+@pytest.mark.parametrize("shape", ["0x5x5", "5x0x5", "5x5x0", "5x5", "axbxc"])
+def test_explain_refuses_a_shape_that_is_not_three_positive_integers(shape, capsys):
+    """A zero dimension is refused like any other bad shape (it reached the log-distance before,
+    a math domain error's traceback), with the rule, before any file is read."""
+    from src.cli import main as cli
+
+    with pytest.raises(SystemExit) as info:
+        cli(["explain", shape, "--gpu", "h100_sxm"])
+    assert info.value.code == 2
+    assert f"shape must be MxNxK, three positive integers joined by x (got {shape!r})" in capsys.readouterr().err
+
+
+def test_a_zero_in_a_run_shape_is_refused_as_that_dimension():
+    """shape=0x5x5 on the command line: the problem's check names m=0 (not the whole shape)."""
+    from src.job.shapes import parse, shape_dim
+
+    assert parse("0x5x5") is None and parse("3 x 4×5") == (3, 4, 5)
+    assert [shape_dim("0x5x5", i, 7) for i in range(3)] == [0, 5, 5]
+    assert shape_dim("5x5", 0, 7) == "5x5" and shape_dim(None, 0, 7) == 7
+
+
 def test_nearest_choice_is_the_best_sum_over_the_nearest_shapes_among_what_runs_the_shape():
     """SYNTHETIC: at 100^3 the two nearest training shapes are 64^3 and 128^3, where the small
     tiles lead; unmeasured at one of them, the big tiles are the choice; the skinny kernel leads

@@ -1208,3 +1208,31 @@ def test_a_long_sweep_runs_in_parts_and_a_cut_loses_one_part_at_most(tmp_path, m
             } == first_part  # the first part's rows, kept
     after = _resumed(common, tmp_path, monkeypatch, whole, tuned)
     assert sorted(before + after) == sorted(whole_measured)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gpu", "nonesuch"], "--gpu nonesuch: no such GPU spec in conf/gpu/"),
+    (["--gpu", "h200", "--shapes", "0"], "argument --shapes: '0' is not a positive int"),
+    (["--gpu", "h200", "--shapes", "-3"], "argument --shapes: '-3' is not a positive int"),
+    (["--gpu", "h200", "--budget", "-5"], "argument --budget: '-5' is not a positive float"),
+    (["--gpu", "h200", "--budget", "nan"], "argument --budget: 'nan' is not a positive float"),
+])
+def test_a_tune_refuses_an_unknown_gpu_and_a_count_or_budget_that_holds_no_shape(args, message, capsys,
+                                                                                 monkeypatch):
+    """Refused before anything is planned or measured, with the rule: an unknown spec (it was a
+    KeyError's traceback), no shapes or a budget of no time (the plan's verdicts took 17 s first,
+    then an empty plan, or the budget's own refusal)."""
+    from src.cli import main as cli
+    from src.tune import prefill
+
+    monkeypatch.setattr(prefill, "for_plan", lambda *a, **k: pytest.fail("planned before the check"))
+    try:
+        code = cli(["tune", *args, "--dry-run"])
+    except SystemExit as exc:  # argparse's refusal
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code in (1, 2) and message in err and "Traceback" not in err
+    if "nonesuch" in args:
+        from src.job.gpu import known_specs
+
+        assert f"known: {', '.join(sorted(known_specs()))}" in err and "h100_sxm" in known_specs()

@@ -203,13 +203,28 @@ def screen_from(source: str | None, gpu_spec: str, settings: dict, shapes) -> tu
     return gpu, prior.wanted(rows, [s.dims for s in shapes], within, neighbours)
 
 
+def positive(kind):
+    """argparse's type for a count or a time: `kind` of the text, refused unless above 0."""
+    def parsed(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive {kind.__name__} "
+                                             f"(rule: a tune measures at least one shape)")
+        return value
+    parsed.__name__ = f"positive {kind.__name__}"
+    return parsed
+
+
 def arguments() -> argparse.ArgumentParser:
     """`sgemm-lab tune`'s command line."""
     parser = argparse.ArgumentParser(prog="sgemm-lab tune", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", help="the GPU spec (default: the detected device's)")
-    parser.add_argument("--shapes", type=int, default=None,
+    parser.add_argument("--shapes", type=positive(int), default=None,
                         help="the first N training shapes, round-robin over their classes")
-    parser.add_argument("--budget", type=float, default=None,
+    parser.add_argument("--budget", type=positive(float), default=None,
                         help="seconds of wall time: fewer shapes until the estimate fits")
     parser.add_argument("--protocol", default=None, help="conf/bench/ file (default: the plan's)")
     parser.add_argument("--fit-only", action="store_true", help="re-fit from the evidence file")
@@ -244,6 +259,7 @@ def arguments() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = arguments().parse_args(argv)
+    from src.job.gpu import known_specs
     from src.tune import budget, distribution, evidence, plan as plan_mod, prefill, gpu_regions
 
     try:
@@ -252,6 +268,11 @@ def main(argv: list[str]) -> int:
                               "and --against measure nothing (rule: --no-fit goes with a tune "
                               "that measures, e.g. --missing); drop one of them.")
         gpu_spec = args.gpu or detected_spec()
+        if gpu_spec not in known_specs():
+            raise ConfigError(f"--gpu {gpu_spec}: no such GPU spec in conf/gpu/ (rule: the tuner "
+                              f"measures and writes conf/tuned/<spec>.yaml for a named spec; known: "
+                              f"{', '.join(sorted(known_specs()))}); add conf/gpu/{gpu_spec}.yaml "
+                              f"from the card's datasheet, or name one of them.")
         settings = gpu_regions.on_gpu(plan_mod.load_settings(), gpu_spec)  # the regions this GPU keeps
         if args.protocol:
             settings["protocol"] = args.protocol

@@ -14,8 +14,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from src.paths import ROOT
 from src.errors import Terminated
+from src.paths import ROOT
 
 
 FINISHED = "finished.json"  # in a sweep's directory: what it ran with, written when it exited 0
@@ -122,7 +122,7 @@ def run_sweeps(sweeps, settings: dict, sweep_dir: Path, extra: list[str],
 @contextmanager
 def sigterm_as_interrupt():
     """SIGTERM (SLURM's time limit or preemption, scancel, a supervisor) raised in the tune as
-    tracking's Terminated, a KeyboardInterrupt, so that it keeps a cut sweep's finished jobs as
+    Terminated, a KeyboardInterrupt, so that it keeps a cut sweep's finished jobs as
     Ctrl-C does (SIGTERM's default action ended the process where it stood). A repeated SIGTERM is
     ignored while the evidence is saved; the earlier handler comes back after. Main thread only
     (Python runs signal handlers there)."""

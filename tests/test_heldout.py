@@ -213,3 +213,18 @@ def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_
     edited = fp32.copy()
     edited.at[at, "autotuned"] = None  # as if the rules alone had chosen there
     assert dispatched.dispatched_today(edited.loc[[at]], "h200")[key].startswith("autotune from ")
+
+
+@pytest.mark.parametrize("module", ["heldout", "suite"])
+def test_a_report_from_a_runs_csv_that_is_not_there_is_refused_with_the_rule(module, tmp_path, capsys):
+    """`python -m src.publish.heldout` and `.suite` on a missing runs CSV: argparse's one-line
+    refusal naming the file the stage collects (it was a FileNotFoundError's traceback), and
+    nothing written."""
+    import importlib
+
+    main = importlib.import_module(f"src.publish.{module}").main
+    with pytest.raises(SystemExit) as info:
+        main([str(tmp_path / "gone.csv"), "--gpu", "h200", "--out-dir", str(tmp_path / "set")])
+    assert info.value.code == 2 and not (tmp_path / "set").exists()
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'gone.csv'} is not a file (rule: the " in err and "_runs.csv, which the " in err

@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the rows today's dispatch no longer runs as measured, as "
                              "'KERNEL shape,...' lines to measure again; write nothing")
     args = parser.parse_args(argv)
+    if not args.runs.is_file():
+        parser.error(f"{args.runs} is not a file (rule: the held-out report is made from a runs CSV, "
+                     f"e.g. results/<gpu>/heldout_runs.csv, which the heldout stage collects)")
     if args.stale:
         return print_stale(args.runs, args.gpu)
     if args.out_dir is None:

@@ -362,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the GPU spec (conf/gpu/<name>.yaml) whose published set this is")
     parser.add_argument("--out-dir", type=Path, required=True, help="its set: results/<gpu>/")
     args = parser.parse_args(argv)
+    if not args.runs.is_file():
+        parser.error(f"{args.runs} is not a file (rule: the suite report is made from a runs CSV, "
+                     f"e.g. results/<gpu>/suite_runs.csv, which the suite stage collects)")
     try:
         metrics = publish(args.runs, args.out_dir, args.gpu)
     except ValueError as exc:

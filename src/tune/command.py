@@ -268,11 +268,6 @@ def main(argv: list[str]) -> int:
                               "and --against measure nothing (rule: --no-fit goes with a tune "
                               "that measures, e.g. --missing); drop one of them.")
         gpu_spec = args.gpu or detected_spec()
-        if gpu_spec not in known_specs():
-            raise ConfigError(f"--gpu {gpu_spec}: no such GPU spec in conf/gpu/ (rule: the tuner "
-                              f"measures and writes conf/tuned/<spec>.yaml for a named spec; known: "
-                              f"{', '.join(sorted(known_specs()))}); add conf/gpu/{gpu_spec}.yaml "
-                              f"from the card's datasheet, or name one of them.")
         settings = gpu_regions.on_gpu(plan_mod.load_settings(), gpu_spec)  # the regions this GPU keeps
         if args.protocol:
             settings["protocol"] = args.protocol
@@ -288,6 +283,11 @@ def main(argv: list[str]) -> int:
             dispatch = refit(gpu_spec, settings, csv_path, args.tuned)
             print(f"fitted {sum(len(r) for r in dispatch.values())} rules from {csv_path}")
             return 0
+        if gpu_spec not in known_specs():  # a plan needs the card's limits (a fit reads files only)
+            raise ConfigError(f"--gpu {gpu_spec}: no such GPU spec in conf/gpu/ (rule: the tuner "
+                              f"measures on a named spec's limits and writes conf/tuned/<spec>.yaml; "
+                              f"known: {', '.join(sorted(known_specs()))}); add conf/gpu/{gpu_spec}.yaml "
+                              f"from the card's datasheet, or name one of them.")
         gpus = visible_gpus()
         per_job = float(settings["seconds_per_job"].get(settings["protocol"], 4.0))
         prefill.for_plan(gpu_spec, settings, args.shapes)  # the plan's verdicts, on every core

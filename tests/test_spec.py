@@ -431,6 +431,16 @@ def test_problem_sizes_must_be_positive_integers(dims):
         Problem.from_cfg(values)
 
 
+def test_a_shape_and_dimensions_that_disagree_are_refused():
+    """shape=5x5x5 m=7 ran 7x5x5 without a word (m= replaced the shape's interpolation): refused,
+    naming both; the same numbers twice, or a shape alone (m, n, k read from it), are one shape."""
+    values = dict(m=7, n=5, k=5, alpha=1.0, beta=0.0)
+    with pytest.raises(InvalidProblem, match=r"shape=5x5x5 says 5x5x5 but m=7, n=5, k=5 .*not both"):
+        Problem.from_cfg(values | dict(shape="5x5x5"))
+    assert Problem.from_cfg(values | dict(shape="7x5x5")).label == "7x5x5"
+    assert Problem.from_cfg(values | dict(shape=None)).label == "7x5x5"
+
+
 def test_problem_scalars_must_be_numbers():
     with pytest.raises(InvalidProblem, match="alpha"):
         Problem.from_cfg(dict(m=1, n=1, k=1, alpha="x", beta=0.0))

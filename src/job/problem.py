@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from src.errors import InvalidProblem, OutOfMemory
+from src.job.shapes import parse
 
 
 INT32_MAX = 2**31 - 1
@@ -56,6 +57,13 @@ class Problem:
                     f"numbers (rule: {name} finite; C = alpha * A @ B + beta * C)."
                 )
             scalars[name] = float(value)
+        shape = cfg.get("shape")
+        given = parse(shape) if shape not in (None, "") else None
+        if given is not None and given != (dims["m"], dims["n"], dims["k"]):
+            raise InvalidProblem(
+                f"conflicting problem size: shape={shape} says {'x'.join(map(str, given))} but "
+                f"m={dims['m']}, n={dims['n']}, k={dims['k']} are set too (rule: the shape is set "
+                f"once, by shape=MxNxK or by m=, n=, k=, not both); drop one of them.")
         return cls(**dims, **scalars)
 
 

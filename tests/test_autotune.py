@@ -506,3 +506,17 @@ def test_best_tf32_autotunes_an_odd_shape_verifies_it_and_reuses_the_choice(comp
     assert second.autotuned == "reused" and second.dispatched_to == first.dispatched_to
     assert max(second.rel_err, second.rel_err_timed, second.rel_err_fresh) <= second.tolerance
     assert list((tmp_path / "dispatch").glob("*.json"))
+
+
+@pytest.mark.parametrize("dispatcher", ["best_fp32", "best_tf32"])
+def test_tile_parameters_on_a_dispatcher_are_refused_not_ignored(dispatcher):
+    """`kernel=best_fp32 +kernel.params.bm=64` was dropped without a word (the dispatch replaces
+    the config with its chosen kernel's): refused with the rule, naming where parameters go; the
+    dispatcher alone prepares its choice."""
+    from src.errors import InvalidParams
+
+    cfg = {**kernel_config(dispatcher), "params": {"bm": 64}}
+    with pytest.raises(InvalidParams, match=rf"{dispatcher} takes no tile parameters \(got kernel.params "
+                                            r'\{"bm": 64\}\).*rule: tile parameters are set on a kernel'):
+        prepare_kernel(cfg, Problem(*ODD, 0.5, 3.0), _where(), _bench())
+    assert _job(dispatcher=dispatcher).dispatched is not None

@@ -12,13 +12,14 @@ on any machine, and `PreparedJob.require_device()` says NoGPU only when a GPU is
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
-from src.errors import NoGPU
+from src.errors import InvalidParams, NoGPU
 from src.job import gpu as gpu_mod
 from src.job.compile import expand_source
 from src.job.config import kernel_config
@@ -115,6 +116,13 @@ def prepare_kernel(kernel_cfg: dict, problem: Problem, where: Target,
     peers = tuple(str(name) for name in kcfg.get("peers") or ())
     not_built = tuple(f"{p['name']}: {str(p['why']).strip()}" for p in kcfg.get("peers_not_built") or ())
     if dispatch.is_dispatcher(kcfg):
+        if kcfg.get("params"):
+            raise InvalidParams(
+                f"{kcfg['name']} takes no tile parameters (got kernel.params "
+                f"{json.dumps(kcfg['params'], sort_keys=True)}): it chooses a kernel and its "
+                f"parameters per shape from conf/tuned/<gpu>.yaml (rule: tile parameters are set on "
+                f"a kernel, e.g. kernel=gemm_3xtf32 kernel.params.bm=64; `sgemm-lab explain MxNxK` "
+                f"says what {kcfg['name']} runs at a shape).")
         dispatched = dispatch.choose(kcfg, where.gpu_spec_name, problem, where.limits)
         kcfg = {**kernel_config(dispatched.kernel), "precision": kcfg["precision"]}
         overrides = {**dispatched.params, **(overrides or {})}

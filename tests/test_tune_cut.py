@@ -29,32 +29,36 @@ pathlib.Path(str(done) + ".pid").write_text(str(__import__("os").getpid()))
 time.sleep(60)
 """
 
-# the tune: one sweep through sweep_exit; the interrupt it passes on ends it with 130
+# the tune as src.tune.command runs one sweep (SIGTERM raised as Terminated while it measures),
+# with src.cli's exit status: 130 for Ctrl-C or SIGINT, 143 for SIGTERM
 TUNE = """
 import sys
+from src.errors import Terminated
 from src.tune import sweeps
 try:
-    sweeps.sweep_exit([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]],
-                      grace_s=float(sys.argv[4]))
-except KeyboardInterrupt:
-    sys.exit(130)
+    with sweeps.sigterm_as_interrupt():
+        sweeps.sweep_exit([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]],
+                          grace_s=float(sys.argv[4]))
+except KeyboardInterrupt as exc:
+    sys.exit(143 if isinstance(exc, Terminated) else 130)
 sys.exit(0)
 """
 
 
-def cut(tmp_path: Path, cleanup_s: float, grace_s: float) -> tuple[int, Path, int]:
-    """The tune started in a process group of its own, SIGINT sent to the group once the sweep's
-    process is up (as `timeout -s INT` and Ctrl-C send it): (the tune's exit code, the file the
-    sweep's process leaves when its cleanup finished, the sweep's pid)."""
+def cut(tmp_path: Path, cleanup_s: float, grace_s: float, child_script: str = CHILD, send=lambda pid: os.killpg(pid, signal.SIGINT)) -> tuple[int, Path, int]:
+    """The tune started in a process group of its own, `send` given its pid once the sweep's
+    process is up (by default SIGINT to the group, as `timeout -s INT` and Ctrl-C send it): (the
+    tune's exit code, the file the sweep's process leaves when its cleanup finished, the sweep's
+    pid)."""
     done = tmp_path / "done"
-    tune = subprocess.Popen([sys.executable, "-c", TUNE, CHILD, str(done), str(cleanup_s),
+    tune = subprocess.Popen([sys.executable, "-c", TUNE, child_script, str(done), str(cleanup_s),
                              str(grace_s)], cwd=ROOT, start_new_session=True)
     pid_file = Path(str(done) + ".pid")
     deadline = time.monotonic() + 30
     while not pid_file.is_file() or not pid_file.read_text():
         assert time.monotonic() < deadline and tune.poll() is None, "the sweep's process never started"
         time.sleep(0.05)
-    os.killpg(tune.pid, signal.SIGINT)
+    send(tune.pid)
     return tune.wait(timeout=30), done, int(pid_file.read_text())
 
 
@@ -83,35 +87,12 @@ def test_a_sweep_that_outlasts_its_grace_is_killed(tmp_path):
 # the sweep's process under SIGTERM: a second of cleanup, then the file, exit 143
 CHILD_TERM = CHILD.replace("signal.SIGINT", "signal.SIGTERM").replace("sys.exit(130)", "sys.exit(143)")
 
-# the tune as src.tune.command runs a sweep: SIGTERM raised as Terminated while it measures
-TUNE_TERM = """
-import sys
-from src.errors import Terminated
-from src.tune import sweeps
-try:
-    with sweeps.sigterm_as_interrupt():
-        sweeps.sweep_exit([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]],
-                          grace_s=float(sys.argv[4]))
-except Terminated:
-    sys.exit(143)
-sys.exit(0)
-"""
-
-
 def test_a_sigterm_to_the_tune_alone_reaches_its_sweep_which_ends_its_runs_first(tmp_path):
     """SIGTERM to the tune's pid only (a supervisor's `kill`; SLURM signals every process of the
     step, and the sweep ignores the second): the tune passes it to the sweep's process, waits for
     its cleanup, and ends with SIGTERM's status, not killed where it stood."""
-    done = tmp_path / "done"
-    tune = subprocess.Popen([sys.executable, "-c", TUNE_TERM, CHILD_TERM, str(done), "1.0", "20"],
-                            cwd=ROOT, start_new_session=True)
-    pid_file = Path(str(done) + ".pid")
-    deadline = time.monotonic() + 30
-    while not pid_file.is_file() or not pid_file.read_text():
-        assert time.monotonic() < deadline and tune.poll() is None, "the sweep's process never started"
-        time.sleep(0.05)
-    os.kill(tune.pid, signal.SIGTERM)
-    assert tune.wait(timeout=30) == 143
+    code, done, pid = cut(tmp_path, cleanup_s=1.0, grace_s=20.0, child_script=CHILD_TERM,
+                          send=lambda tune: os.kill(tune, signal.SIGTERM))
+    assert code == 143
     assert done.read_text() == "runs ended KILLED"  # the sweep got it and its cleanup was waited for
-    assert gone(int(pid_file.read_text()))
-
+    assert gone(pid)

@@ -304,9 +304,10 @@ def recorded(lines, margin: float) -> tuple[tuple[str, dict], tuple[str, dict]] 
     winner = choose([{} if g is None else {"gflops": g} for *_, g in parsed], margin)
     if winner is None:
         return None
-    ran = [i for i, p in enumerate(parsed)
-           if winner and i and p[2].endswith(RAN_MARK) and p[3] == parsed[winner][3]]
-    return parsed[0][:2], parsed[ran[0] if ran else winner][:2]
+    if winner:  # a tie at the whole GFLOP/s goes to the line that ran
+        winner = next((i for i, p in enumerate(parsed)
+                       if i and p[2].endswith(RAN_MARK) and p[3] == parsed[winner][3]), winner)
+    return parsed[0][:2], parsed[winner][:2]
 
 
 def _line(job: PreparedJob, candidate: Candidate, result: dict, ran: bool) -> str:

@@ -145,7 +145,7 @@ def measure(plan, settings: dict, args, gpu_spec: str, csv_path: Path, kept: lis
         for sweep in parts(sweeps, settings.get("sweep_max_jobs")):
             try:
                 failed += run_sweeps([sweep], settings, args.sweep_dir, args.overrides, gpu_spec)
-            except KeyboardInterrupt:  # Ctrl-C, a time limit's SIGINT
+            except KeyboardInterrupt:  # Ctrl-C, a time limit's SIGINT, SIGTERM (sigterm_as_interrupt)
                 print(f"\n{sweep.name} cut short: the jobs it finished go into {csv_path} "
                       f"(`--missing` measures the rest)", flush=True)
                 raise

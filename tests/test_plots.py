@@ -186,3 +186,20 @@ def test_pct_of_cublas_compares_each_kernel_with_its_own_precision(tmp_path):
     # no TF32 kernel against cuBLAS FP32 (700%): TF32 kernels stay near cuBLAS TF32
     assert data[data.precision == "tf32"].pct_of_cublas.max() < 150
     assert set(data.precision) == {"fp32", "tf32"}
+
+
+@pytest.mark.parametrize("missing", ["runs", "ceilings"])
+def test_plots_from_a_file_that_is_not_there_are_refused_with_the_rule(missing, tmp_path, capsys):
+    """`python -m src.publish.plots` on a missing runs CSV or ceilings.json: argparse's one-line
+    refusal naming what the file is and which step writes it (it was "error: [Errno 2] ..."), and
+    nothing drawn."""
+    paths = {"runs": tmp_path / "runs.csv", "ceilings": tmp_path / "ceilings.json"}
+    write_runs(jsonl_jobs("records_h100_progression.jsonl"), paths["runs"])
+    paths["ceilings"].write_text("{}")
+    paths[missing] = tmp_path / "gone"
+    with pytest.raises(SystemExit) as info:
+        plots.main([str(paths["runs"]), "--ceilings", str(paths["ceilings"]), "--out-dir", str(tmp_path / "set")])
+    assert info.value.code == 2 and not (tmp_path / "set").exists()
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'gone'} is not a file (rule: " in err
+    assert ("the bench stage collects" if missing == "runs" else "src.job.ceilings writes") in err

@@ -190,3 +190,22 @@ def test_a_table_run_that_fails_midway_leaves_the_published_files(tmp_path, monk
     with pytest.raises(OSError, match="No space left"):
         write_table(tmp_path / "fewer.csv", out, CEILINGS_FIXTURE)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("missing", ["runs", "ceilings"])
+def test_a_table_from_a_file_that_is_not_there_is_refused_with_the_rule(missing, tmp_path, capsys):
+    """`python -m src.publish.table` on a missing runs CSV or ceilings.json: argparse's one-line
+    refusal naming what the file is and which step writes it (it was "error: [Errno 2] ..."), and
+    nothing written."""
+    from src.publish.table import main
+
+    runs = tmp_path / "runs.csv"
+    write_runs(jsonl_jobs("records_h100_progression.jsonl"), runs)
+    paths = {"runs": runs, "ceilings": CEILINGS_FIXTURE}
+    paths[missing] = tmp_path / "gone"
+    with pytest.raises(SystemExit) as info:
+        main([str(paths["runs"]), "--ceilings", str(paths["ceilings"]), "--out-dir", str(tmp_path / "set")])
+    assert info.value.code == 2 and not (tmp_path / "set").exists()
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'gone'} is not a file (rule: " in err
+    assert ("the bench stage collects" if missing == "runs" else "src.job.ceilings writes") in err

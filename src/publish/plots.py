@@ -312,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceilings", type=Path, required=True, help="ceilings.json written by src.job.ceilings")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
+    for path, rule in ((args.runs, "the plots are drawn from a runs CSV, e.g. results/<gpu>/runs.csv, "
+                                   "which the bench stage collects"),
+                       (args.ceilings, "--ceilings names the ceilings.json that python -m "
+                                       "src.job.ceilings writes for the GPU")):
+        if not path.is_file():
+            parser.error(f"{path} is not a file (rule: {rule})")
     try:
         data = write_plots(args.runs, args.ceilings, args.out_dir)
     except (OSError, ValueError, KeyError) as exc:

@@ -376,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceilings", type=Path, help="ceilings.json written by src.job.ceilings")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
+    if not args.runs.is_file():
+        parser.error(f"{args.runs} is not a file (rule: the progression table is made from a runs CSV, "
+                     f"e.g. results/<gpu>/runs.csv, which the bench stage collects)")
+    if args.ceilings is not None and not args.ceilings.is_file():
+        parser.error(f"{args.ceilings} is not a file (rule: --ceilings names the ceilings.json "
+                     f"that python -m src.job.ceilings writes for the GPU; leave it out for no ceilings)")
     try:
         frame = write_table(args.runs, args.out_dir, args.ceilings)
     except (OSError, ValueError) as exc:

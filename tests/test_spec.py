@@ -441,6 +441,24 @@ def test_a_shape_and_dimensions_that_disagree_are_refused():
     assert Problem.from_cfg(values | dict(shape=None)).label == "7x5x5"
 
 
+@pytest.mark.parametrize("shape", ["5x5", "axbxc", "5x5x5x5", "-5x5x5"])
+def test_a_shape_that_is_not_mxnxk_is_refused_naming_the_shape(shape):
+    """shape=5x5 reached the problem check as m='5x5' (its rule named m); the shape is named now,
+    with its form, also where m=, n=, k= are set beside it (the shape would be dropped unread)."""
+    from omegaconf import OmegaConf
+
+    composed = OmegaConf.create({"size": 64, "shape": shape, "alpha": 1.0, "beta": 0.0,
+                                 "m": "${shape_dim:${shape},0,${size}}",
+                                 "n": "${shape_dim:${shape},1,${size}}",
+                                 "k": "${shape_dim:${shape},2,${size}}"})
+    for cfg in (composed, dict(m=5, n=5, k=5, alpha=1.0, beta=0.0, shape=shape)):
+        with pytest.raises(InvalidProblem, match=rf"shape='{shape}' is not MxNxK \(rule: three positive"):
+            Problem.from_cfg(cfg)
+    composed.shape = "0x5x5"  # the form is right: the zero is named as m, with m's rule
+    with pytest.raises(InvalidProblem, match=r"m=0\. M, N and K must be positive"):
+        Problem.from_cfg(composed)
+
+
 def test_problem_scalars_must_be_numbers():
     with pytest.raises(InvalidProblem, match="alpha"):
         Problem.from_cfg(dict(m=1, n=1, k=1, alpha="x", beta=0.0))

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from src.errors import InvalidProblem, OutOfMemory
-from src.job.shapes import parse
+from src.job.shapes import digits, parse
 
 
 INT32_MAX = 2**31 - 1
@@ -32,6 +32,11 @@ class Problem:
 
     @classmethod
     def from_cfg(cls, cfg) -> "Problem":
+        shape = cfg.get("shape")
+        if shape not in (None, "") and digits(shape) is None:
+            raise InvalidProblem(
+                f"invalid problem shape: shape={shape!r} is not MxNxK (rule: three positive "
+                f"integers joined by x, e.g. shape=4096x2048x1024; or set m=, n=, k=).")
         dims = {}
         for name in ("m", "n", "k"):
             value = cfg[name]
@@ -57,7 +62,6 @@ class Problem:
                     f"numbers (rule: {name} finite; C = alpha * A @ B + beta * C)."
                 )
             scalars[name] = float(value)
-        shape = cfg.get("shape")
         given = parse(shape) if shape not in (None, "") else None
         if given is not None and given != (dims["m"], dims["n"], dims["k"]):
             raise InvalidProblem(

@@ -12,15 +12,15 @@ from omegaconf import OmegaConf
 SHAPE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
 
 
-def _digits(shape) -> tuple[int, int, int] | None:
-    """(m, n, k) of "MxNxK" with any non-negative integers, or None."""
+def digits(shape) -> tuple[int, int, int] | None:
+    """(m, n, k) of "MxNxK" with any non-negative integers, or None when it is not that form."""
     match = SHAPE.match(str(shape))
     return tuple(int(g) for g in match.groups()) if match else None
 
 
 def parse(shape: str) -> tuple[int, int, int] | None:
     """(m, n, k) of "MxNxK", or None when it is not three positive integers joined by x."""
-    dims = _digits(shape)
+    dims = digits(shape)
     return dims if dims and min(dims) > 0 else None
 
 
@@ -30,7 +30,7 @@ def shape_dim(shape, index, default):
     refuse with its rule (m=0, not the whole shape)."""
     if shape is None or str(shape) == "":
         return default
-    dims = _digits(shape)
+    dims = digits(shape)
     return str(shape) if dims is None else dims[int(index)]
 
 

@@ -452,7 +452,7 @@ def test_a_shape_that_is_not_mxnxk_is_refused_naming_the_shape(shape):
                                  "n": "${shape_dim:${shape},1,${size}}",
                                  "k": "${shape_dim:${shape},2,${size}}"})
     for cfg in (composed, dict(m=5, n=5, k=5, alpha=1.0, beta=0.0, shape=shape)):
-        with pytest.raises(InvalidProblem, match=rf"shape='{shape}' is not MxNxK \(rule: three positive"):
+        with pytest.raises(InvalidProblem, match=rf"shape='{shape}' is not MxNxK \(rule: shape=MxNxK, three positive"):
             Problem.from_cfg(cfg)
     composed.shape = "0x5x5"  # the form is right: the zero is named as m, with m's rule
     with pytest.raises(InvalidProblem, match=r"m=0\. M, N and K must be positive"):

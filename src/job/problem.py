@@ -35,8 +35,8 @@ class Problem:
         shape = cfg.get("shape")
         if shape not in (None, "") and digits(shape) is None:
             raise InvalidProblem(
-                f"invalid problem shape: shape={shape!r} is not MxNxK (rule: three positive "
-                f"integers joined by x, e.g. shape=4096x2048x1024; or set m=, n=, k=).")
+                f"invalid problem shape: shape={shape!r} is not MxNxK (rule: shape=MxNxK, three "
+                f"positive integers joined by x, e.g. shape=4096x2048x1024; or set m=, n=, k=).")
         dims = {}
         for name in ("m", "n", "k"):
             value = cfg[name]

@@ -5,6 +5,7 @@ One place, so that no module works out the repository root from its own depth in
 
 from __future__ import annotations
 
+import argparse
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,6 +20,18 @@ KERNEL_DIRS = (KERNELS_DIR, TEST_KERNELS_DIR)
 SOURCE_SUFFIXES = (".cu", ".cuh")
 RESULTS_DIR = ROOT / "results"            # one published set per GPU spec: results/<gpu>/
 COMPARE_DIR = RESULTS_DIR / "compare"     # the GPUs side by side (dvc.yaml: compare)
+
+
+def existing_file(rule: str):
+    """argparse's type for an input file: its Path, or a one-line refusal naming the file and
+    `rule` (what the file is and which step writes it) when no file is there."""
+    def checked(text: str) -> Path:
+        path = Path(text)
+        if not path.is_file():
+            raise argparse.ArgumentTypeError(f"{path} is not a file (rule: {rule})")
+        return path
+    checked.__name__ = "file"
+    return checked
 
 
 def published_sets(results: Path = RESULTS_DIR) -> list[Path]:

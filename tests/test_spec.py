@@ -457,6 +457,8 @@ def test_a_shape_that_is_not_mxnxk_is_refused_naming_the_shape(shape):
     composed.shape = "0x5x5"  # the form is right: the zero is named as m, with m's rule
     with pytest.raises(InvalidProblem, match=r"m=0\. M, N and K must be positive"):
         Problem.from_cfg(composed)
+    with pytest.raises(InvalidProblem, match=r"shape=0x5x5 says 0x5x5 but m=3, n=5, k=5"):
+        Problem.from_cfg(dict(m=3, n=5, k=5, alpha=1.0, beta=0.0, shape="0x5x5"))  # not dropped unread
 
 
 def test_problem_scalars_must_be_numbers():

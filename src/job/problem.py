@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from src.errors import InvalidProblem, OutOfMemory
-from src.job.shapes import digits, parse
+from src.job.shapes import digits
 
 
 INT32_MAX = 2**31 - 1
@@ -33,7 +33,8 @@ class Problem:
     @classmethod
     def from_cfg(cls, cfg) -> "Problem":
         shape = cfg.get("shape")
-        if shape not in (None, "") and digits(shape) is None:
+        given = None if shape in (None, "") else digits(shape)
+        if shape not in (None, "") and given is None:
             raise InvalidProblem(
                 f"invalid problem shape: shape={shape!r} is not MxNxK (rule: shape=MxNxK, three "
                 f"positive integers joined by x, e.g. shape=4096x2048x1024; or set m=, n=, k=).")
@@ -62,7 +63,6 @@ class Problem:
                     f"numbers (rule: {name} finite; C = alpha * A @ B + beta * C)."
                 )
             scalars[name] = float(value)
-        given = parse(shape) if shape not in (None, "") else None
         if given is not None and given != (dims["m"], dims["n"], dims["k"]):
             raise InvalidProblem(
                 f"conflicting problem size: shape={shape} says {'x'.join(map(str, given))} but "

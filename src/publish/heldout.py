@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from src.paths import existing_file
 from src.publish.dispatched import print_stale
 from src.publish.staged import staged
 from src.publish.ratios import geomean
@@ -121,7 +122,9 @@ def publish(runs_csv: Path, out_dir: Path, gpu_spec: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", type=Path, help="runs CSV of the held-out sweep (src.records.collect)")
+    parser.add_argument("runs", type=existing_file(
+        "the held-out report is made from a runs CSV, e.g. results/<gpu>/heldout_runs.csv, which the "
+        "heldout stage collects"), help="runs CSV of the held-out sweep (src.records.collect)")
     parser.add_argument("--gpu", required=True,
                         help="the GPU spec (conf/gpu/<name>.yaml) whose published set this is")
     parser.add_argument("--out-dir", type=Path, help="its set: results/<gpu>/")
@@ -129,9 +132,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the rows today's dispatch no longer runs as measured, as "
                              "'KERNEL shape,...' lines to measure again; write nothing")
     args = parser.parse_args(argv)
-    if not args.runs.is_file():
-        parser.error(f"{args.runs} is not a file (rule: the held-out report is made from a runs CSV, "
-                     f"e.g. results/<gpu>/heldout_runs.csv, which the heldout stage collects)")
     if args.stale:
         return print_stale(args.runs, args.gpu)
     if args.out_dir is None:

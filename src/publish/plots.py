@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from src.records import math_units  # noqa: E402
+from src.paths import existing_file  # noqa: E402
 from src.publish.staged import staged  # noqa: E402
 from src.records.collect import read_runs, records_from_runs  # noqa: E402
 from src.publish.table import BASELINE_BACKEND, load_ceilings, progression_frame, size_order  # noqa: E402
@@ -308,16 +309,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m src.publish.plots",
         description="runs.csv + ceilings.json -> gflops_vs_size, pct_of_cublas and roofline "
                     "(PNG, with the plotted points as CSV)")
-    parser.add_argument("runs", type=Path, help="runs.csv written by src.records.collect")
-    parser.add_argument("--ceilings", type=Path, required=True, help="ceilings.json written by src.job.ceilings")
+    parser.add_argument("runs", type=existing_file(
+        "the plots are drawn from a runs CSV, e.g. results/<gpu>/runs.csv, which the bench stage "
+        "collects"), help="runs.csv written by src.records.collect")
+    parser.add_argument("--ceilings", type=existing_file(
+        "--ceilings names the ceilings.json that python -m src.job.ceilings writes for the GPU"),
+        required=True, help="ceilings.json written by src.job.ceilings")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
-    for path, rule in ((args.runs, "the plots are drawn from a runs CSV, e.g. results/<gpu>/runs.csv, "
-                                   "which the bench stage collects"),
-                       (args.ceilings, "--ceilings names the ceilings.json that python -m "
-                                       "src.job.ceilings writes for the GPU")):
-        if not path.is_file():
-            parser.error(f"{path} is not a file (rule: {rule})")
     try:
         data = write_plots(args.runs, args.ceilings, args.out_dir)
     except (OSError, ValueError, KeyError) as exc:

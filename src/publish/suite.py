@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from src.paths import CONF_DIR
+from src.paths import CONF_DIR, existing_file
 from src.publish.dispatched import dispatched_today
 from src.publish.ratios import DISPATCHERS, RATIO_TICKS, geomean
 from src.publish.staged import staged
@@ -357,14 +357,13 @@ def publish(runs_csv: Path, out_dir: Path, gpu_spec: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", type=Path, help="runs CSV of the suite sweeps (src.records.collect)")
+    parser.add_argument("runs", type=existing_file(
+        "the suite report is made from a runs CSV, e.g. results/<gpu>/suite_runs.csv, which the "
+        "suite stage collects"), help="runs CSV of the suite sweeps (src.records.collect)")
     parser.add_argument("--gpu", required=True,
                         help="the GPU spec (conf/gpu/<name>.yaml) whose published set this is")
     parser.add_argument("--out-dir", type=Path, required=True, help="its set: results/<gpu>/")
     args = parser.parse_args(argv)
-    if not args.runs.is_file():
-        parser.error(f"{args.runs} is not a file (rule: the suite report is made from a runs CSV, "
-                     f"e.g. results/<gpu>/suite_runs.csv, which the suite stage collects)")
     try:
         metrics = publish(args.runs, args.out_dir, args.gpu)
     except ValueError as exc:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from src.paths import existing_file
 from src.publish.staged import staged
 from src.records.collect import read_runs, records_from_runs
 from src.records.record import Record
@@ -372,16 +373,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m src.publish.table",
         description="runs.csv -> progression.csv, progression.md and metrics.json")
-    parser.add_argument("runs", type=Path, help="runs.csv written by src.records.collect")
-    parser.add_argument("--ceilings", type=Path, help="ceilings.json written by src.job.ceilings")
+    parser.add_argument("runs", type=existing_file(
+        "the progression table is made from a runs CSV, e.g. results/<gpu>/runs.csv, which the bench "
+        "stage collects"), help="runs.csv written by src.records.collect")
+    parser.add_argument("--ceilings", type=existing_file(
+        "--ceilings names the ceilings.json that python -m src.job.ceilings writes for the GPU; leave "
+        "it out for no ceilings"), help="ceilings.json written by src.job.ceilings")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
-    if not args.runs.is_file():
-        parser.error(f"{args.runs} is not a file (rule: the progression table is made from a runs CSV, "
-                     f"e.g. results/<gpu>/runs.csv, which the bench stage collects)")
-    if args.ceilings is not None and not args.ceilings.is_file():
-        parser.error(f"{args.ceilings} is not a file (rule: --ceilings names the ceilings.json "
-                     f"that python -m src.job.ceilings writes for the GPU; leave it out for no ceilings)")
     try:
         frame = write_table(args.runs, args.out_dir, args.ceilings)
     except (OSError, ValueError) as exc:

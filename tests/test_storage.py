@@ -51,6 +51,32 @@ def test_a_store_that_cannot_be_created_leaves_no_half_store(tmp_path, monkeypat
     assert not db.exists() and not list(tmp_path.glob(".mlflow.db.*"))
 
 
+def test_a_missing_package_of_mlflows_store_is_named_not_blamed_on_the_file(tmp_path, monkeypatch):
+    """mlflow-skinny without `cryptography` (its model registry imports it while it makes a sqlite
+    store; seen on the GPU box, 2026-12-05): the error names the package and says to install it,
+    not to move a damaged file away; no half store is left."""
+    import mlflow
+
+    from src.sweep.tracking.store import TrackingUnavailable, client
+
+    class NoCryptography:
+        def __init__(self, tracking_uri):
+            pass
+
+        def search_experiments(self, **kwargs):
+            raise ModuleNotFoundError("No module named 'cryptography'", name="cryptography")
+
+    monkeypatch.setattr(mlflow, "MlflowClient", NoCryptography)
+    db = tmp_path / "mlflow.db"
+    with pytest.raises(TrackingUnavailable) as caught:
+        client(f"sqlite:///{db}")
+    text = str(caught.value)
+    assert "No module named 'cryptography' (ModuleNotFoundError)" in text
+    assert "Install cryptography" in text and "the file is not at fault" in text
+    assert "Move a damaged file away" not in text
+    assert not db.exists() and not list(tmp_path.glob(".mlflow.db.*"))
+
+
 def test_a_full_disk_under_one_record_costs_that_file_not_the_result(tmp_path, tracking_uri):
     """The second job's record.json cannot be written (ENOSPC, via /dev/full): one paragraph
     naming the file; no record.json.tmp left; its MLflow run is FINISHED ok with the result;

@@ -42,18 +42,13 @@ ARTIFACTS_DIR = "mlruns"            # ... with artifacts under ./mlruns beside i
 # it on the runs table.
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
-
 PARENT_FILE = "mlflow_parent.json"  # in the sweep directory: the parent run for the sweep's jobs
-
 
 MAX_PARAM_LENGTH = 6000             # MLflow's limit on a param value
 
-
 MAX_TAG_LENGTH = 8000               # and on a tag value
 
-
 BATCH = 100                         # params or tags per log_batch call (MLflow's limit)
-
 
 # Run statuses (mlflow.entities.RunStatus names).
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
@@ -249,6 +244,12 @@ def _ready(uri: str) -> None:
 
 def _unusable(db: Path, exc: BaseException) -> TrackingUnavailable:
     reason = getattr(exc, "strerror", None) or first_line(str(getattr(exc, "orig", None) or exc))
+    if isinstance(exc, ImportError):  # MLflow's store code short of a package: not the file's fault
+        return TrackingUnavailable(
+            f"MLflow cannot keep runs in {db}: {reason} ({type(exc).__name__}) (rule: MLflow's "
+            f"SQLite store imports packages MLflow depends on; the file is not at fault). Install "
+            f"{exc.name or 'the missing package'} (`pip install -e .` installs MLflow's needs). "
+            f"{HOW_TO_CHOOSE}")
     return TrackingUnavailable(
         f"MLflow cannot keep runs in {db}: {reason} ({type(exc).__name__}) (rule: a local "
         f"tracking store is a SQLite database that MLflow made, readable and writable, in a "

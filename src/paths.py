@@ -30,7 +30,6 @@ def existing_file(rule: str):
         if not path.is_file():
             raise argparse.ArgumentTypeError(f"{path} is not a file (rule: {rule})")
         return path
-    checked.__name__ = "file"
     return checked
 
 

@@ -245,16 +245,15 @@ def _ready(uri: str) -> None:
 def _unusable(db: Path, exc: BaseException) -> TrackingUnavailable:
     reason = getattr(exc, "strerror", None) or first_line(str(getattr(exc, "orig", None) or exc))
     if isinstance(exc, ImportError):  # MLflow's store code short of a package: not the file's fault
-        return TrackingUnavailable(
-            f"MLflow cannot keep runs in {db}: {reason} ({type(exc).__name__}) (rule: MLflow's "
-            f"SQLite store imports packages MLflow depends on; the file is not at fault). Install "
-            f"{exc.name or 'the missing package'} (`pip install -e .` installs MLflow's needs). "
-            f"{HOW_TO_CHOOSE}")
-    return TrackingUnavailable(
-        f"MLflow cannot keep runs in {db}: {reason} ({type(exc).__name__}) (rule: a local "
-        f"tracking store is a SQLite database that MLflow made, readable and writable, in a "
-        f"writable directory with free space). Move a damaged file away (a new store is made in "
-        f"its place), free space or fix the permissions. {HOW_TO_CHOOSE}")
+        rule = "MLflow's SQLite store imports packages MLflow depends on; the file is not at fault"
+        fix = f"Install {exc.name or 'the missing package'} (`pip install -e .` installs MLflow's needs)."
+    else:
+        rule = ("a local tracking store is a SQLite database that MLflow made, readable and "
+                "writable, in a writable directory with free space")
+        fix = ("Move a damaged file away (a new store is made in its place), free space or fix "
+               "the permissions.")
+    return TrackingUnavailable(f"MLflow cannot keep runs in {db}: {reason} ({type(exc).__name__}) "
+                               f"(rule: {rule}). {fix} {HOW_TO_CHOOSE}")
 
 
 def _check_usable(db: Path) -> None:

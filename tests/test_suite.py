@@ -133,13 +133,16 @@ def test_the_tuned_dispatch_sends_matrix_vector_products_to_the_skinny_kernel(gp
 
 
 def test_an_unaligned_shape_the_tf32_dispatch_sends_to_the_tma_kernel_is_padded_first(compose):
-    """best_tf32 on the H100: where it chooses gemm_tf32 (TMA) for rows that are not 16-byte
-    aligned, the kernel's pre-pass pads them; gemm_mma_tf32 reads them as stored (no pre-pass);
-    never a refusal or a three-product fallback."""
-    tma = prepare(compose("kernel=best_tf32", "shape=1156x65x4351"))
+    """best_tf32 on the H100 (RECORDED: the committed tuned file): where it chooses gemm_tf32 (TMA)
+    for rows that are not 16-byte aligned, the kernel's pre-pass pads them; where it chooses
+    gemm_tf32_swapped, its pre-pass writes B transposed (rows of its own, aligned); gemm_mma_tf32
+    reads them as stored (no pre-pass); never a refusal or a three-product fallback."""
+    tma = prepare(compose("kernel=best_tf32", "shape=2616x1418x3736"))
     assert tma.spec.name == "gemm_tf32" and tma.spec.precision == "tf32"
     assert "nearest" in tma.dispatched.rule and tma.spec.prepass.entry == "pad_unaligned_rows"
-    mma = prepare(compose("kernel=best_tf32", "shape=552x6x2313"))
+    swapped = prepare(compose("kernel=best_tf32", "shape=1156x65x4351"))
+    assert swapped.spec.name == "gemm_tf32_swapped" and swapped.spec.prepass.entry.startswith("split_tf32_b_transposed")
+    mma = prepare(compose("kernel=gemm_mma_tf32", "shape=552x6x2313"))
     assert mma.spec.name == "gemm_mma_tf32" and mma.spec.precision == "tf32"
     assert mma.spec.prepass is None
     aligned = prepare(compose("kernel=best_tf32", "shape=4096x4096x4096"))
@@ -177,7 +180,7 @@ def test_on_a_gpu_without_a_table_autotune_measures_the_portable_defaults_that_b
                                             "gemm_ffma"])]:
         problem = Problem(*shape, 1.0, 0.0)
         choice = dispatch.choose(kernel_config(name), "a100", problem, limits)
-        assert not autotune.coverage(choice, name, shape, None, 0.5, "a100.csv").well
+        assert not autotune.coverage(choice, name, shape, None, 0.5, "a100.csv", margin=0.02).well
         planned = autotune.planned(choice, kernel_config(name), "a100", problem, None, settings, limits)
         assert [c.kernel for c, _ in planned] == kernels, (name, shape)
 

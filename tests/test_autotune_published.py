@@ -41,7 +41,8 @@ def test_every_suite_shape_is_covered_well_so_autotune_measures_nothing_there(gp
     uncovered = []
     for shape in shapes:
         choice = dispatch.choose(cfg, gpu, Problem(*shape, 0.5, 3.0))
-        covered = autotune.coverage(choice, dispatcher, shape, rows, settings.max_distance, str(path))
+        covered = autotune.coverage(choice, dispatcher, shape, rows, settings.max_distance, str(path),
+                                     margin=settings.margin)
         if not covered.well:
             uncovered.append(f"{'x'.join(map(str, shape))}: {covered.why}")
     assert uncovered == []

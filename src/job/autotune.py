@@ -7,13 +7,12 @@ this process or another, reuses it without measuring (as cuBLASLt's and Triton's
     prepared job (the rule's choice) -> covered well? -> candidates -> the kept choice, or each
     candidate compiled, verified, timed briefly (under a lock) -> the winner's prepared job
 
-Covered well (`coverage`): with the tuner's evidence file (results/tuning/<gpu>.csv), when the
-nearest training shape lies within `dispatch.autotune_max_distance` in log2(m, n, k); without
-one, when a rule other than a catch-all (`when: True`) holds. A shape no rule holds (the
-dispatcher's default) is never covered well. Candidates (`candidates`): the rule's choice first,
-then the best measured candidates at the nearest training shapes (evidence), or else the dispatch
-rules' other choices and the dispatcher's defaults (a GPU without a table: every portable
-kernel that builds, measured on the GPU itself). The record says what happened: `autotuned`,
+Covered well (src/job/coverage.py): the nearest training shape is near and its own measurements
+agree with the rule's choice, or without evidence a rule other than a catch-all holds.
+Candidates (`candidates`): the rule's choice first, then the best measured candidates at the
+nearest training shapes (evidence), or else the dispatch rules' other choices and the
+dispatcher's defaults (a GPU without a table: every portable kernel that builds, measured on the
+GPU itself). The record says what happened: `autotuned`,
 `autotune_why`, `autotune_candidates`, `autotune_s`; the brief timings are not the job's figure.
 """
 
@@ -35,6 +34,7 @@ from src.job import dispatch, training
 from src.job.config import kernel_config
 from src.job.file_lock import entry_held, write_atomically
 from src.job.autotune_settings import Settings, default_settings  # noqa: F401 (autotune.Settings, .default_settings)
+from src.job.coverage import Coverage, coverage  # noqa: F401 (autotune.coverage: the step's first question)
 from src.job.prepare import PreparedJob, prepare_kernel
 from src.job.problem import Problem
 from src.job.protocol import BenchProtocol
@@ -53,12 +53,6 @@ ALL_FAILED = "all_failed"    # no candidate compiled and verified: the rule's ch
 
 
 @dataclass(frozen=True)
-class Coverage:
-    well: bool
-    why: str
-
-
-@dataclass(frozen=True)
 class Candidate:
     kernel: str     # the chapter (conf/kernel/<kernel>.yaml)
     params: dict    # over the chapter's tuned parameters (a measured candidate's: all of them)
@@ -67,29 +61,6 @@ class Candidate:
 
 def _label(shape) -> str:
     return "x".join(str(d) for d in shape)
-
-
-def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int, int, int],
-             rows: list[dict] | None, max_distance: float, evidence_name: str) -> Coverage:
-    """Whether the dispatch rules cover `shape` well (see the module's docstring), and why."""
-    if choice.when is None:
-        return Coverage(False, f"no dispatch rule of {dispatcher} holds at {_label(shape)}: the "
-                               f"dispatcher's default runs, portable, not measured on this GPU")
-    if rows is not None:
-        near = training.nearest(rows, dispatcher, shape, 1)
-        if not near:
-            return Coverage(False, f"{evidence_name} has no {dispatcher} rows: nothing measured "
-                                   f"near {_label(shape)}")
-        far = training.distance(near[0], shape)
-        if far > max_distance:
-            return Coverage(False, f"the nearest training shape {_label(near[0])} is {far:.2f} away "
-                                   f"in log2(m, n, k) (> {max_distance:g}): the rules extrapolate here")
-        return Coverage(True, f"the nearest training shape {_label(near[0])} is {far:.2f} away in "
-                              f"log2(m, n, k) (<= {max_distance:g}): the rules were fitted near it")
-    if choice.when.strip() == "True":
-        return Coverage(False, f"only the catch-all rule holds at {_label(shape)} and there is no "
-                               f"evidence file {evidence_name}: nothing measured says its choice suits it")
-    return Coverage(True, f"the rule `{choice.when}` holds at {_label(shape)} (not a catch-all)")
 
 
 def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str,
@@ -331,7 +302,9 @@ def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record:
     shape = (problem.m, problem.n, problem.k)
     path = Path(settings.evidence) if settings.evidence else training.evidence_path(gpu_spec)
     rows = training.read(path) if path.is_file() else None
-    covered = coverage(prepared.dispatched, name, shape, rows, settings.max_distance, str(path))
+    table = training.table(rows, name) if rows is not None else None
+    covered = coverage(prepared.dispatched, name, shape, rows, settings.max_distance, str(path),
+                       margin=settings.margin, table=table)
     record.autotune_why = covered.why
     if covered.well:
         record.autotuned = NOT_NEEDED
@@ -339,7 +312,7 @@ def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record:
 
     # the first `settings.candidates` that build, each kernel once; the rule's choice is `prepared`
     listed = candidates(prepared.dispatched, dispatcher_cfg, gpu_spec, shape, rows, settings.nearest,
-                        settings.variants)
+                        settings.variants, table)
     kept: list[tuple[Candidate, PreparedJob]] = [(listed[0], prepared)]
     seen, refused = {_identity(prepared)}, []
     for candidate in listed[1:]:

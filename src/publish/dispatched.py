@@ -56,7 +56,8 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
         now = dispatch.choose(configs[r.kernel], gpu_spec, problem, limits)
         shape = (problem.m, problem.n, problem.k)
         autotunes_now = settings.enabled and not autotune.coverage(
-            now, str(r.kernel), shape, rows, settings.max_distance, str(evidence)).well
+            now, str(r.kernel), shape, rows, settings.max_distance, str(evidence), margin=settings.margin,
+            table=_table(tables, rows, str(r.kernel))).well
         autotuned = getattr(r, "autotuned", None) in (autotune.MEASURED, autotune.REUSED,
                                                       autotune.ALL_FAILED)
         rule = (now.kernel, now.params)

@@ -87,7 +87,8 @@ def _autotune(choice, dispatcher: str, problem, gpu_spec: str, limits: dict | No
     shape = (problem.m, problem.n, problem.k)
     if not settings.enabled:
         return ["  autotune: off (dispatch.autotune): the rule's choice runs"]
-    covered = autotune.coverage(choice, dispatcher, shape, rows, settings.max_distance, evidence_name)
+    covered = autotune.coverage(choice, dispatcher, shape, rows, settings.max_distance, evidence_name,
+                                margin=settings.margin)
     if covered.well:
         return [f"  autotune: measures nothing here: {covered.why}"]
     listed = [f"    {c.kernel} {json.dumps(c.params, sort_keys=True)} ({c.source})" for c, _ in

@@ -166,8 +166,8 @@ def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_
     is edited to another launch, or recorded as not autotuned, is an earlier dispatch. These runs
     predate dispatch.autotune_variants, so it is read with none (as they were measured). Since
     2026-12-06 autotune also measures a near shape whose nearest training shape measured the
-    rule's choice more than the margin below its best there (src/job/coverage.py): the probes'
-    rows left to the rules there (`not_needed`: FP32 2x23936x3328; TF32 131^3, 349^3, 506x49x138)
+    rule's choice more than the margin below its best there (src/job/autotune_coverage.py): the
+    probes' rows left to the rules there (`not_needed`: FP32 2x23936x3328; TF32 131^3, 349^3, 506x49x138)
     are earlier dispatches too."""
     import json
     import re

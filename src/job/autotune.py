@@ -7,8 +7,9 @@ this process or another, reuses it without measuring (as cuBLASLt's and Triton's
     prepared job (the rule's choice) -> covered well? -> candidates -> the kept choice, or each
     candidate compiled, verified, timed briefly (under a lock) -> the winner's prepared job
 
-Covered well (src/job/coverage.py): the nearest training shape is near and its own measurements
-agree with the rule's choice, or without evidence a rule other than a catch-all holds.
+Covered well (src/job/autotune_coverage.py): the nearest training shape is near and its own
+measurements agree with the rule's choice, or without evidence a rule other than a catch-all
+holds.
 Candidates (`candidates`): the rule's choice first, then the best measured candidates at the
 nearest training shapes (evidence), or else the dispatch rules' other choices and the
 dispatcher's defaults (a GPU without a table: every portable kernel that builds, measured on the
@@ -34,7 +35,7 @@ from src.job import dispatch, training
 from src.job.config import kernel_config
 from src.job.file_lock import entry_held, write_atomically
 from src.job.autotune_settings import Settings, default_settings  # noqa: F401 (autotune.Settings, .default_settings)
-from src.job.coverage import Coverage, coverage  # noqa: F401 (autotune.coverage: the step's first question)
+from src.job.autotune_coverage import Coverage, coverage  # noqa: F401 (autotune.coverage: the step's first question)
 from src.job.prepare import PreparedJob, prepare_kernel
 from src.job.problem import Problem
 from src.job.protocol import BenchProtocol

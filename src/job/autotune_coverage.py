@@ -44,12 +44,14 @@ def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int,
         # the model weighs several neighbours (and their wave fills): where the nearest one's own
         # measurements rank its choice below their best, the rules guess here (docs/tuning.md)
         tab = table or training.table(rows, dispatcher)
-        there = tab.of(training.Candidate(choice.kernel, json.dumps(choice.params, sort_keys=True))).get(near[0])
+        rule = training.Candidate(choice.kernel, json.dumps(choice.params, sort_keys=True))
+        there = tab.of(rule).get(near[0])
         best = max((v for (s, _), v in tab.ratio.items() if s == near[0]), default=None)
         if best is not None and (there is None or there < best * (1 - margin)):
+            measured = "nothing" if there is None else f"{there:.3f}x"
             return Coverage(False, f"the nearest training shape {_label(near[0])} is {far:.2f} away, but "
-                                   f"the rule's choice measured there " + (f"{there:.3f}x" if there is not None else "nothing")
-                                   + f" against its best {best:.3f}x (more than {margin:.0%} apart)")
+                                   f"the rule's choice measured there {measured} against its best "
+                                   f"{best:.3f}x (more than {margin:.0%} apart)")
         return Coverage(True, f"the nearest training shape {_label(near[0])} is {far:.2f} away in "
                               f"log2(m, n, k) (<= {max_distance:g}) and the rule's choice measured "
                               f"within {margin:.0%} of its best there: the rules were fitted near it")

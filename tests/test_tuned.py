@@ -169,3 +169,35 @@ def test_known_specs_are_read_again_when_a_spec_file_changes(tmp_path, monkeypat
     (tmp_path / "a100.yaml").write_text("name: a100\nsms: 1080\n")
     (tmp_path / "h100_sxm.yaml").write_text("name: h100_sxm\nsms: 132\n")
     assert {k: v["sms"] for k, v in gpu.known_specs().items()} == {"a100": 1080, "h100_sxm": 132}
+
+
+def test_a_gpus_own_nearest_section_replaces_the_one_it_inherits_whole(tmp_path, monkeypatch):
+    """A tuned file may start from another GPU's (`defaults: [h100_sxm, _self_]`, as h200.yaml
+    does), and Hydra merges mappings key by key: a `nearest:` key the parent's fit wrote and the
+    child's did not (`regions`, written only where a dispatcher keeps the sides apart;
+    `waves_cap`, only when not 0) would leak into the child's model. The child's own section is
+    taken whole; a child without one (gh200.yaml, h100_pcie.yaml) runs the parent's. Composed
+    through Hydra from a copy of conf/ with three small tuned files."""
+    import shutil
+
+    import yaml
+
+    from src.job import config
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    parent = {"count": 4, "weighting": "equal", "waves": 0.5, "waves_cap": 2.0, "regions": ["min(m, n) <= 2"]}
+    own = {"count": 3, "weighting": "inverse_distance", "waves": 0.0}
+    for name, data in (("parent", {"nearest": parent}),
+                       ("child", {"defaults": ["parent", "_self_"], "nearest": own}),
+                       ("heir", {"defaults": ["parent", "_self_"], "kernels": {}})):
+        (conf / "tuned" / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(config, "CONF_DIR", conf)
+    config.forget()
+    try:
+        assert config.tuned_config("child")["nearest"] == own  # no `regions`, no `waves_cap`
+        assert config.tuned_config("heir")["nearest"] == parent
+        assert config.tuned_config("parent")["nearest"] == parent
+    finally:
+        monkeypatch.undo()
+        config.forget()

@@ -46,12 +46,19 @@ def kernel_config(name: str) -> dict:
 def _tuned_config(gpu_spec: str) -> dict | None:
     from hydra.errors import MissingConfigException
 
-    if not (CONF_DIR / "tuned" / f"{gpu_spec}.yaml").is_file():
+    path = CONF_DIR / "tuned" / f"{gpu_spec}.yaml"
+    if not path.is_file():
         return None  # no tuned file for this GPU: the kernels' own defaults stand
     try:
-        return OmegaConf.to_container(_compose((f"+tuned={gpu_spec}",)).tuned)
+        tuned = OmegaConf.to_container(_compose((f"+tuned={gpu_spec}",)).tuned)
     except MissingConfigException:
         return None
+    # A GPU's own `nearest:` replaces the one its defaults list inherits, whole: Hydra merges
+    # mappings key by key, and a key its fit left out (no `regions`, no `waves_cap`) means none.
+    own = OmegaConf.to_container(OmegaConf.load(path))
+    if isinstance(own, dict) and own.get("nearest"):
+        tuned["nearest"] = own["nearest"]
+    return tuned
 
 
 def tuned_config(gpu_spec: str) -> dict | None:

@@ -37,7 +37,7 @@ from src.job.file_lock import entry_held, write_atomically
 from src.job.autotune_settings import Settings, default_settings  # noqa: F401 (autotune.Settings, .default_settings)
 from src.job.autotune_coverage import Coverage, coverage  # noqa: F401 (autotune.coverage: the step's first question)
 from src.job.prepare import PreparedJob, prepare_kernel
-from src.job.problem import Problem
+from src.job.problem import Problem, shape_label
 from src.job.protocol import BenchProtocol
 from src.paths import CONF_DIR
 from src.records.record import Record
@@ -58,10 +58,6 @@ class Candidate:
     kernel: str     # the chapter (conf/kernel/<kernel>.yaml)
     params: dict    # over the chapter's tuned parameters (a measured candidate's: all of them)
     source: str     # where it comes from: the rule, the evidence at a training shape
-
-
-def _label(shape) -> str:
-    return "x".join(str(d) for d in shape)
 
 
 def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str,
@@ -100,7 +96,7 @@ def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: 
                 if rank < len(ok):
                     r = ok[rank]
                     found.append(Candidate(r["kernel"], json.loads(r["params"]),
-                                           f"#{rank + 1} at {_label(near)}, {training.score(r) or 0.0:.3f}x the "
+                                           f"#{rank + 1} at {shape_label(near)}, {training.score(r) or 0.0:.3f}x the "
                                            f"stronger cuBLAS"))
         return found
     for index, rule in enumerate(dispatch.rules(dispatcher_cfg, gpu_spec)):

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from src.job import dispatch, training
+from src.job.problem import shape_label
 
 
 @dataclass(frozen=True)
@@ -20,26 +21,22 @@ class Coverage:
     why: str
 
 
-def _label(shape) -> str:
-    return "x".join(str(d) for d in shape)
-
-
 def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int, int, int],
              rows: list[dict] | None, max_distance: float, evidence_name: str, *, margin: float,
              table: training.Table | None = None) -> Coverage:
     """Whether the dispatch rules cover `shape` well (the module's docstring), and why.
     `table`: training.table(rows, dispatcher), where the caller has it already."""
     if choice.when is None:
-        return Coverage(False, f"no dispatch rule of {dispatcher} holds at {_label(shape)}: the "
+        return Coverage(False, f"no dispatch rule of {dispatcher} holds at {shape_label(shape)}: the "
                                f"dispatcher's default runs, portable, not measured on this GPU")
     if rows is not None:
         near = training.nearest(rows, dispatcher, shape, 1)
         if not near:
             return Coverage(False, f"{evidence_name} has no {dispatcher} rows: nothing measured "
-                                   f"near {_label(shape)}")
+                                   f"near {shape_label(shape)}")
         far = training.distance(near[0], shape)
         if far > max_distance:
-            return Coverage(False, f"the nearest training shape {_label(near[0])} is {far:.2f} away "
+            return Coverage(False, f"the nearest training shape {shape_label(near[0])} is {far:.2f} away "
                                    f"in log2(m, n, k) (> {max_distance:g}): the rules extrapolate here")
         # the model weighs several neighbours (and their wave fills): where the nearest one's own
         # measurements rank its choice below their best, the rules guess here (docs/tuning.md)
@@ -49,13 +46,13 @@ def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int,
         best = max((v for (s, _), v in tab.ratio.items() if s == near[0]), default=None)
         if best is not None and (there is None or there < best * (1 - margin)):
             measured = "nothing" if there is None else f"{there:.3f}x"
-            return Coverage(False, f"the nearest training shape {_label(near[0])} is {far:.2f} away, but "
+            return Coverage(False, f"the nearest training shape {shape_label(near[0])} is {far:.2f} away, but "
                                    f"the rule's choice measured there {measured} against its best "
                                    f"{best:.3f}x (more than {margin:.0%} apart)")
-        return Coverage(True, f"the nearest training shape {_label(near[0])} is {far:.2f} away in "
+        return Coverage(True, f"the nearest training shape {shape_label(near[0])} is {far:.2f} away in "
                               f"log2(m, n, k) (<= {max_distance:g}) and the rule's choice measured "
                               f"within {margin:.0%} of its best there: the rules were fitted near it")
     if choice.when.strip() == "True":
-        return Coverage(False, f"only the catch-all rule holds at {_label(shape)} and there is no "
+        return Coverage(False, f"only the catch-all rule holds at {shape_label(shape)} and there is no "
                                f"evidence file {evidence_name}: nothing measured says its choice suits it")
-    return Coverage(True, f"the rule `{choice.when}` holds at {_label(shape)} (not a catch-all)")
+    return Coverage(True, f"the rule `{choice.when}` holds at {shape_label(shape)} (not a catch-all)")

@@ -110,3 +110,9 @@ def make_inputs(problem: Problem, seed: int | None = None) -> Inputs:
     else:
         c0 = rng.uniform(-1.0, 1.0, (problem.m, problem.n), dtype=cp.float32)
     return Inputs(a=a, b=b, c=c0.copy(), c0=c0, seed=seed)
+
+
+def shape_label(shape) -> str:
+    """'MxNxK' of a (m, n, k) shape, cubes too, as the tuner's evidence writes its `shape` column
+    (Problem.label shortens a cube to one number)."""
+    return "x".join(str(d) for d in shape)

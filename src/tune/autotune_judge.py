@@ -20,6 +20,7 @@ import sys
 from dataclasses import replace
 
 from src.errors import LabError
+from src.job.problem import shape_label
 
 DISPATCHERS = ("best_fp32", "best_tf32")
 
@@ -72,7 +73,7 @@ def _summary(found: list[tuple[float, tuple[int, int, int]]]) -> dict:
         return {"shapes": 0, "geomean": None, "min": None, "min_shape": None, "figures": []}
     low = min(found)
     return {"shapes": len(found), "geomean": math.exp(sum(math.log(v) for v, _ in found) / len(found)),
-            "min": low[0], "min_shape": "x".join(map(str, low[1])), "figures": found}
+            "min": low[0], "min_shape": shape_label(low[1]), "figures": found}
 
 
 def _counts(text: str) -> list[int]:

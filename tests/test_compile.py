@@ -390,6 +390,21 @@ def test_3xtf32_streaming_unaligned_b_builds_without_spills(shape, params):
 
 @needs_nvcc
 @pytest.mark.parametrize("shape,params", [
+    ((22, 739, 326), {"bm": 64, "bn": 64, "fit": 2, "stages": 6, "unaligned_rows": 2}),  # cp.async A and B, 4 slices
+    ((297, 44, 673), {"bm": 64, "bn": 64, "fit": 2}),             # cp.async A, 8 slices
+    ((8, 644, 3176), {"bm": 64, "bn": 64, "fit": 2, "stages": 6}),  # the TMA's A, 8 rows, 8 slices
+    ((4307, 583, 136), {"in_flight": 2, "unaligned_rows": 2}),    # the TMA's A, 128 x 128, unsliced
+], ids=["copied-ab-split4", "copied-a-split8", "tma-a-split8", "tma-a-unsplit"])
+def test_3xtf32_split_in_stage_builds_without_spills(shape, params):
+    """gemm_3xtf32 with split_by 2: every producer thread splits A's rows in the stage (copied by
+    4-byte cp.async, or brought by the TMA) within setmaxnreg's 40 registers and fences the async
+    proxy before the consumers' wgmma reads them; one entry, no pre-pass, and no spills."""
+    _sliced_build("gemm_3xtf32", shape, {**params, "register_operand": 1, "split_by": 2},
+                  ["fence.proxy.async.shared::cta", "cvt.rna.tf32.f32"], entries=1)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,params", [
     ((11048, 27, 3851), {"bm": 128, "bn": 64, "fit": 2}),        # 32 columns, two consumers, unsliced
     ((1156, 65, 4351), {"bm": 64, "bn": 128, "fit": 2}),         # 72 columns, one consumer, 2 slices
     ((64, 66, 40001), {"bm": 64, "bn": 64, "min_slice_k": 32}),  # long K, 8 slices

@@ -205,6 +205,44 @@ def test_streamed_unaligned_rows_alpha_beta(compose, kernel, shape, params):
     assert record.entry.endswith(", 1>"), record.entry  # STREAM 1
 
 
+SPLIT_IN_STAGE_CASES = [  # split_by 2 (B^T in registers): what brings A's rows, in the comment
+    ((22, 739, 326), {"bm": 64, "bn": 64, "fit": 2, "stages": 6, "unaligned_rows": 2}),  # cp.async, B's rows too, 24 rows
+    ((297, 43, 673), {"bm": 64, "bn": 64, "fit": 2, "unaligned_rows": 2}),  # cp.async, 8 slices
+    ((455, 20, 1020), {"bm": 64, "bn": 64, "fit": 2, "in_flight": 2}),  # the TMA, 8 slices, two groups in flight
+    ((8, 644, 3176), {"bm": 64, "bn": 64, "fit": 2, "stages": 6}),  # the TMA, 8 rows, long K
+    ((4307, 583, 136), {"unaligned_rows": 2}),                        # the TMA, 128 x 128, B's rows copied
+    ((1000, 999, 203), {"bm": 128, "bn": 64, "in_flight": 2}),        # cp.async, K tail of 11, unsliced
+    ((64, 66, 40001), {"bm": 64, "bn": 64, "min_slice_k": 32, "stages": 3}),  # long K, 8 slices, LAG 1
+    ((17, 33, 5), {}),                                                # K under one k tile
+    ((1, 1, 1), {}),
+]
+
+
+@pytest.mark.chapter("gemm_3xtf32")
+@pytest.mark.parametrize("shape,params", [
+    pytest.param(shape, params, id="x".join(map(str, shape)),
+                 marks=[pytest.mark.smoke] if shape in ((22, 739, 326), (8, 644, 3176)) else [])
+    for shape, params in SPLIT_IN_STAGE_CASES])
+def test_3xtf32_split_in_stage_alpha_beta(compose, shape, params):
+    """split_by 2: no pre-pass; the producer warpgroup copies A's rows into each stage (or has the
+    TMA bring them, K % 4 == 0) and splits them there into A_big and A_small, LAG stages behind
+    its copies. Verified with alpha and beta against the FP64 reference at the FP32 tolerance,
+    its timed launches and fresh inputs too, with no local memory, through the split-in-stage
+    instantiation (STREAM bit 2)."""
+    m, n, k = shape
+    params = {"register_operand": 1, "unaligned_rows": 2, **params, "split_by": 2}
+    record = run_job(compose("kernel=gemm_3xtf32", f"m={m}", f"n={n}", f"k={k}", "alpha=0.5", "beta=3.0",
+                             *[f"kernel.params.{p}={v}" for p, v in params.items()], *QUICK,
+                             *pinned_inputs(shape)),
+                     explicit_params=set(params))
+    assert record.status == "ok", record.error
+    assert record.tolerance == 1e-5
+    assert max(record.rel_err, record.rel_err_timed, record.rel_err_fresh) <= record.tolerance
+    assert record.local_bytes == 0
+    stream = int(record.entry.rstrip(">").split(",")[-1])
+    assert stream & 2 and bool(stream & 4) == (k % 4 == 0), record.entry
+
+
 @pytest.mark.chapter("gemm_3xtf32")
 @pytest.mark.parametrize("unaligned_rows", [1, 2])
 def test_a_pre_pass_with_a_static_tile_beside_a_full_stage_ring(compose, unaligned_rows):

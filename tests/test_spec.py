@@ -196,6 +196,7 @@ VIOLATIONS = [
     ("gemm_tf32", dict(fit=4), SQUARE, "fit == 1 or fit == 2 or fit == 3"),
     ("gemm_tf32", dict(unaligned_rows=3), SQUARE, "unaligned_rows == 1 or unaligned_rows == 2"),
     ("gemm_3xtf32", dict(unaligned_rows=3), SQUARE, "unaligned_rows == 1 or unaligned_rows == 2"),
+    ("gemm_3xtf32", dict(split_by=3), SQUARE, "split_by == 1 or split_by == 2"),
     ("gemm_tf32_swapped", dict(bm=256), SQUARE, "bm == 64 or bm == 128"),
     ("gemm_tf32_swapped", dict(bn=256), SQUARE, "bn == 64 or bn == 128"),
     ("gemm_tf32_swapped", dict(fit=3), SQUARE, "fit == 1 or fit == 2"),
@@ -659,6 +660,53 @@ def test_role_1_blocks_stream_the_unaligned_register_operand(kernel, shape, regi
     assert (stand_in.matrix, stand_in.region, stand_in.box) == (
         "workspace", (8 * n * k_pad, 32, 32, 32), (32, 32))
     assert spec.tensor_maps[1:] == padded.tensor_maps[1:]  # B_big^T (and B_small^T) as before
+
+
+@pytest.mark.parametrize("shape,unaligned_rows,stream", [
+    ((22, 739, 326), 2, 3),       # K % 4: A copied by cp.async and split; B's rows (N % 4) copied too
+    ((297, 44, 673), 1, 2),       # K % 4, B aligned: A copied by cp.async and split, B by the TMA
+    ((8, 644, 3176), 1, 6),       # K % 4 == 0: A brought by the TMA, split by the producers
+    ((4307, 583, 136), 2, 7),     # the TMA's A, B's rows copied
+])
+def test_3xtf32_split_by_the_producer_runs_no_pre_pass(shape, unaligned_rows, stream):
+    """split_by 2 with B^T in registers: the producer warpgroup splits A in each stage, so no
+    pre-pass runs and the workspace holds only stand-ins (4 KiB for A_big's and A_small's unread
+    maps, 4 KiB more for B's when its rows are copied); the entry's STREAM says what the producer
+    copies (bit 2: A's rows split in the stage; 4: brought by the TMA over A itself, K % 4 == 0);
+    a third barrier a stage (`loaded`) is in the shared memory only with the TMA's A."""
+    m, n, k = shape
+    problem = Problem(m, n, k, 1.0, 0.0)
+    params = {"register_operand": 1, "bm": 64, "bn": 64, "fit": 2, "unaligned_rows": unaligned_rows}
+    spec = build_spec(kernel_cfg("gemm_3xtf32", split_by=2, **params), problem, H100)
+    prepassed = build_spec(kernel_cfg("gemm_3xtf32", **params), problem, H100)
+    assert prepassed.prepass.entry.startswith("split_tf32_operands") and spec.prepass is None
+    assert spec.entry == prepassed.entry[:-2] + f"{stream}>" and spec.grid == prepassed.grid
+    b_streamed = stream & 1
+    assert spec.workspace_bytes == 4096 * (1 + b_streamed)
+    a_big, a_small, b = spec.tensor_maps
+    if stream & 4:
+        assert (a_big.matrix, a_big.region, a_big.box) == ("a", None, prepassed.tensor_maps[0].box)
+    else:
+        assert (a_big.matrix, a_big.region, a_big.box) == ("workspace", (0, 32, 32, 32), (32, 32))
+    assert (a_small.matrix, a_small.region, a_small.box) == ("workspace", (0, 32, 32, 32), (32, 32))
+    assert (b.matrix, b.region) == (("workspace", (4096, 32, 32, 32)) if b_streamed else ("b", None))
+    assert spec.dynamic_smem_bytes - prepassed.dynamic_smem_bytes == (
+        8 * 4 if stream & 4 else 0)  # 4 stages: one more barrier each with the TMA's A
+
+
+@pytest.mark.parametrize("shape,params", [
+    ((1156, 65, 4351), {"register_operand": 2}),                  # A in registers: B^T still by the pre-pass
+    ((4095, 4097, 333), {"register_operand": 1, "unaligned_rows": 1}),  # B padded by the pre-pass anyway
+])
+def test_3xtf32_split_by_2_builds_what_1_builds_where_it_cannot_drop_the_pre_pass(shape, params):
+    """split_by 2 needs B^T in registers and B read without a padded copy; elsewhere it builds
+    exactly what split_by 1 builds (so the tuning space crosses it freely, measured once)."""
+    problem = Problem(*shape, 1.0, 0.0)
+    spec = build_spec(kernel_cfg("gemm_3xtf32", split_by=2, **params), problem, H100)
+    same = build_spec(kernel_cfg("gemm_3xtf32", **params), problem, H100)
+    assert (spec.entry, spec.grid, spec.prepass, spec.workspace_bytes, spec.tensor_maps,
+            spec.dynamic_smem_bytes) == (same.entry, same.grid, same.prepass, same.workspace_bytes,
+                                         same.tensor_maps, same.dynamic_smem_bytes)
 
 
 def test_a_prepass_needs_a_workspace_entry_and_geometry():

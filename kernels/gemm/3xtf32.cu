@@ -7,8 +7,12 @@
 // One kernel, two roles for the operands (A_IN_REGISTERS, chosen per shape by the tuned file):
 //   0: C^T = B^T A^T (chapter 23's layout). The pre-pass splits A into A_big and A_small in the
 //      workspace (split_tf32_operands, tf32_split.cuh); B's fragments are split in registers.
-//      B's rows when not 16-byte aligned (N % 4): copied padded by the pre-pass, or (STREAM)
-//      copied into the stage by the producer warpgroup (swizzled_rows.cuh).
+//      B's rows when not 16-byte aligned (N % 4): copied padded by the pre-pass, or (STREAM 1)
+//      copied into the stage by the producer warpgroup (swizzled_rows.cuh). Or (STREAM 2, the
+//      tuned file's split_by 2) no pre-pass: the producer warpgroup copies A's rows into the
+//      stage (or, STREAM 4, the TMA brings them, K % 4 == 0) and splits them there
+//      (split_in_stage, tf32_split.cuh), for the shapes where the pre-pass's own launch is a
+//      large share of the time.
 //      Block tile BM x BN, BM = wgmma's N, one consumer warpgroup per 64 columns.
 //   1: C = A B. A is streamed once as FP32 and split in registers (ldmatrix, split_a_fragments);
 //      the pre-pass splits and transposes B, the small operand of few-columns products, into
@@ -199,13 +203,18 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   u64* full = reinterpret_cast<u64*>(smem + STAGES * R::STAGE);
   u64* empty = full + STAGES;
+  u64* loaded = empty + STAGES;  // STREAM 4: A's FP32 box landed, for the producers to split
 
   // This block's tile and K slice (k_slices.cuh).
   const SliceOfTile work = slice_of_tile<BM, BN, R::BK, GROUP_M, SLICES, LAST_TILES>(M, N, K);
 
   if (threadIdx.x == 0) {
-    if constexpr (STREAM)
-      stream_ring_init<STAGES, R::CONSUMERS>(full, empty);
+    if constexpr (STREAM & 4) {
+#pragma unroll
+      for (int s = 0; s < STAGES; ++s) mbar_init(&loaded[s], 1);  // the TMA thread's arrival
+    }
+    if constexpr (STREAM)  // an arrival a producer thread for each of its kinds of copies
+      stream_ring_init<STAGES, R::CONSUMERS, (STREAM & 1) + ((STREAM >> 1) & 1)>(full, empty);
     else
       init_stage_ring<STAGES, R::CONSUMERS>(full, empty);
   }
@@ -214,7 +223,8 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
   if (threadIdx.x < 128) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (STREAM || threadIdx.x == 0) {
-      // STREAM: the register operand's rows, copied by every producer thread (A's or B's)
+      // STREAM 1: the register operand's rows, copied by every producer thread (A's or B's);
+      // 2 (role 0): A's rows, copied and split in the stage by every producer thread
       if constexpr (A_IN_REGISTERS)
         produce_split_k_tiles<BM, BN, STAGES, true, R::B_PARTS, STREAM>(
             smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles,
@@ -222,7 +232,7 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
       else
         produce_split_k_tiles<BM, BN, STAGES, false, R::B_PARTS, STREAM>(
             smem, full, empty, tmap_0, tmap_1, tmap_2, work.m0, work.n0, work.kt0, work.k_tiles,
-            B, K, N);
+            B, K, N, A, M, K, loaded);
     }
     // PREFETCH_C: the producers done, this block's box of the old C requested into L2 for the
     // epilogue (its share after the K slices: role 1's slices share columns, role 0's rows)
@@ -251,8 +261,10 @@ __device__ __forceinline__ void run_block(int M, int N, int K, float alpha, cons
       const __grid_constant__ TensorMap tmap_0, const __grid_constant__ TensorMap tmap_1,       \
       const __grid_constant__ TensorMap tmap_2
 
-// One block per tile (SLICES == 1)... STREAM: the register operand's rows unaligned (role 0: B's,
-// N % 4; role 1: A's, K % 4), copied by the producer (no copy of them in the pre-pass).
+// One block per tile (SLICES == 1)... STREAM, bits of what the producer threads copy: 1 the
+// register operand's rows unaligned (role 0: B's, N % 4; role 1: A's, K % 4; no copy of them in
+// the pre-pass), 2 (role 0) A's rows, split in the stage (no pre-pass for A), 4 with 2: A's rows
+// brought by the TMA (K % 4 == 0) rather than copied.
 template <int A_IN_REGISTERS, int BM, int BN, int STAGES, int GROUP_M, int IN_FLIGHT, int PROMOTE,
           int SLICES, int PREFETCH_C, int STREAM>
 __global__ void __launch_bounds__(128 * (1 + Roles<A_IN_REGISTERS, BM, BN>::CONSUMERS), 1)

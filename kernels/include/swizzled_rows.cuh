@@ -19,12 +19,13 @@
 constexpr int STREAM_THREADS = 128;  // the producer warpgroup
 
 // The ring's barriers when producer threads copy: full[s] counts the TMA thread's arrive (with
-// its bytes, if any operand still goes through the TMA) and one per producer thread.
-template <int STAGES, int CONSUMERS>
+// its bytes, if any operand still goes through the TMA) and ARRIVALS per producer thread (one
+// for each kind of copy it makes into a stage).
+template <int STAGES, int CONSUMERS, int ARRIVALS = 1>
 __device__ __forceinline__ void stream_ring_init(u64* full, u64* empty) {
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
-    mbar_init(&full[s], 1 + STREAM_THREADS);
+    mbar_init(&full[s], 1 + ARRIVALS * STREAM_THREADS);
     mbar_init(&empty[s], CONSUMERS * 4);
   }
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");

@@ -94,6 +94,34 @@ __device__ __forceinline__ void split_a_fragments(unsigned row_addr, int lane, F
   }
 }
 
+// A producer thread's own copies of A's rows in k tile kt's stage (copy_swizzled_rows<BM, 1>:
+// the same addresses, so no other thread's copies are waited for) split in place: TF32 big where
+// the FP32 value was, small at the same place of the A_small tile after it, as the pre-pass would
+// have written them (the same split_tf32). Generic-proxy stores read by wgmma through the async
+// proxy: fenced before the thread's arrival on the stage's full barrier.
+template <int BM, int STAGE>
+__device__ __forceinline__ void split_in_stage(unsigned char* smem, u64* full, int kt, int stages,
+                                               int warp, int lane) {
+  constexpr int A_TILE = BM * 32 * 4;
+  const int s = kt % stages;
+  const unsigned dst = smem_addr(smem + s * STAGE);
+  const unsigned within = (lane & 3) * 4, row_base = dst + warp * 128 + within;
+  const unsigned even = row_base + ((((lane >> 2) ^ warp) & 7) << 4);
+  const unsigned odd = row_base + ((((lane >> 2) ^ (warp + 4)) & 7) << 4);
+#pragma unroll
+  for (int j = 0; j < BM / 4; ++j) {
+    const unsigned at = (j & 1 ? odd : even) + j * 512;
+    float x;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(at) : "memory");
+    unsigned big, small;
+    split_tf32(x, big, small);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(big) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + A_TILE), "r"(small) : "memory");
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  mbar_arrive(&full[s]);
+}
+
 // Producer (thread 0 of warpgroup 0, or all of it with STREAM): walks k tiles kt0 .. kt0 + k_tiles - 1 (all of K in 23,
 // a K slice in 26 and 27), refilling each stage as soon as the consumers release it, one stage
 // after another in `smem`: A_big's and A_small's BM x 32 boxes, then BN / 32 boxes of B (23, 26:
@@ -103,7 +131,14 @@ __device__ __forceinline__ void split_a_fragments(unsigned row_addr, int lane, F
 // 16-byte aligned: B's, N % 4, or with SPLIT_A A's, K % 4): every producer thread copies its rows
 // of that operand's boxes by cp.async instead of the TMA reading a padded copy; the stage's full
 // barrier then counts those threads too. `src` is that operand (B, or A with SPLIT_A), `rows` its
-// rows (K, or M) and `cols` its columns (N, or K).
+// rows (K, or M) and `cols` its columns (N, or K). STREAM is a set of bits: 1 the register
+// operand's rows as above; 2 (role 0 only, gemm_3xtf32's split_by 2) A's rows too, copied by
+// every producer thread into the A_big tile and split there in place into A_big and A_small
+// (split_in_stage), instead of the pre-pass splitting all of A into the workspace first: at small
+// and mid shapes that pre-pass is a launch of its own, a third of the GEMM's time (H100, 22 x 739
+// x 326: 3.1 of 9.9 us, ncu); 4 with 2 (K % 4 == 0): the TMA brings those rows instead, on
+// the stage's `loaded` barrier, which the producer threads wait on before splitting. `a_src` is
+// A, `a_rows` M, `a_cols` K.
 template <int BM, int BN, int STAGES, bool SPLIT_A = false, int PARTS = 2, int STREAM = 0>
 __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* full, u64* empty,
                                                       const TensorMap* tmap_a_big,
@@ -111,18 +146,30 @@ __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* 
                                                       const TensorMap* tmap_b, int m0, int n0,
                                                       int kt0, int k_tiles,
                                                       const float* src = nullptr, int rows = 0,
-                                                      int cols = 0) {
+                                                      int cols = 0, const float* a_src = nullptr,
+                                                      int a_rows = 0, int a_cols = 0,
+                                                      u64* loaded = nullptr) {
   constexpr int BK = 32, A_TILE = BM * BK * 4, B_BOX = BK * 32 * 4, B_TILE = BN * BK * 4;
   constexpr int STAGE = SPLIT_A ? A_TILE + PARTS * B_TILE : 2 * A_TILE + (BN / 32) * B_BOX;
+  constexpr bool COPY_ROWS = STREAM & 1, SPLIT_IN_STAGE = !SPLIT_A && (STREAM & 2);
+  constexpr bool A_BY_TMA = SPLIT_IN_STAGE && (STREAM & 4);  // else copied by cp.async
   // the bytes the TMA brings a stage: all of it, or what the producer threads do not copy
-  constexpr int TMA_BYTES = !STREAM ? STAGE : SPLIT_A ? PARTS * B_TILE : 2 * A_TILE;
+  constexpr int TMA_BYTES = SPLIT_A ? (COPY_ROWS ? PARTS * B_TILE : STAGE)
+                                    : (COPY_ROWS ? 0 : STAGE - 2 * A_TILE) +
+                                          (SPLIT_IN_STAGE ? 0 : 2 * A_TILE);
+  // SPLIT_IN_STAGE: a k tile's A rows are split once LAG later tiles' copies are issued; the
+  // consumers (IN_FLIGHT 2) release a stage only once the next tile is ready, so the producer's
+  // wait for a free stage needs tile kt - STAGES + 1 split before it: LAG = STAGES - 2
+  constexpr int LAG = STAGES - 2;
   // STREAM (every producer thread): this lane's element of the warp's first box row as of k = 0
   // (B: row k = warp, column n0 + lane; A: row m0 + warp, column lane), and for B which boxes'
   // columns exist (A's columns are k: only the last k tile has some outside)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* row = !STREAM ? nullptr
+  const float* row = !COPY_ROWS ? nullptr
                      : SPLIT_A ? src + (size_t)(m0 + warp) * cols + lane
                                : src + (size_t)warp * cols + n0 + lane;
+  const float* a_row =
+      SPLIT_IN_STAGE && !A_BY_TMA ? a_src + (size_t)(m0 + warp) * a_cols + lane : nullptr;
   unsigned b_cols_ok = 0;
 #pragma unroll
   for (int i = 0; i < BN / 32; ++i) b_cols_ok |= (n0 + 32 * i + lane < cols ? 1u : 0u) << i;
@@ -140,27 +187,53 @@ __device__ __forceinline__ void produce_split_k_tiles(unsigned char* smem, u64* 
         if constexpr (PARTS == 2)
           tma_load_2d(stage + A_TILE + B_TILE, tmap_b, &full[s], k, n0);        // B_small^T
       } else {
-        tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
-        tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
-        if constexpr (!STREAM) {
+        if constexpr (A_BY_TMA) {  // A's FP32 box into the A_big tile (map a_big: A itself)
+          mbar_arrive_expect_tx(&loaded[s], A_TILE);
+          tma_load_2d(stage, tmap_a_big, &loaded[s], k, m0);
+        } else if constexpr (!SPLIT_IN_STAGE) {
+          tma_load_2d(stage, tmap_a_big, &full[s], k, m0);
+          tma_load_2d(stage + A_TILE, tmap_a_small, &full[s], k, m0);
+        }
+        if constexpr (!COPY_ROWS) {
 #pragma unroll
           for (int i = 0; i < BN / 32; ++i)
             tma_load_2d(stage + 2 * A_TILE + i * B_BOX, tmap_b, &full[s], n0 + 32 * i, k);
         }
       }
     }
-    if constexpr (STREAM && SPLIT_A) {
+    if constexpr (COPY_ROWS && SPLIT_A) {
       // A's tile: BM rows (m) of one 32-float box row each (k .. k + 31), at byte 0 of the stage
       copy_swizzled_rows<BM, 1>(smem_addr(stage), row + k, cols, rows - m0 - warp,
                                 k + lane < cols ? 1u : 0u, warp, lane);
       stream_arrive(&full[s]);
-    } else if constexpr (STREAM) {
+    } else if constexpr (COPY_ROWS) {
       copy_swizzled_rows<BK, BN / 32>(smem_addr(stage + 2 * A_TILE), row + (size_t)k * cols, cols,
                                       rows - k - warp, b_cols_ok, warp, lane);
       stream_arrive(&full[s]);
     }
+    if constexpr (A_BY_TMA) {
+      if (kt >= LAG) {
+        mbar_wait(&loaded[(kt - LAG) % STAGES], ((kt - LAG) / STAGES) & 1);
+        split_in_stage<BM, STAGE>(smem, full, kt - LAG, STAGES, warp, lane);
+      }
+    } else if constexpr (SPLIT_IN_STAGE) {
+      // A's FP32 rows into the A_big tile, as the TMA would lay them out; split LAG tiles later
+      copy_swizzled_rows<BM, 1>(smem_addr(stage), a_row + k, a_cols, a_rows - m0 - warp,
+                                k + lane < a_cols ? 1u : 0u, warp, lane);
+      cp_async_commit();
+      if (kt >= LAG) {
+        cp_async_wait<LAG>();  // this thread's copies of tile kt - LAG have landed
+        split_in_stage<BM, STAGE>(smem, full, kt - LAG, STAGES, warp, lane);
+      }
+    }
   }
   if constexpr (STREAM) asm volatile("cp.async.wait_all;\n" ::: "memory");
+  if constexpr (SPLIT_IN_STAGE) {
+    for (int kt = k_tiles > LAG ? k_tiles - LAG : 0; kt < k_tiles; ++kt) {
+      if constexpr (A_BY_TMA) mbar_wait(&loaded[kt % STAGES], (kt / STAGES) & 1);
+      split_in_stage<BM, STAGE>(smem, full, kt, STAGES, warp, lane);
+    }
+  }
 }
 
 // Consumer warpgroup (23's K loop; a K slice in 26 and 27): k tiles 0 .. k_tiles - 1 of the

@@ -1,6 +1,7 @@
 """A library kernel's params mean today what they meant when they were measured: every published
 run (results/<gpu>/*runs.csv, results/tuning/probes/*runs.csv) measured from today's kernel source
-(its `source_sha256`) builds, from its recorded params at its shape, the launch it recorded (entry,
+(its `source_sha256`, or a source whose evidence rows `sgemm-lab tune --carry-over` carried to today's:
+the same code at every carried candidate) builds, from its recorded params at its shape, the launch it recorded (entry,
 grid, block, dynamic shared memory). The evidence the dispatch is fitted from names candidates by
 params and source only, so a change to a kernel config's derived rules (conf/kernel/*.yaml) that
 moves what existing params build would silently re-label measured rows; this catches it (such a
@@ -33,11 +34,25 @@ def _limits(gpu_spec: str) -> dict[str, int]:
     return gpu_mod.limits_from_spec(gpu_spec)
 
 
-def moved_launches(runs: pd.DataFrame, kernel: str, config: dict, today: str) -> tuple[int, list[str]]:
+@lru_cache(maxsize=None)
+def carried_sources(kernel: str) -> frozenset[str]:
+    """The sources whose evidence rows of `kernel` were carried over to today's (`carried_from` of
+    results/tuning/<gpu>.csv): published runs measured from them ran today's code there."""
+    found: set[str] = set()
+    for path in (RESULTS_DIR / "tuning").glob("*.csv"):
+        rows = pd.read_csv(path, usecols=["kernel", "source_sha256", "carried_from"], low_memory=False)
+        mine = rows[(rows.kernel == kernel) & (rows.source_sha256 == source_sha256(kernel))]
+        found.update(str(s) for s in mine.carried_from.dropna().unique())
+    return frozenset(found)
+
+
+def moved_launches(runs: pd.DataFrame, kernel: str, config: dict, today) -> tuple[int, list[str]]:
     """(rows checked, 'MxNxK params: recorded -> today' for each that builds another launch now):
-    the ok rows of `kernel` (run directly, or dispatched to) measured from source `today`."""
+    the ok rows of `kernel` (run directly, or dispatched to) measured from source `today` (a
+    hash, or a set of them)."""
+    sources = {today} if isinstance(today, str) else set(today)
     ran = runs.dispatched_to.where(runs.dispatched_to.notna(), runs.kernel) if "dispatched_to" in runs else runs.kernel
-    rows = runs[(runs.status == "ok") & (ran == kernel) & (runs.source_sha256 == today)
+    rows = runs[(runs.status == "ok") & (ran == kernel) & runs.source_sha256.isin(sources)
                 & runs.params.notna() & runs.entry.notna()]
     moved = []
     for r in rows.itertuples(index=False):
@@ -66,7 +81,8 @@ def published_runs() -> pd.DataFrame:
 @pytest.mark.parametrize("kernel", LIBRARY)
 def test_params_build_the_launch_they_were_measured_as(published_runs, kernel):
     config = kernel_config(kernel)
-    checked, moved = moved_launches(published_runs, kernel, config, source_sha256(kernel))
+    checked, moved = moved_launches(published_runs, kernel, config,
+                                    {source_sha256(kernel), *carried_sources(kernel)})
     if not checked:
         pytest.skip(f"no published run of {kernel} was measured from today's source")
     assert not moved, f"{len(moved)} of {checked} rows build another launch now, e.g. {moved[:3]}"
@@ -81,7 +97,7 @@ def test_a_changed_derived_rule_is_caught(published_runs):
                                                     "16 * ceil_div(ceil_div(m, row_tiles), 16)")
     assert derived["block_m"] != config["derived"]["block_m"]
     checked, moved = moved_launches(published_runs, "gemm_tf32", {**config, "derived": derived},
-                                    source_sha256("gemm_tf32"))
+                                    {source_sha256("gemm_tf32"), *carried_sources("gemm_tf32")})
     if not checked:
         pytest.skip("no published run of gemm_tf32 was measured from today's source")
     assert moved and len(moved) < checked

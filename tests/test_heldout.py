@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from src.job import autotune
+from src.job.config import kernel_config
 from src.publish import dispatched, heldout
 from tests.runs_fixture import as_dispatched
 
@@ -217,7 +218,14 @@ def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_
         [lines[0].replace(json.dumps(params, sort_keys=True), json.dumps(other, sort_keys=True))] + lines[1:])
     assert autotune.recorded(edited.at[at, "autotune_candidates"], 0.02)[0] == (kernel, other)
     key = (edited.at[at, "kernel"], *(int(edited.at[at, d]) for d in "mnk"))
-    assert dispatched.dispatched_today(edited.loc[[at]], "h200")[key] == f"autotune from {kernel} {json.dumps(params, sort_keys=True)}"
+    got = dispatched.dispatched_today(edited.loc[[at]], "h200")[key]
+    prefix = f"autotune from {kernel} "
+    assert got.startswith(prefix), got
+    # the rule's choice the row recorded, named as today's tuned file names it: a parameter added
+    # since (carried over at its default, as split_by 1) comes in at the kernel config's default
+    named = json.loads(got[len(prefix):])
+    defaults = kernel_config(kernel)["params"]
+    assert named == {**{p: defaults[p] for p in named if p not in params}, **params}, got
     edited = fp32.copy()
     edited.at[at, "autotuned"] = None  # as if the rules alone had chosen there
     assert dispatched.dispatched_today(edited.loc[[at]], "h200")[key].startswith("autotune from ")

@@ -130,7 +130,6 @@ def test_a_row_whose_params_build_todays_launch_is_measured_through_todays_dispa
     earlier dispatch, listed with today's choice."""
     import json
 
-    from src.job.config import kernel_config
     from src.job.gpu import limits_from_spec
     from src.job.problem import Problem
     from src.job.spec import candidate_spec

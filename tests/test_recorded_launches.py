@@ -34,16 +34,22 @@ def _limits(gpu_spec: str) -> dict[str, int]:
     return gpu_mod.limits_from_spec(gpu_spec)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1)
+def _carried_pairs() -> frozenset[tuple[str, str, str]]:
+    """(kernel, source_sha256, carried_from) of every carried evidence row, the files read once."""
+    found: set[tuple[str, str, str]] = set()
+    for path in (RESULTS_DIR / "tuning").glob("*.csv"):
+        rows = pd.read_csv(path, usecols=["kernel", "source_sha256", "carried_from"], low_memory=False)
+        carried = rows.dropna(subset=["carried_from"]).drop_duplicates()
+        found.update(zip(carried.kernel, carried.source_sha256, carried.carried_from))
+    return frozenset(found)
+
+
 def carried_sources(kernel: str) -> frozenset[str]:
     """The sources whose evidence rows of `kernel` were carried over to today's (`carried_from` of
     results/tuning/<gpu>.csv): published runs measured from them ran today's code there."""
-    found: set[str] = set()
-    for path in (RESULTS_DIR / "tuning").glob("*.csv"):
-        rows = pd.read_csv(path, usecols=["kernel", "source_sha256", "carried_from"], low_memory=False)
-        mine = rows[(rows.kernel == kernel) & (rows.source_sha256 == source_sha256(kernel))]
-        found.update(str(s) for s in mine.carried_from.dropna().unique())
-    return frozenset(found)
+    today = source_sha256(kernel)
+    return frozenset(str(then) for k, now, then in _carried_pairs() if k == kernel and now == today)
 
 
 def moved_launches(runs: pd.DataFrame, kernel: str, config: dict, today) -> tuple[int, list[str]]:

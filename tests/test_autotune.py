@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from src.job import training
 from src.errors import CompileFailed, ConfigError, LaunchFailed
-from src.job import autotune
+from src.job import autotune, kept_evidence
 from src.job import gpu as gpu_mod
 from src.job import measure as measure_mod
 from src.job.config import kernel_config
@@ -192,6 +192,25 @@ def test_a_near_shape_whose_own_measurements_rank_the_rules_choice_below_their_b
     assert autotune.coverage(slower, "best_tf32", ODD, rows, 1.0, "e.csv", margin=0.2).well
     unmeasured = autotune.coverage(_job(ODD).dispatched, "best_tf32", ODD, rows, 1.0, "e.csv", margin=0.02)
     assert not unmeasured.well and "measured there nothing" in unmeasured.why
+
+
+def test_the_evidence_is_read_and_tabled_once_per_version_of_the_file(tmp_path):
+    """Every job of a sweep asks the same evidence (src/job/kept_evidence.py): read and tabled
+    once per version of the file, and read again once a tune rewrites it."""
+    path = Path(_evidence(tmp_path))
+    rows = kept_evidence.rows(path)
+    assert rows == training.read(path) and kept_evidence.rows(path) is rows
+    table = kept_evidence.table(path, "best_tf32")
+    assert kept_evidence.table(path, "best_tf32") is table
+    assert table.ratio == training.table(training.read(path), "best_tf32").ratio
+    # the nearest shapes from the table's shapes are those from the rows
+    for shape in (ODD, (700, 99, 37), (4096, 4096, 4096)):
+        assert (training.nearest(rows, "best_tf32", shape, 2, shapes=table.shapes)
+                == training.nearest(rows, "best_tf32", shape, 2))
+    evidence.write([_row((96, 96, 32), "17_flagship", {"bm": 64}, 1.08)], path)  # a tune's rewrite
+    again = kept_evidence.rows(path)
+    assert again is not rows and [r["ratio_best"] for r in again] == [1.08]
+    assert list(kept_evidence.table(path, "best_tf32").ratio.values()) == [1.08]
 
 
 # --- candidates ----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 
 from src.errors import LabError, LaunchFailed
 from src.job import cache as measurement_cache
-from src.job import dispatch, training
+from src.job import dispatch, kept_evidence, training
 from src.job.config import kernel_config
 from src.job.file_lock import entry_held, write_atomically
 from src.job.autotune_settings import Settings, default_settings  # noqa: F401 (autotune.Settings, .default_settings)
@@ -79,12 +79,12 @@ def candidates(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: 
                         f"{json.dumps(dict(v.params), sort_keys=True)}: {v.why}")
               for v in variants if v.kernel == choice.kernel]
     if rows is not None:
-        for rank, (c, ratio) in enumerate(dispatch.ranked(
-                gpu_spec, name, Problem(*shape, 1.0, 0.0), table or training.table(rows, name))):
+        table = table or training.table(rows, name)
+        for rank, (c, ratio) in enumerate(dispatch.ranked(gpu_spec, name, Problem(*shape, 1.0, 0.0), table)):
             found.append(Candidate(c.kernel, json.loads(c.params),
                                    f"the nearest model's #{rank + 1}, {ratio:.3f}x the stronger "
                                    f"cuBLAS at the nearest training shapes"))
-        nearby = training.nearest(rows, name, shape, nearest)
+        nearby = training.nearest(rows, name, shape, nearest, shapes=table.shapes)
         ok_at: dict = {near: [] for near in nearby}
         for r in rows:
             if r["dispatcher"] == name and r["status"] == "ok" and (r["m"], r["n"], r["k"]) in ok_at:
@@ -298,8 +298,8 @@ def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record:
     problem = prepared.problem
     shape = (problem.m, problem.n, problem.k)
     path = Path(settings.evidence) if settings.evidence else training.evidence_path(gpu_spec)
-    rows = training.read(path) if path.is_file() else None
-    table = training.table(rows, name) if rows is not None else None
+    rows = kept_evidence.rows(path) if path.is_file() else None
+    table = kept_evidence.table(path, name) if rows is not None else None
     covered = coverage(prepared.dispatched, name, shape, rows, settings.max_distance, str(path),
                        margin=settings.margin, table=table)
     record.autotune_why = covered.why

@@ -30,7 +30,7 @@ def coverage(choice: dispatch.DispatchChoice, dispatcher: str, shape: tuple[int,
         return Coverage(False, f"no dispatch rule of {dispatcher} holds at {shape_label(shape)}: the "
                                f"dispatcher's default runs, portable, not measured on this GPU")
     if rows is not None:
-        near = training.nearest(rows, dispatcher, shape, 1)
+        near = training.nearest(rows, dispatcher, shape, 1, shapes=table.shapes if table else None)
         if not near:
             return Coverage(False, f"{evidence_name} has no {dispatcher} rows: nothing measured "
                                    f"near {shape_label(shape)}")

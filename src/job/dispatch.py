@@ -37,7 +37,7 @@ from typing import Callable
 
 from src.errors import ConfigError, UnsupportedSize
 from src.job import gpu as gpu_mod
-from src.job import training
+from src.job import kept_evidence, training
 from src.job.config import kernel_config, tuned_config
 from src.job.problem import Problem
 from src.job.rules import first_rule, when_text
@@ -63,11 +63,6 @@ def is_dispatcher(kernel_cfg: dict) -> bool:
 def rules(kernel_cfg: dict, gpu_spec: str) -> list[dict]:
     """The dispatch rules of a dispatching kernel config on `gpu_spec`, in order (none: [])."""
     return list(((tuned_config(gpu_spec) or {}).get("dispatch") or {}).get(str(kernel_cfg["name"])) or [])
-
-
-@lru_cache(maxsize=8)
-def _table(path: str, mtime: float, dispatcher: str):
-    return training.table(training.read(Path(path)), dispatcher)
 
 
 @lru_cache(maxsize=8)
@@ -162,7 +157,7 @@ def _ranked(gpu_spec: str, name: str, problem: Problem, tab: training.Table | No
     if model is None:
         return [], [], ()
     _, _, path, runs, settings = model
-    tab = tab if tab is not None else _table(str(path), path.stat().st_mtime, name)
+    tab = tab if tab is not None else kept_evidence.table(path, name)
     order, near = training.nearest_ranked(tab, (problem.m, problem.n, problem.k), tab.shapes, runs, settings)
     return order, list(near), (tab, settings)
 
@@ -285,7 +280,7 @@ def nearest(gpu_spec: str, name: str, problem: Problem, precision: str | None = 
     if model is None:
         return None
     where, evidence, path, runs, settings = model
-    tab = _table(str(path), path.stat().st_mtime, name)
+    tab = kept_evidence.table(path, name)
     shape = (problem.m, problem.n, problem.k)
     order, near = training.nearest_ranked(tab, shape, tab.shapes, runs, settings)
     passed = 0

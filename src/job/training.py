@@ -137,10 +137,12 @@ def distance(a: tuple[int, int, int], b: tuple[int, int, int], small_side: float
     return math.sqrt(squares)
 
 
-def nearest(rows: list[dict], dispatcher: str, shape, count: int = 3, small_side: float = 0.0) -> list[tuple]:
+def nearest(rows, dispatcher: str, shape, count: int = 3, small_side: float = 0.0,
+            shapes=None) -> list[tuple]:
     """The `count` measured training shapes nearest to `shape` (`distance` under `small_side`;
-    ties by the shape)."""
-    shapes = sorted({(r["m"], r["n"], r["k"]) for r in rows if r["dispatcher"] == dispatcher})
+    ties by the shape); `shapes`: the dispatcher's `table(...).shapes`, where the caller has it."""
+    if shapes is None:
+        shapes = {(r["m"], r["n"], r["k"]) for r in rows if r["dispatcher"] == dispatcher}
     return sorted(shapes, key=lambda s: (distance(s, shape, small_side), s))[:count]
 
 

@@ -18,7 +18,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from src.errors import ConfigError
-from src.job import dispatch, training
+from src.job import dispatch, kept_evidence, training
 from src.job.training import NearestModel
 from src.job.problem import Problem
 from src.tune import evidence, fit, judge
@@ -1182,7 +1182,7 @@ def test_the_wave_fill_ratio_counts_at_most_its_cap(tmp_path, monkeypatch):
     written = yaml.safe_load(tuned.read_text())["nearest"]
     assert written["waves_cap"] == 2.0
     monkeypatch.setattr(d, "wave_fills", lambda gpu, precision: fill)
-    monkeypatch.setattr(d, "_table", lambda path, mtime, dispatcher: tab)
+    monkeypatch.setattr(kept_evidence, "table", lambda path, dispatcher: tab)
     for cap, params in ((2, SMALL), (0, BIG)):
         monkeypatch.setattr(d, "tuned_config", lambda gpu, c=cap: {"nearest": {**written, "waves_cap": c}})
         got = dispatch.choose({"name": "best_tf32", "default": "17_flagship"}, "synthetic-cap", Problem(*query, 0.5, 3.0))

@@ -130,21 +130,26 @@ def _evidence(tmp_path) -> str:
 
 def test_autotune_is_on_by_default_and_off_from_the_command_line(compose):
     on = autotune.Settings.from_cfg(compose("kernel=best_tf32"))
-    assert on.enabled and on.candidates == 4 and on.protocol == "tune" and on.margin == 0.02
+    assert on.enabled and on.protocol == "tune" and on.margin == 0.02
+    assert (on.count("best_fp32"), on.count("best_tf32")) == (8, 4)  # each dispatcher its own count
     off = autotune.Settings.from_cfg(compose("kernel=best_tf32", "dispatch.autotune=false",
                                              "dispatch.autotune_candidates=2"))
-    assert not off.enabled and off.candidates == 2
+    assert not off.enabled and off.count("best_fp32") == off.count("best_tf32") == 2  # one for all
+    one = autotune.Settings.from_cfg(compose("kernel=best_tf32", "dispatch.autotune_candidates.best_fp32=3"))
+    assert (one.count("best_fp32"), one.count("best_tf32")) == (3, 4)
     assert autotune.Settings.from_cfg(None).enabled is False  # no config: the rules alone
 
 
 @pytest.mark.parametrize("override,rule", [("dispatch.autotune_candidates=0", "at least 1 candidate"),
+                                           ("dispatch.autotune_candidates.best_fp32=0", "at least 1 candidate"),
+                                           ("+dispatch.autotune_candidates.best_fp64=4", "conf/kernel/ dispatchers"),
                                            ("dispatch.autotune_protocol=nope", "conf/bench/"),
                                            ("dispatch.autotune_max_distance=-1", "a number >= 0"),
                                            ("dispatch.autotune_margin=-0.1", "a number >= 0")])
 def test_a_bad_autotune_setting_is_refused_naming_its_rule(compose, override, rule):
     with pytest.raises(ConfigError, match=rule) as raised:
         autotune.Settings.from_cfg(compose("kernel=best_tf32", override))
-    assert override.split("=")[0] in str(raised.value)
+    assert override.lstrip("+").split("=")[0] in str(raised.value)
 
 
 # --- covered well ---------------------------------------------------------------------------------

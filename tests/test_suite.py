@@ -185,6 +185,21 @@ def test_on_a_gpu_without_a_table_autotune_measures_the_portable_defaults_that_b
         assert [c.kernel for c, _ in planned] == kernels, (name, shape)
 
 
+def test_each_dispatcher_measures_as_many_candidates_as_its_count_says():
+    """dispatch.autotune_candidates as {dispatcher: count}: best_fp32's count cuts its list, and
+    best_tf32, not named, measures the default 4 (the A100's portable defaults, as above)."""
+    limits = gpu_mod.limits_from_spec("a100")
+    settings = autotune.Settings.from_cfg({"dispatch": {"autotune_candidates": {"best_fp32": 2}}})
+    problem = Problem(7, 4096, 4096, 1.0, 0.0)
+    listed = {}
+    for name in ("best_fp32", "best_tf32"):
+        choice = dispatch.choose(kernel_config(name), "a100", problem, limits)
+        listed[name] = [c.kernel for c, _ in autotune.planned(choice, kernel_config(name), "a100", problem,
+                                                              None, settings, limits)]
+    assert listed == {"best_fp32": ["gemm_ffma_skinny", "17_flagship"],
+                      "best_tf32": ["gemm_mma_tf32", "gemm_ffma_skinny", "17_flagship"]}
+
+
 @pytest.mark.parametrize("gpu", ["gh200", "h100_pcie"])
 def test_an_untuned_hopper_gpu_borrows_the_h100s_rules_and_explain_says_so(compose, gpu, capsys):
     """The GH200 and the H100 PCIe are the H100 SXM's processor: their tuned files take its rules

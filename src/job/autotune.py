@@ -111,7 +111,7 @@ def planned(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str
             rows: list[dict] | None, settings: Settings, limits: dict | None,
             table: training.Table | None = None) -> list[tuple[Candidate, object]]:
     """[(candidate, its launch)]: what autotune measures at `problem`, without a GPU: the first
-    `settings.candidates` of `candidates` that build, each launch once (dispatch.launch with the
+    `settings.count(dispatcher)` of `candidates` that build, each launch once (dispatch.launch with the
     device's `limits`; without them, each (kernel, params) once, as listed)."""
     seen, out = set(), []
     shape = (problem.m, problem.n, problem.k)
@@ -123,7 +123,7 @@ def planned(choice: dispatch.DispatchChoice, dispatcher_cfg: dict, gpu_spec: str
         if launch is not None and launch not in seen:
             seen.add(launch)
             out.append((c, launch))
-            if len(out) == settings.candidates:
+            if len(out) == settings.count(str(dispatcher_cfg["name"])):
                 break
     return out
 
@@ -307,13 +307,13 @@ def run(prepared: PreparedJob, dispatcher_cfg: dict, settings: Settings, record:
         record.autotuned = NOT_NEEDED
         return prepared
 
-    # the first `settings.candidates` that build, each kernel once; the rule's choice is `prepared`
+    # the first `settings.count(name)` that build, each kernel once; the rule's choice is `prepared`
     listed = candidates(prepared.dispatched, dispatcher_cfg, gpu_spec, shape, rows, settings.nearest,
                         settings.variants, table)
     kept: list[tuple[Candidate, PreparedJob]] = [(listed[0], prepared)]
     seen, refused = {_identity(prepared)}, []
     for candidate in listed[1:]:
-        if len(kept) >= settings.candidates:
+        if len(kept) >= settings.count(name):
             break
         chapter = {**kernel_config(candidate.kernel), "precision": prepared.kernel_cfg["precision"]}
         try:

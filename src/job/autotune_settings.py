@@ -32,13 +32,18 @@ class Settings:
     """dispatch.* (conf/dispatch/default.yaml)."""
 
     enabled: bool = False
-    candidates: int = 4
+    candidates: int = 4                          # what each dispatcher measures unless `counts` names it
+    counts: tuple[tuple[str, int], ...] = ()     # (dispatcher, count): dispatch.autotune_candidates as a mapping
     max_distance: float = 0.5
     nearest: int = 3
     protocol: str = "tune"
     evidence: str | None = None
     margin: float = 0.02
     variants: tuple[Variant, ...] = ()
+
+    def count(self, dispatcher: str) -> int:
+        """How many launches autotune measures for `dispatcher` (best_fp32, best_tf32)."""
+        return dict(self.counts).get(dispatcher, self.candidates)
 
     @classmethod
     def from_cfg(cls, cfg) -> Settings:
@@ -53,9 +58,7 @@ class Settings:
         enabled = data.get("autotune", False)
         if not isinstance(enabled, bool):
             raise bad("autotune", "dispatch.autotune is true or false")
-        count = data.get("autotune_candidates", cls.candidates)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise bad("autotune_candidates", "at least 1 candidate, an integer (the rule's choice is the first)")
+        count, counts = candidate_counts(data.get("autotune_candidates", cls.candidates))
         nearest = data.get("autotune_nearest", cls.nearest)
         if isinstance(nearest, bool) or not isinstance(nearest, int) or nearest < 1:
             raise bad("autotune_nearest", "at least 1 training shape, an integer")
@@ -69,9 +72,24 @@ class Settings:
         margin = data.get("autotune_margin", cls.margin)
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
             raise bad("autotune_margin", "a fraction of the rule's choice's GFLOP/s, a number >= 0")
-        return cls(enabled, count, float(distance), nearest, protocol,
+        return cls(enabled, count, counts, float(distance), nearest, protocol,
                    None if evidence in (None, "") else str(evidence), float(margin),
                    variants(data.get("autotune_variants")))
+
+
+def candidate_counts(value) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """dispatch.autotune_candidates checked: one count for every dispatcher, or {dispatcher: count}
+    (a dispatcher it does not name measures Settings.candidates); ConfigError naming the entry."""
+    pairs = sorted(value.items()) if isinstance(value, dict) else [("", value)]
+    for name, count in pairs:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1 or (
+                name and not (CONF_DIR / "kernel" / f"{name}.yaml").is_file()):
+            raise ConfigError(
+                f"dispatch.autotune_candidates{'.' + str(name) if name else ''} = {count!r} is not "
+                f"allowed (rule: at least 1 candidate, an integer (the rule's choice is the first), "
+                f"for every dispatcher or for each named one, {{dispatcher: count}} naming "
+                f"conf/kernel/ dispatchers such as best_fp32).")
+    return (Settings.candidates, tuple(pairs)) if isinstance(value, dict) else (value, ())
 
 
 def variants(listed) -> tuple[Variant, ...]:

@@ -40,7 +40,8 @@ def left_out(rows: list[dict], gpu_spec: str, dispatcher: str, counts: list[int]
     mine = [r for r in rows if r["dispatcher"] == dispatcher]
     whole = training.table(mine, dispatcher)
     # today's settings with max(counts) candidates; without the variants, launches no evidence holds
-    settings = replace(autotune.default_settings(), enabled=True, candidates=max(counts), variants=())
+    settings = replace(autotune.default_settings(), enabled=True, candidates=max(counts), counts=(),
+                       variants=())
     figures: dict = {k: [] for k in counts}
     figures["ceiling"] = []
     for shape in [s for s in whole.shapes if s in drawn][:limit]:

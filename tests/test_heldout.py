@@ -164,7 +164,8 @@ def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_
     there). A row of the rules alone is an earlier one exactly where the probe autotuned (autotune now
     measures candidates there: "autotune from" the rule's choice). A probe row whose rule's choice
     is edited to another launch, or recorded as not autotuned, is an earlier dispatch. These runs
-    predate dispatch.autotune_variants, so it is read with none (as they were measured). Since
+    predate dispatch.autotune_variants and best_fp32's 8 candidates, so it is read with no variant
+    and 4 candidates (as they were measured). Since
     2026-12-06 autotune also measures a near shape whose nearest training shape measured the
     rule's choice more than the margin below its best there (src/job/autotune_coverage.py): the
     probes' rows left to the rules there (`not_needed`: FP32 2x23936x3328; TF32 131^3, 349^3, 506x49x138)
@@ -176,7 +177,7 @@ def test_with_autotune_on_a_row_is_todays_where_autotune_acts_then_and_now_from_
     from src.paths import ROOT
     from src.records.collect import read_runs
 
-    without_variants = replace(autotune.default_settings(), variants=())
+    without_variants = replace(autotune.default_settings(), variants=(), candidates=4, counts=())
     monkeypatch.setattr(autotune, "default_settings", lambda: without_variants)
     probes = ROOT / "results" / "tuning" / "probes"
     fp32 = read_runs(probes / "h200_heldout_autotune_fp32_half_a_1205_runs.csv")

@@ -5,7 +5,8 @@ tabling an H100's file (224,000 rows) took 3 to 4 s of CPU a job while its GPU w
     results/tuning/<gpu>.csv -> rows (training.read) -> one dispatcher's table (training.table)
 
 A version is the file's path, size, modification time and inode: a tune that rewrites it (in
-place or by a rename) is read again. The rows and tables are shared: callers only read them.
+place or by a rename) is read again. The rows and tables are shared: callers only read them. Two
+files' rows are kept at once (an H100's take about 200 MB of memory), four tables.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ def table(path: Path, dispatcher: str) -> training.Table:
     return _table(*_version(Path(path)), dispatcher)
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=2)
 def _rows(path: str, size: int, mtime_ns: int, inode: int) -> list[dict]:
     return training.read(Path(path))
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=4)
 def _table(path: str, size: int, mtime_ns: int, inode: int, dispatcher: str) -> training.Table:
     return training.table(_rows(path, size, mtime_ns, inode), dispatcher)

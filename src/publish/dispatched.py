@@ -30,7 +30,7 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
     timings, takes the launch that ran; a row of the rules
     alone, where autotune still finds the shape covered well and the rule's choice builds the same
     launch (the same params, or others that build it there). {} for a spec without a datasheet."""
-    from src.job import autotune, dispatch, training
+    from src.job import autotune, dispatch, kept_evidence, training
     from src.job import gpu as gpu_mod
     from src.job.config import kernel_config
     from src.job.problem import Problem
@@ -40,9 +40,8 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
     limits = gpu_mod.limits_from_spec(gpu_spec)
     settings = autotune.default_settings()
     evidence = Path(settings.evidence) if settings.evidence else training.evidence_path(gpu_spec)
-    rows = training.read(evidence) if settings.enabled and evidence.is_file() else None
+    rows = kept_evidence.rows(evidence) if settings.enabled and evidence.is_file() else None
     configs: dict[str, dict] = {}
-    tables: dict = {}  # {dispatcher: training.table of the evidence}, built once
     out = {}
     for r in runs[runs.status == "ok"].itertuples(index=False):
         chosen, params = getattr(r, "dispatched_to", None), getattr(r, "params", None)
@@ -57,7 +56,7 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
         shape = (problem.m, problem.n, problem.k)
         autotunes_now = settings.enabled and not autotune.coverage(
             now, str(r.kernel), shape, rows, settings.max_distance, str(evidence), margin=settings.margin,
-            table=_table(tables, rows, str(r.kernel))).well
+            table=_table(evidence, rows, str(r.kernel))).well
         autotuned = getattr(r, "autotuned", None) in (autotune.MEASURED, autotune.REUSED,
                                                       autotune.ALL_FAILED)
         rule = (now.kernel, now.params)
@@ -70,7 +69,7 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
                 and _same_launch(ran, taken_now, problem, str(r.precision), limits)
                 and _launches(lines, problem, str(r.precision), limits) == [launch for _, launch in (
                     autotune.planned(now, configs[r.kernel], gpu_spec, problem, rows, settings, limits,
-                                     _table(tables, rows, str(r.kernel))))])
+                                     _table(evidence, rows, str(r.kernel))))])
         else:
             same = _same_launch(ran, rule, problem, str(r.precision), limits)
         runs_now = f"{now.kernel} {json.dumps(now.params, sort_keys=True)}"
@@ -79,16 +78,12 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
     return out
 
 
-def _table(tables: dict, rows: list[dict], dispatcher: str):
-    """training.table(rows, dispatcher), built once per dispatcher into `tables` (None without
+def _table(evidence: Path, rows: list[dict] | None, dispatcher: str):
+    """The evidence's table of `dispatcher`, as the runner's autotune reads it (None without
     evidence: autotune's candidates then come from the rules)."""
-    from src.job import training
+    from src.job import kept_evidence
 
-    if rows is None:
-        return None
-    if dispatcher not in tables:
-        tables[dispatcher] = training.table(rows, dispatcher)
-    return tables[dispatcher]
+    return None if rows is None else kept_evidence.table(evidence, dispatcher)
 
 
 def _launches(lines, problem, precision: str, limits) -> list:

@@ -54,9 +54,11 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
         problem = Problem(int(r.m), int(r.n), int(r.k), float(r.alpha), float(r.beta))
         now = dispatch.choose(configs[r.kernel], gpu_spec, problem, limits)
         shape = (problem.m, problem.n, problem.k)
+        # the evidence's table, as the runner's autotune reads it (None: candidates from the rules)
+        table = None if rows is None else kept_evidence.table(evidence, str(r.kernel))
         autotunes_now = settings.enabled and not autotune.coverage(
             now, str(r.kernel), shape, rows, settings.max_distance, str(evidence), margin=settings.margin,
-            table=_table(evidence, rows, str(r.kernel))).well
+            table=table).well
         autotuned = getattr(r, "autotuned", None) in (autotune.MEASURED, autotune.REUSED,
                                                       autotune.ALL_FAILED)
         rule = (now.kernel, now.params)
@@ -69,21 +71,13 @@ def dispatched_today(runs: pd.DataFrame, gpu_spec: str) -> dict[tuple, str | Non
                 and _same_launch(ran, taken_now, problem, str(r.precision), limits)
                 and _launches(lines, problem, str(r.precision), limits) == [launch for _, launch in (
                     autotune.planned(now, configs[r.kernel], gpu_spec, problem, rows, settings, limits,
-                                     _table(evidence, rows, str(r.kernel))))])
+                                     table))])
         else:
             same = _same_launch(ran, rule, problem, str(r.precision), limits)
         runs_now = f"{now.kernel} {json.dumps(now.params, sort_keys=True)}"
         out[(r.kernel, *shape)] = None if same and autotunes_now == autotuned else (
             f"autotune from {runs_now}" if autotunes_now else runs_now)
     return out
-
-
-def _table(evidence: Path, rows: list[dict] | None, dispatcher: str):
-    """The evidence's table of `dispatcher`, as the runner's autotune reads it (None without
-    evidence: autotune's candidates then come from the rules)."""
-    from src.job import kept_evidence
-
-    return None if rows is None else kept_evidence.table(evidence, dispatcher)
 
 
 def _launches(lines, problem, precision: str, limits) -> list:
